@@ -1,0 +1,35 @@
+# qmoe — the two commands: `make run` and `make test`. Everything drives CMake in build/.
+BUILD      ?= build
+BUILD_TYPE ?= Release
+JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
+CMAKE_ARGS ?=
+
+.PHONY: all build run test test-c install clean tools-check
+all: build
+
+tools-check:
+	@scripts/require-tools.sh
+
+$(BUILD)/CMakeCache.txt: | tools-check
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(CMAKE_ARGS)
+
+build: tools-check $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS)
+
+# The main job: the vendor sample's workload through the fastest kernel, verified against the
+# reference on a sample of rows.
+run: build
+	$(BUILD)/tools/qmoe demo
+
+# Every test. Fragments in mk/ add their suites as prerequisites of `test`.
+test: test-c
+test-c: build
+	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+
+install: build
+	cmake --install $(BUILD) $(if $(PREFIX),--prefix $(PREFIX),)
+
+clean:
+	rm -rf $(BUILD) build-*
+
+-include mk/*.mk

@@ -1,0 +1,192 @@
+/*
+ * qmoe — the fused MoE operator GroupedMatmulSwigluQuant on CPUs.
+ *
+ * Public C API: tensors over caller-owned memory, status codes with the vendor's numbers, the
+ * two-phase operator (plan once, execute many), and the layout helpers needed to prepare weights.
+ * The operator contract is shared/spec/grouped-matmul-swiglu-quant.md; this header documents
+ * where qmoe's native API extends it.
+ */
+#ifndef QMOE_QMOE_H
+#define QMOE_QMOE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define QMOE_VERSION_MAJOR 0
+#define QMOE_VERSION_MINOR 1
+#define QMOE_VERSION_PATCH 0
+
+const char *qmoe_version(void);
+
+/* ---------------------------------------------------------------- status ---------------------- */
+
+/* Numbers 0, 161001 and 161002 are the vendor's aclnn codes; the others mirror its runtime and
+ * inner-error families. */
+typedef enum qmoe_status {
+    QMOE_OK = 0,
+    QMOE_ERR_PARAM_NULLPTR = 161001, /* a required tensor or out-pointer is NULL */
+    QMOE_ERR_PARAM_INVALID = 161002, /* rank, shape, dtype, format, limit, overflow, groupList data */
+    QMOE_ERR_RUNTIME = 361001,       /* a device failed, a fence timed out, a stream was cancelled */
+    QMOE_ERR_INNER = 561000,         /* out of memory or another internal failure */
+} qmoe_status;
+
+/* Last error of the calling thread in words: which argument, which rule, which value.
+ * Never NULL; "" after a success that followed no error. Valid until the thread's next call. */
+const char *qmoe_last_error(void);
+
+/* A fixed name for a status code, e.g. "QMOE_ERR_PARAM_INVALID". */
+const char *qmoe_status_name(qmoe_status status);
+
+/* ---------------------------------------------------------------- tensors --------------------- */
+
+typedef enum qmoe_dtype {
+    QMOE_DTYPE_INT8 = 0,
+    QMOE_DTYPE_INT4 = 1,  /* two per byte, element i in byte i/2, low nibble when i is even */
+    QMOE_DTYPE_INT32 = 2, /* as a weight: 8 int4 per int32, element j in bits [4j, 4j+4) */
+    QMOE_DTYPE_INT64 = 3,
+    QMOE_DTYPE_UINT64 = 4, /* as an A8W4 weight scale: low 32 bits hold a float32 */
+    QMOE_DTYPE_FLOAT32 = 5,
+    QMOE_DTYPE_FLOAT16 = 6,
+    QMOE_DTYPE_BFLOAT16 = 7,
+} qmoe_dtype;
+
+typedef enum qmoe_format {
+    QMOE_FORMAT_ND = 0,
+    QMOE_FORMAT_FRACTAL_NZ = 1,
+} qmoe_format;
+
+#define QMOE_MAX_DIMS 8
+
+typedef struct qmoe_tensor qmoe_tensor;
+
+/* A view over caller-owned memory. `strides` are in elements (int4: nibbles; the int32 view of
+ * packed int4: int32 words) and may be NULL for row-major contiguous. Strides must be >= 0.
+ * The memory is not copied or owned: it must outlive every executor planned with the tensor.
+ * `data` may be NULL only for a tensor with zero elements.
+ * Returns QMOE_ERR_PARAM_INVALID for a bad rank, dtype, format, negative size or stride, or a
+ * byte extent that overflows; QMOE_ERR_INNER when out of memory. */
+qmoe_status qmoe_tensor_create(const int64_t *shape, int ndim, const int64_t *strides,
+                               qmoe_dtype dtype, qmoe_format format, void *data,
+                               qmoe_tensor **out);
+void qmoe_tensor_destroy(qmoe_tensor *tensor); /* NULL is a no-op */
+
+int qmoe_tensor_ndim(const qmoe_tensor *tensor);
+int64_t qmoe_tensor_dim(const qmoe_tensor *tensor, int axis);
+int64_t qmoe_tensor_stride(const qmoe_tensor *tensor, int axis);
+qmoe_dtype qmoe_tensor_dtype(const qmoe_tensor *tensor);
+qmoe_format qmoe_tensor_format(const qmoe_tensor *tensor);
+void *qmoe_tensor_data(const qmoe_tensor *tensor);
+
+/* ---------------------------------------------------------------- runtime (opaque) ------------ */
+
+/* A device is a group of worker threads with its scratchpad and trace buffers; a stream runs the
+ * operators submitted to it in order on a device. See qmoe/runtime.h. */
+typedef struct qmoe_device qmoe_device;
+typedef struct qmoe_stream qmoe_stream;
+
+/* ---------------------------------------------------------------- the operator ---------------- */
+
+typedef enum qmoe_group_list_type {
+    QMOE_GROUP_LIST_CUMSUM = 0, /* g[e] is the end row of expert e (vendor default) */
+    QMOE_GROUP_LIST_COUNT = 1,  /* g[e] is the number of rows of expert e (extension) */
+} qmoe_group_list_type;
+
+typedef enum qmoe_kernel {
+    QMOE_KERNEL_AUTO = 0,      /* the fastest kernel this CPU runs (QMOE_ISA may lower it) */
+    QMOE_KERNEL_REFERENCE = 1, /* the plainly written oracle that follows the spec literally */
+    QMOE_KERNEL_PORTABLE = 2,  /* portable C */
+    QMOE_KERNEL_AVX2 = 3,
+    QMOE_KERNEL_AVX_VNNI = 4,
+    QMOE_KERNEL_AVX512_VNNI = 5,
+} qmoe_kernel;
+
+/* Options of phase one. Zero-initialise, then set what you need: all-zero means the vendor's
+ * defaults (cumsum groupList, weight format as declared, fastest kernel, all device threads). */
+typedef struct qmoe_op_options {
+    qmoe_group_list_type group_list_type;
+    int force_weight_nz; /* nonzero: ignore weight's declared format, treat as FRACTAL_NZ (vendor) */
+    qmoe_kernel kernel;
+    int threads; /* 0: all threads of the device that executes; otherwise at most this many */
+    int devices; /* 0 or 1: one device; D > 1: split rows over a group of D devices */
+} qmoe_op_options;
+
+typedef struct qmoe_executor qmoe_executor;
+
+/*
+ * Phase one: validate every argument that does not need device data, choose the kernel, plan the
+ * work, and return the workspace size and an executor that holds the plan.
+ * Tensors (shapes per the spec): x int8 [M,K]; weight int8 NZ [E,N/32,K/16,16,32], int4 NZ
+ * [E,N/64,K/16,16,64], int32 NZ [E,N/64,K/16,16,8], int8/int4 ND [E,K,N] or int32 ND [E,K,N/8];
+ * bias float32 [E,N] (A8W4 only, mandatory there); offset reserved (NULL); weight_scale [E,N] or
+ * [E,G,N]; x_scale float32 [M]; group_list int64 [E'] (E' <= E); output int8 [M,N/2];
+ * output_scale float32 [M]; output_offset reserved (NULL). `options` may be NULL.
+ * On error nothing is allocated, *executor is left as it was, and qmoe_last_error() says why.
+ * The tensor objects may be destroyed after this call; their memory must stay valid.
+ */
+qmoe_status qmoe_gmm_swiglu_quant_workspace_size(
+    const qmoe_tensor *x, const qmoe_tensor *weight, const qmoe_tensor *bias,
+    const qmoe_tensor *offset, const qmoe_tensor *weight_scale, const qmoe_tensor *x_scale,
+    const qmoe_tensor *group_list, const qmoe_tensor *output, const qmoe_tensor *output_scale,
+    const qmoe_tensor *output_offset, const qmoe_op_options *options, uint64_t *workspace_size,
+    qmoe_executor **executor);
+
+/*
+ * Phase two: check the groupList values (decreasing, negative or past M is QMOE_ERR_PARAM_INVALID
+ * with both outputs untouched), then compute. `workspace` must hold at least the size phase one
+ * returned (it may be NULL when that size is 0). `stream` NULL runs synchronously on the calling
+ * thread's default device; otherwise the operator is queued and its status is also reported by
+ * qmoe_stream_synchronize(). A native executor may be executed any number of times (the data its
+ * tensors point to may change between runs) and must be destroyed with qmoe_executor_destroy().
+ */
+qmoe_status qmoe_gmm_swiglu_quant(void *workspace, uint64_t workspace_size,
+                                  qmoe_executor *executor, qmoe_stream *stream);
+
+void qmoe_executor_destroy(qmoe_executor *executor); /* NULL is a no-op */
+
+/* The kernel phase one chose (never QMOE_KERNEL_AUTO). */
+qmoe_kernel qmoe_executor_kernel(const qmoe_executor *executor);
+const char *qmoe_kernel_name(qmoe_kernel kernel);
+
+/* ---------------------------------------------------------------- layout helpers -------------- */
+
+/* Logical weights are W[e][k][n] row-major [E,K,N]. int4 values are held unpacked one per int8
+ * (in [-8,7]) on the ND side of these helpers, and packed two per byte on the packed side.
+ * Each returns QMOE_ERR_PARAM_NULLPTR / QMOE_ERR_PARAM_INVALID (bad sizes, NZ alignment,
+ * int4 value out of range) with nothing written. */
+
+/* int8 FRACTAL_NZ [E,N/32,K/16,16,32] <-> ND [E,K,N]; needs K%16==0, N%32==0. */
+qmoe_status qmoe_nd_to_nz_int8(const int8_t *nd, int64_t E, int64_t K, int64_t N, int8_t *nz);
+qmoe_status qmoe_nz_to_nd_int8(const int8_t *nz, int64_t E, int64_t K, int64_t N, int8_t *nd);
+
+/* int4 FRACTAL_NZ [E,N/64,K/16,16,64] packed (E*K*N/2 bytes) <-> ND values; K%16==0, N%64==0. */
+qmoe_status qmoe_nd_to_nz_int4(const int8_t *nd_values, int64_t E, int64_t K, int64_t N,
+                               uint8_t *nz_packed);
+qmoe_status qmoe_nz_to_nd_int4(const uint8_t *nz_packed, int64_t E, int64_t K, int64_t N,
+                               int8_t *nd_values);
+
+/* int4 packing: `count` values -> (count+1)/2 bytes, low nibble first; an odd tail's high nibble
+ * is 0. */
+qmoe_status qmoe_pack_int4(const int8_t *values, int64_t count, uint8_t *packed);
+qmoe_status qmoe_unpack_int4(const uint8_t *packed, int64_t count, int8_t *values);
+
+/* The int32 view of packed int4: `count` (a multiple of 8) values -> count/8 int32, element j of
+ * each word in bits [4j, 4j+4). Byte-identical to qmoe_pack_int4 on little-endian machines. */
+qmoe_status qmoe_pack_int4_int32(const int8_t *values, int64_t count, int32_t *words);
+qmoe_status qmoe_unpack_int4_int32(const int32_t *words, int64_t count, int8_t *values);
+
+/* The A8W4 weight assist matrix (the operator's `bias`), as real callers build it:
+ * per-channel (groups == 0, scale [E,N]):  bias[e,n] = 8 * scale[e,n] * sum_k W[e,k,n]
+ * per-group   (groups == G, scale [E,G,N]): bias[e,n] = 8 * sum_k W[e,k,n] * scale[e,k/(K/G),n]
+ * W is logical ND int4 values [E,K,N] one per int8. Accumulated in double, rounded to float. */
+qmoe_status qmoe_weight_assist_matrix(const int8_t *nd_values, int64_t E, int64_t K, int64_t N,
+                                      const float *scale, int64_t groups, float *bias);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* QMOE_QMOE_H */

@@ -1,0 +1,78 @@
+/*
+ * Plain element accessors over a qmoe_gmm_params plan: the logical W[e][k][n], the weight scale
+ * as float, and friends. Used by the reference kernel and by slow paths; fast kernels read the
+ * layouts directly.
+ */
+#ifndef QMOE_CORE_GMM_ACCESS_H
+#define QMOE_CORE_GMM_ACCESS_H
+
+#include <string.h>
+
+#include "core/gmm_params.h"
+#include "core/halfconv.h"
+
+static inline int qmoe_nibble(const uint8_t *bytes, int64_t index)
+{
+    int v = (bytes[index >> 1] >> ((index & 1) * 4)) & 0xF;
+    return v >= 8 ? v - 16 : v;
+}
+
+static inline int qmoe_word_nibble(const int32_t *words, int64_t word, int j)
+{
+    uint32_t w;
+    memcpy(&w, &words[word], sizeof w);
+    int v = (int)((w >> (4 * j)) & 0xFu);
+    return v >= 8 ? v - 16 : v;
+}
+
+static inline int qmoe_w_get(const qmoe_gmm_params *p, int64_t e, int64_t k, int64_t n)
+{
+    const int64_t *s = p->w_s;
+    switch ((qmoe_wlayout)p->w_layout) {
+    case QMOE_W_INT8_ND:
+        return ((const int8_t *)p->w)[e * s[0] + k * s[1] + n * s[2]];
+    case QMOE_W_INT8_NZ:
+        return ((const int8_t *)p->w)[e * s[0] + (n / 32) * s[1] + (k / 16) * s[2] +
+                                      (k % 16) * s[3] + (n % 32) * s[4]];
+    case QMOE_W_INT4_ND:
+        return qmoe_nibble(p->w, e * s[0] + k * s[1] + n * s[2]);
+    case QMOE_W_INT4_NZ:
+        return qmoe_nibble(p->w, e * s[0] + (n / 64) * s[1] + (k / 16) * s[2] + (k % 16) * s[3] +
+                                     (n % 64) * s[4]);
+    case QMOE_W_INT32_ND:
+        return qmoe_word_nibble(p->w, e * s[0] + k * s[1] + (n / 8) * s[2], (int)(n % 8));
+    case QMOE_W_INT32_NZ:
+        return qmoe_word_nibble(p->w,
+                                e * s[0] + (n / 64) * s[1] + (k / 16) * s[2] + (k % 16) * s[3] +
+                                    ((n % 64) / 8) * s[4],
+                                (int)(n % 8));
+    }
+    return 0;
+}
+
+/* weight_scale[e][g][n] as float (g is 0 for per-channel). */
+static inline float qmoe_ws_get(const qmoe_gmm_params *p, int64_t e, int64_t g, int64_t n)
+{
+    int64_t i = e * p->ws_s[0] + g * p->ws_s[1] + n * p->ws_s[2];
+    switch ((qmoe_scale_type)p->ws_type) {
+    case QMOE_SCALE_F32: return ((const float *)p->ws)[i];
+    case QMOE_SCALE_F16: return qmoe_f16_to_f32(((const uint16_t *)p->ws)[i]);
+    case QMOE_SCALE_BF16: return qmoe_bf16_to_f32(((const uint16_t *)p->ws)[i]);
+    case QMOE_SCALE_U64_F32: {
+        uint64_t word;
+        memcpy(&word, (const uint8_t *)p->ws + 8 * i, sizeof word);
+        uint32_t bits = (uint32_t)word;
+        float f;
+        memcpy(&f, &bits, sizeof f);
+        return f;
+    }
+    }
+    return 0.0f;
+}
+
+static inline int qmoe_x_get(const qmoe_gmm_params *p, int64_t m, int64_t k)
+{
+    return p->x[m * p->x_s[0] + k * p->x_s[1]];
+}
+
+#endif

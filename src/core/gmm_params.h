@@ -1,0 +1,74 @@
+/*
+ * kernel_params of the GroupedMatmulSwigluQuant family: the plain, fixed-size plan that phase one
+ * (src/host) computes once and every kernel (src/kernels) executes without re-deriving anything.
+ * Both sides include this header; audit both when a field changes.
+ */
+#ifndef QMOE_CORE_GMM_PARAMS_H
+#define QMOE_CORE_GMM_PARAMS_H
+
+#include <stdint.h>
+
+typedef enum qmoe_gmm_mode {
+    QMOE_MODE_A8W8 = 0,
+    QMOE_MODE_A8W4 = 1,
+} qmoe_gmm_mode;
+
+/* How the weight bytes are laid out; the logical weight is always W[e][k][n]. */
+typedef enum qmoe_wlayout {
+    QMOE_W_INT8_ND = 0,  /* [E,K,N] int8 */
+    QMOE_W_INT8_NZ = 1,  /* [E,N/32,K/16,16,32] int8 */
+    QMOE_W_INT4_ND = 2,  /* [E,K,N] int4 (nibble strides) */
+    QMOE_W_INT4_NZ = 3,  /* [E,N/64,K/16,16,64] int4 (nibble strides) */
+    QMOE_W_INT32_ND = 4, /* [E,K,N/8] int32 words of 8 int4 */
+    QMOE_W_INT32_NZ = 5, /* [E,N/64,K/16,16,8] int32 words of 8 int4 */
+} qmoe_wlayout;
+
+/* Scale element types as read by kernels (after dtype validation). */
+typedef enum qmoe_scale_type {
+    QMOE_SCALE_F32 = 0,
+    QMOE_SCALE_F16 = 1,
+    QMOE_SCALE_BF16 = 2,
+    QMOE_SCALE_U64_F32 = 3, /* low 32 bits of a 64-bit word are float32 bits */
+} qmoe_scale_type;
+
+typedef struct qmoe_gmm_params {
+    /* shapes */
+    int64_t M, K, N, N2;  /* N2 = N/2 output columns */
+    int64_t E, E_groups;  /* experts in weight; entries in groupList (E' <= E) */
+    int64_t G, group_k;   /* K groups of the scale (1 for per-channel) and K/G */
+    int32_t mode;         /* qmoe_gmm_mode */
+    int32_t per_group;    /* weight_scale is [E,G,N] */
+    int32_t group_list_type; /* qmoe_group_list_type */
+    int32_t kernel;       /* qmoe_kernel chosen by the planner */
+
+    /* operands: base pointers and strides in elements of each tensor's dtype */
+    const int8_t *x;
+    int64_t x_s[2];
+    const void *w;
+    int32_t w_layout;     /* qmoe_wlayout */
+    int32_t ws_type;      /* qmoe_scale_type */
+    int64_t w_s[5];       /* ND uses the first 3 */
+    const void *ws;
+    int64_t ws_s[3];      /* e, g, n (g stride 0 for per-channel) */
+    const float *bias;    /* A8W4 only */
+    int64_t bias_s[2];
+    const float *xs;
+    int64_t xs_s;
+    const int64_t *gl;
+    int64_t gl_s;
+    int8_t *out;
+    int64_t out_s[2];
+    float *out_scale;
+    int64_t out_scale_s;
+
+    /* execution */
+    int32_t threads;      /* threads the plan was made for (>= 1) */
+    int32_t devices;      /* devices the plan was made for (>= 1) */
+    uint64_t workspace_bytes;
+    uint64_t ws_row_bytes; /* per-thread float row buffer of N2 floats, 64-byte aligned */
+    uint8_t reserved[72]; /* room to grow without changing the size */
+} qmoe_gmm_params;
+
+_Static_assert(sizeof(qmoe_gmm_params) == 384, "qmoe_gmm_params is a fixed-size plan");
+
+#endif

@@ -1,0 +1,223 @@
+/* Public weight-layout helpers: ND <-> FRACTAL_NZ, int4 packing, the A8W4 assist matrix. */
+#include <stdlib.h>
+
+#include "core/checked.h"
+#include "core/status.h"
+#include "qmoe/qmoe.h"
+
+/* Checks E, K, N >= 0, the NZ alignment (k_align, n_align; 1 = none) and that E*K*N fits. */
+static qmoe_status check_ekn(const char *fn, int64_t E, int64_t K, int64_t N, int64_t k_align,
+                             int64_t n_align, int64_t *total)
+{
+    if (E < 0 || K < 0 || N < 0)
+        return qmoe_fail(QMOE_ERR_PARAM_INVALID, "%s: negative size E=%lld K=%lld N=%lld", fn,
+                         (long long)E, (long long)K, (long long)N);
+    if (K % k_align || N % n_align)
+        return qmoe_fail(QMOE_ERR_PARAM_INVALID,
+                         "%s: FRACTAL_NZ needs K %% %lld == 0 and N %% %lld == 0 (K=%lld N=%lld)",
+                         fn, (long long)k_align, (long long)n_align, (long long)K, (long long)N);
+    if (!qmoe_mul_i64(E, K, total) || !qmoe_mul_i64(*total, N, total) || *total > INT64_MAX / 8)
+        return qmoe_fail(QMOE_ERR_PARAM_INVALID, "%s: E*K*N overflows", fn);
+    return QMOE_OK;
+}
+
+/* Flat NZ element index of W[e][k][n] for a column tile of `cols` (32 int8, 64 int4). */
+static inline int64_t nz_index(int64_t e, int64_t k, int64_t n, int64_t K, int64_t N, int64_t cols)
+{
+    return e * K * N + (n / cols) * (K * cols) + k * cols + (n % cols);
+}
+
+static qmoe_status check_values(const char *fn, const int8_t *v, int64_t count)
+{
+    for (int64_t i = 0; i < count; i++)
+        if (v[i] < -8 || v[i] > 7)
+            return qmoe_fail(QMOE_ERR_PARAM_INVALID, "%s: value[%lld] = %d outside int4 [-8, 7]",
+                             fn, (long long)i, v[i]);
+    return QMOE_OK;
+}
+
+static inline void put_nibble(uint8_t *bytes, int64_t i, int v)
+{
+    int shift = (int)(i & 1) * 4;
+    bytes[i >> 1] = (uint8_t)((bytes[i >> 1] & ~(0xF << shift)) | ((v & 0xF) << shift));
+}
+
+static inline int get_nibble(const uint8_t *bytes, int64_t i)
+{
+    int v = (bytes[i >> 1] >> ((i & 1) * 4)) & 0xF;
+    return v >= 8 ? v - 16 : v;
+}
+
+#define REQUIRE(ptr, fn, name)                                                                   \
+    do {                                                                                         \
+        if (!(ptr)) return qmoe_fail(QMOE_ERR_PARAM_NULLPTR, "%s: %s is NULL", fn, name);      \
+    } while (0)
+
+qmoe_status qmoe_nd_to_nz_int8(const int8_t *nd, int64_t E, int64_t K, int64_t N, int8_t *nz)
+{
+    int64_t total;
+    qmoe_status st = check_ekn("nd_to_nz_int8", E, K, N, 16, 32, &total);
+    if (st) return st;
+    if (total == 0) return QMOE_OK;
+    REQUIRE(nd, "nd_to_nz_int8", "nd");
+    REQUIRE(nz, "nd_to_nz_int8", "nz");
+    for (int64_t e = 0; e < E; e++)
+        for (int64_t k = 0; k < K; k++)
+            for (int64_t n = 0; n < N; n++)
+                nz[nz_index(e, k, n, K, N, 32)] = nd[(e * K + k) * N + n];
+    qmoe_clear_error();
+    return QMOE_OK;
+}
+
+qmoe_status qmoe_nz_to_nd_int8(const int8_t *nz, int64_t E, int64_t K, int64_t N, int8_t *nd)
+{
+    int64_t total;
+    qmoe_status st = check_ekn("nz_to_nd_int8", E, K, N, 16, 32, &total);
+    if (st) return st;
+    if (total == 0) return QMOE_OK;
+    REQUIRE(nz, "nz_to_nd_int8", "nz");
+    REQUIRE(nd, "nz_to_nd_int8", "nd");
+    for (int64_t e = 0; e < E; e++)
+        for (int64_t k = 0; k < K; k++)
+            for (int64_t n = 0; n < N; n++)
+                nd[(e * K + k) * N + n] = nz[nz_index(e, k, n, K, N, 32)];
+    qmoe_clear_error();
+    return QMOE_OK;
+}
+
+qmoe_status qmoe_nd_to_nz_int4(const int8_t *nd_values, int64_t E, int64_t K, int64_t N,
+                               uint8_t *nz_packed)
+{
+    int64_t total;
+    qmoe_status st = check_ekn("nd_to_nz_int4", E, K, N, 16, 64, &total);
+    if (st) return st;
+    if (total == 0) return QMOE_OK;
+    REQUIRE(nd_values, "nd_to_nz_int4", "nd_values");
+    REQUIRE(nz_packed, "nd_to_nz_int4", "nz_packed");
+    if ((st = check_values("nd_to_nz_int4", nd_values, total))) return st;
+    for (int64_t e = 0; e < E; e++)
+        for (int64_t k = 0; k < K; k++)
+            for (int64_t n = 0; n < N; n++)
+                put_nibble(nz_packed, nz_index(e, k, n, K, N, 64), nd_values[(e * K + k) * N + n]);
+    qmoe_clear_error();
+    return QMOE_OK;
+}
+
+qmoe_status qmoe_nz_to_nd_int4(const uint8_t *nz_packed, int64_t E, int64_t K, int64_t N,
+                               int8_t *nd_values)
+{
+    int64_t total;
+    qmoe_status st = check_ekn("nz_to_nd_int4", E, K, N, 16, 64, &total);
+    if (st) return st;
+    if (total == 0) return QMOE_OK;
+    REQUIRE(nz_packed, "nz_to_nd_int4", "nz_packed");
+    REQUIRE(nd_values, "nz_to_nd_int4", "nd_values");
+    for (int64_t e = 0; e < E; e++)
+        for (int64_t k = 0; k < K; k++)
+            for (int64_t n = 0; n < N; n++)
+                nd_values[(e * K + k) * N + n] =
+                    (int8_t)get_nibble(nz_packed, nz_index(e, k, n, K, N, 64));
+    qmoe_clear_error();
+    return QMOE_OK;
+}
+
+static qmoe_status check_count(const char *fn, int64_t count, int64_t multiple)
+{
+    if (count < 0 || count % multiple || count > INT64_MAX / 2)
+        return qmoe_fail(QMOE_ERR_PARAM_INVALID, "%s: count %lld must be >= 0%s", fn,
+                         (long long)count, multiple == 8 ? " and a multiple of 8" : "");
+    return QMOE_OK;
+}
+
+qmoe_status qmoe_pack_int4(const int8_t *values, int64_t count, uint8_t *packed)
+{
+    qmoe_status st = check_count("pack_int4", count, 1);
+    if (st || count == 0) return st;
+    REQUIRE(values, "pack_int4", "values");
+    REQUIRE(packed, "pack_int4", "packed");
+    if ((st = check_values("pack_int4", values, count))) return st;
+    for (int64_t i = 0; i < count; i += 2) {
+        int lo = values[i] & 0xF, hi = i + 1 < count ? values[i + 1] & 0xF : 0;
+        packed[i / 2] = (uint8_t)(lo | hi << 4);
+    }
+    qmoe_clear_error();
+    return QMOE_OK;
+}
+
+qmoe_status qmoe_unpack_int4(const uint8_t *packed, int64_t count, int8_t *values)
+{
+    qmoe_status st = check_count("unpack_int4", count, 1);
+    if (st || count == 0) return st;
+    REQUIRE(packed, "unpack_int4", "packed");
+    REQUIRE(values, "unpack_int4", "values");
+    for (int64_t i = 0; i < count; i++) values[i] = (int8_t)get_nibble(packed, i);
+    qmoe_clear_error();
+    return QMOE_OK;
+}
+
+qmoe_status qmoe_pack_int4_int32(const int8_t *values, int64_t count, int32_t *words)
+{
+    qmoe_status st = check_count("pack_int4_int32", count, 8);
+    if (st || count == 0) return st;
+    REQUIRE(values, "pack_int4_int32", "values");
+    REQUIRE(words, "pack_int4_int32", "words");
+    if ((st = check_values("pack_int4_int32", values, count))) return st;
+    for (int64_t w = 0; w < count / 8; w++) {
+        uint32_t word = 0;
+        for (int j = 0; j < 8; j++) word |= (uint32_t)(values[8 * w + j] & 0xF) << (4 * j);
+        words[w] = (int32_t)word;
+    }
+    qmoe_clear_error();
+    return QMOE_OK;
+}
+
+qmoe_status qmoe_unpack_int4_int32(const int32_t *words, int64_t count, int8_t *values)
+{
+    qmoe_status st = check_count("unpack_int4_int32", count, 8);
+    if (st || count == 0) return st;
+    REQUIRE(words, "unpack_int4_int32", "words");
+    REQUIRE(values, "unpack_int4_int32", "values");
+    for (int64_t i = 0; i < count; i++) {
+        int v = (int)(((uint32_t)words[i / 8] >> (4 * (i % 8))) & 0xFu);
+        values[i] = (int8_t)(v >= 8 ? v - 16 : v);
+    }
+    qmoe_clear_error();
+    return QMOE_OK;
+}
+
+qmoe_status qmoe_weight_assist_matrix(const int8_t *nd_values, int64_t E, int64_t K, int64_t N,
+                                      const float *scale, int64_t groups, float *bias)
+{
+    int64_t total;
+    qmoe_status st = check_ekn("weight_assist_matrix", E, K, N, 1, 1, &total);
+    if (st) return st;
+    if (groups < 0 || (groups > 0 && K % groups))
+        return qmoe_fail(QMOE_ERR_PARAM_INVALID,
+                         "weight_assist_matrix: groups = %lld must be 0 (per-channel) or divide "
+                         "K = %lld",
+                         (long long)groups, (long long)K);
+    int64_t en;
+    if (!qmoe_mul_i64(E, N, &en)) return qmoe_fail(QMOE_ERR_PARAM_INVALID, "weight_assist_matrix: E*N overflows");
+    if (en == 0) return QMOE_OK;
+    REQUIRE(scale, "weight_assist_matrix", "scale");
+    REQUIRE(bias, "weight_assist_matrix", "bias");
+    if (total > 0) {
+        REQUIRE(nd_values, "weight_assist_matrix", "nd_values");
+        if ((st = check_values("weight_assist_matrix", nd_values, total))) return st;
+    }
+    int64_t G = groups ? groups : 1, per = G ? K / G : 0;
+    for (int64_t e = 0; e < E; e++)
+        for (int64_t n = 0; n < N; n++) {
+            double acc = 0.0;
+            for (int64_t g = 0; g < G; g++) {
+                double s = groups ? scale[(e * G + g) * N + n] : scale[e * N + n];
+                int64_t wsum = 0;
+                for (int64_t k = g * per; k < (g + 1) * per; k++)
+                    wsum += nd_values[(e * K + k) * N + n];
+                acc += (double)wsum * s;
+            }
+            bias[e * N + n] = (float)(8.0 * acc);
+        }
+    qmoe_clear_error();
+    return QMOE_OK;
+}

@@ -1,0 +1,25 @@
+/* The tensor view behind the opaque qmoe_tensor. */
+#ifndef QMOE_CORE_TENSOR_H
+#define QMOE_CORE_TENSOR_H
+
+#include "qmoe/qmoe.h"
+
+struct qmoe_tensor {
+    int ndim;
+    qmoe_dtype dtype;
+    qmoe_format format;
+    int64_t shape[QMOE_MAX_DIMS];
+    int64_t strides[QMOE_MAX_DIMS]; /* elements; see qmoe_tensor_create */
+    int64_t numel;
+    void *data;
+};
+
+/* Bits per element (4 for int4). */
+int qmoe_dtype_bits(qmoe_dtype dtype);
+const char *qmoe_dtype_name(qmoe_dtype dtype);
+const char *qmoe_format_name(qmoe_format format);
+
+/* Whether the view is row-major contiguous. */
+int qmoe_tensor_is_contiguous(const qmoe_tensor *t);
+
+#endif

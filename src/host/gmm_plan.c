@@ -1,0 +1,282 @@
+/*
+ * Phase one: every check of the spec's error table, in a fixed order (null pointers first), then
+ * the plan. Nothing here reads tensor data.
+ */
+#include "host/gmm_plan.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/checked.h"
+#include "core/status.h"
+#include "core/tensor.h"
+#include "kernels/kernel.h"
+
+#define INVALID(...) qmoe_fail(QMOE_ERR_PARAM_INVALID, __VA_ARGS__)
+
+enum { MAX_N = 10240, MAX_K_A8W8 = 65536, MAX_K_A8W4 = 20000 };
+
+static qmoe_status expect_rank(const char *name, const qmoe_tensor *t, int rank)
+{
+    if (t->ndim != rank)
+        return INVALID("%s: rank %d, expected %d", name, t->ndim, rank);
+    return QMOE_OK;
+}
+
+static qmoe_status expect_nd(const char *name, const qmoe_tensor *t)
+{
+    if (t->format != QMOE_FORMAT_ND)
+        return INVALID("%s: format %s, expected ND", name, qmoe_format_name(t->format));
+    return QMOE_OK;
+}
+
+static qmoe_status expect_dtype(const char *name, const qmoe_tensor *t, qmoe_dtype dtype)
+{
+    if (t->dtype != dtype)
+        return INVALID("%s: dtype %s, expected %s", name, qmoe_dtype_name(t->dtype),
+                       qmoe_dtype_name(dtype));
+    return QMOE_OK;
+}
+
+static qmoe_status expect_dim(const char *name, const qmoe_tensor *t, int axis, int64_t want,
+                              const char *what)
+{
+    if (t->shape[axis] != want)
+        return INVALID("%s: shape[%d] = %lld, expected %lld (%s)", name, axis,
+                       (long long)t->shape[axis], (long long)want, what);
+    return QMOE_OK;
+}
+
+/* Checks a plain ND tensor of the given dtype and rank. */
+static qmoe_status expect_plain(const char *name, const qmoe_tensor *t, qmoe_dtype dtype, int rank)
+{
+    qmoe_status st;
+    if ((st = expect_dtype(name, t, dtype)) || (st = expect_rank(name, t, rank)) ||
+        (st = expect_nd(name, t)))
+        return st;
+    return QMOE_OK;
+}
+
+/* The weight: layout, E, K and N from its dtype, rank and (declared or forced) format. */
+static qmoe_status plan_weight(const qmoe_tensor *w, int force_nz, qmoe_gmm_params *p,
+                               int64_t *Kw)
+{
+    qmoe_format fmt = force_nz ? QMOE_FORMAT_FRACTAL_NZ : w->format;
+    const int64_t *d = w->shape;
+    if (w->dtype != QMOE_DTYPE_INT8 && w->dtype != QMOE_DTYPE_INT4 && w->dtype != QMOE_DTYPE_INT32)
+        return INVALID("weight: dtype %s, expected int8, int4 or int32 (8 packed int4)",
+                       qmoe_dtype_name(w->dtype));
+    p->mode = w->dtype == QMOE_DTYPE_INT8 ? QMOE_MODE_A8W8 : QMOE_MODE_A8W4;
+    if (fmt == QMOE_FORMAT_FRACTAL_NZ) {
+        int64_t cols = w->dtype == QMOE_DTYPE_INT8 ? 32 : 64;
+        int64_t inner = w->dtype == QMOE_DTYPE_INT32 ? 8 : cols;
+        if (w->ndim != 5)
+            return INVALID("weight: FRACTAL_NZ needs rank 5 [E, N/%lld, K/16, 16, %lld], got rank %d",
+                           (long long)cols, (long long)inner, w->ndim);
+        if (d[3] != 16 || d[4] != inner)
+            return INVALID("weight: FRACTAL_NZ %s inner dims [%lld, %lld], expected [16, %lld]",
+                           qmoe_dtype_name(w->dtype), (long long)d[3], (long long)d[4],
+                           (long long)inner);
+        if (!qmoe_mul_i64(d[1], cols, &p->N) || !qmoe_mul_i64(d[2], 16, Kw))
+            return INVALID("weight: N or K overflows");
+        p->w_layout = w->dtype == QMOE_DTYPE_INT8   ? QMOE_W_INT8_NZ
+                      : w->dtype == QMOE_DTYPE_INT4 ? QMOE_W_INT4_NZ
+                                                    : QMOE_W_INT32_NZ;
+        for (int i = 0; i < 5; i++) p->w_s[i] = w->strides[i];
+    } else {
+        if (w->ndim != 3)
+            return INVALID("weight: ND needs rank 3 [E, K, N%s], got rank %d",
+                           w->dtype == QMOE_DTYPE_INT32 ? "/8" : "", w->ndim);
+        *Kw = d[1];
+        if (!qmoe_mul_i64(d[2], w->dtype == QMOE_DTYPE_INT32 ? 8 : 1, &p->N))
+            return INVALID("weight: N overflows");
+        p->w_layout = w->dtype == QMOE_DTYPE_INT8   ? QMOE_W_INT8_ND
+                      : w->dtype == QMOE_DTYPE_INT4 ? QMOE_W_INT4_ND
+                                                    : QMOE_W_INT32_ND;
+        for (int i = 0; i < 3; i++) p->w_s[i] = w->strides[i];
+    }
+    p->E = d[0];
+    p->w = w->data;
+    return QMOE_OK;
+}
+
+static qmoe_status plan_weight_scale(const qmoe_tensor *t, qmoe_gmm_params *p)
+{
+    static const char *name = "weightScale";
+    qmoe_status st;
+    switch (t->dtype) {
+    case QMOE_DTYPE_FLOAT32: p->ws_type = QMOE_SCALE_F32; break;
+    case QMOE_DTYPE_FLOAT16: p->ws_type = QMOE_SCALE_F16; break;
+    case QMOE_DTYPE_BFLOAT16: p->ws_type = QMOE_SCALE_BF16; break;
+    case QMOE_DTYPE_UINT64:
+    case QMOE_DTYPE_INT64:
+        if (p->mode == QMOE_MODE_A8W4) {
+            p->ws_type = QMOE_SCALE_U64_F32;
+            break;
+        }
+        return INVALID("%s: dtype %s is only accepted for A8W4 (float32 bits in the low word)",
+                       name, qmoe_dtype_name(t->dtype));
+    default:
+        return INVALID("%s: dtype %s, expected float32, float16 or bfloat16%s", name,
+                       qmoe_dtype_name(t->dtype), p->mode == QMOE_MODE_A8W4 ? " (or uint64/int64)" : "");
+    }
+    if ((st = expect_nd(name, t))) return st;
+    if (t->ndim != 2 && t->ndim != 3)
+        return INVALID("%s: rank %d, expected 2 [E, N] (per-channel) or 3 [E, G, N] (per-group)",
+                       name, t->ndim);
+    if ((st = expect_dim(name, t, 0, p->E, "E of weight")) ||
+        (st = expect_dim(name, t, t->ndim - 1, p->N, "N of weight")))
+        return st;
+    p->ws = t->data;
+    p->ws_s[0] = t->strides[0];
+    p->ws_s[2] = t->strides[t->ndim - 1];
+    if (t->ndim == 2) {
+        p->per_group = 0;
+        p->G = 1;
+        p->ws_s[1] = 0;
+    } else {
+        p->per_group = 1;
+        p->G = t->shape[1];
+        p->ws_s[1] = t->strides[1];
+        if (p->G <= 0) return INVALID("%s: G = %lld, expected G > 0", name, (long long)p->G);
+        if (p->K % p->G)
+            return INVALID("%s: K = %lld is not a multiple of G = %lld", name, (long long)p->K,
+                           (long long)p->G);
+    }
+    p->group_k = p->K / p->G;
+    return QMOE_OK;
+}
+
+/* Distinct output elements must be distinct memory: row-major-like or column-major-like strides. */
+static qmoe_status expect_disjoint_2d(const char *name, const qmoe_tensor *t)
+{
+    int64_t rows = t->shape[0], cols = t->shape[1], s0 = t->strides[0], s1 = t->strides[1];
+    int64_t span;
+    int ok;
+    if (rows <= 1 || cols <= 1)
+        ok = (rows <= 1 || s0 > 0) && (cols <= 1 || s1 > 0);
+    else
+        ok = (s1 > 0 && qmoe_mul_i64(s1, cols, &span) && s0 >= span) ||
+             (s0 > 0 && qmoe_mul_i64(s0, rows, &span) && s1 >= span);
+    if (!ok)
+        return INVALID("%s: strides [%lld, %lld] make elements overlap", name, (long long)s0,
+                       (long long)s1);
+    return QMOE_OK;
+}
+
+static qmoe_status expect_disjoint_1d(const char *name, const qmoe_tensor *t)
+{
+    if (t->shape[0] > 1 && t->strides[0] == 0)
+        return INVALID("%s: stride[0] = 0 makes elements overlap", name);
+    return QMOE_OK;
+}
+
+qmoe_status qmoe_gmm_plan(const qmoe_tensor *x, const qmoe_tensor *weight,
+                          const qmoe_tensor *bias, const qmoe_tensor *offset,
+                          const qmoe_tensor *weight_scale, const qmoe_tensor *x_scale,
+                          const qmoe_tensor *group_list, const qmoe_tensor *output,
+                          const qmoe_tensor *output_scale, const qmoe_tensor *output_offset,
+                          const qmoe_op_options *options, qmoe_gmm_params *p)
+{
+    static const qmoe_op_options defaults;
+    const qmoe_op_options *o = options ? options : &defaults;
+    qmoe_status st;
+    const struct { const void *t; const char *name; } required[] = {
+        {x, "x"}, {weight, "weight"}, {weight_scale, "weightScale"}, {x_scale, "xScale"},
+        {group_list, "groupList"}, {output, "output"}, {output_scale, "outputScale"},
+    };
+    for (size_t i = 0; i < sizeof required / sizeof required[0]; i++)
+        if (!required[i].t)
+            return qmoe_fail(QMOE_ERR_PARAM_NULLPTR, "%s is a null pointer", required[i].name);
+    if (!bias && (weight->dtype == QMOE_DTYPE_INT4 || weight->dtype == QMOE_DTYPE_INT32))
+        return qmoe_fail(QMOE_ERR_PARAM_NULLPTR,
+                         "bias (the weight assist matrix) is a null pointer; it is required for A8W4");
+
+    memset(p, 0, sizeof *p);
+    if (offset) return INVALID("offset is reserved and must be a null pointer");
+    if (output_offset) return INVALID("outputOffset is reserved and must be a null pointer");
+    if (o->group_list_type != QMOE_GROUP_LIST_CUMSUM && o->group_list_type != QMOE_GROUP_LIST_COUNT)
+        return INVALID("options: group_list_type %d, expected 0 (cumsum) or 1 (count)",
+                       (int)o->group_list_type);
+    if (o->threads < 0) return INVALID("options: threads = %d is negative", o->threads);
+    if (o->devices < 0) return INVALID("options: devices = %d is negative", o->devices);
+
+    /* x [M, K] int8 */
+    if ((st = expect_plain("x", x, QMOE_DTYPE_INT8, 2))) return st;
+    p->M = x->shape[0];
+    p->K = x->shape[1];
+    p->x = x->data;
+    p->x_s[0] = x->strides[0];
+    p->x_s[1] = x->strides[1];
+
+    int64_t Kw = 0;
+    if ((st = plan_weight(weight, o->force_weight_nz, p, &Kw))) return st;
+    if (Kw != p->K)
+        return INVALID("weight: K = %lld does not match x's last dim K = %lld", (long long)Kw,
+                       (long long)p->K);
+    if (p->N % 2) return INVALID("weight: N = %lld is odd (SwiGLU splits N in halves)", (long long)p->N);
+    if (p->N > MAX_N) return INVALID("weight: N = %lld exceeds 10240", (long long)p->N);
+    if (p->mode == QMOE_MODE_A8W8 && p->K >= MAX_K_A8W8)
+        return INVALID("x: K = %lld, A8W8 needs K < 65536", (long long)p->K);
+    if (p->mode == QMOE_MODE_A8W4 && p->K >= MAX_K_A8W4)
+        return INVALID("x: K = %lld, A8W4 needs K < 20000", (long long)p->K);
+    p->N2 = p->N / 2;
+
+    if (p->mode == QMOE_MODE_A8W8) {
+        if (bias) return INVALID("bias must be a null pointer for A8W8 (int8 weight)");
+    } else {
+        if ((st = expect_plain("bias", bias, QMOE_DTYPE_FLOAT32, 2)) ||
+            (st = expect_dim("bias", bias, 0, p->E, "E of weight")) ||
+            (st = expect_dim("bias", bias, 1, p->N, "N of weight")))
+            return st;
+        p->bias = bias->data;
+        p->bias_s[0] = bias->strides[0];
+        p->bias_s[1] = bias->strides[1];
+    }
+
+    if ((st = plan_weight_scale(weight_scale, p))) return st;
+
+    if ((st = expect_plain("xScale", x_scale, QMOE_DTYPE_FLOAT32, 1)) ||
+        (st = expect_dim("xScale", x_scale, 0, p->M, "M of x")))
+        return st;
+    p->xs = x_scale->data;
+    p->xs_s = x_scale->strides[0];
+
+    if ((st = expect_plain("groupList", group_list, QMOE_DTYPE_INT64, 1))) return st;
+    p->E_groups = group_list->shape[0];
+    if (p->E_groups > p->E)
+        return INVALID("groupList: %lld entries, more than E = %lld experts",
+                       (long long)p->E_groups, (long long)p->E);
+    p->gl = group_list->data;
+    p->gl_s = group_list->strides[0];
+
+    if ((st = expect_plain("output", output, QMOE_DTYPE_INT8, 2)) ||
+        (st = expect_dim("output", output, 0, p->M, "M of x")) ||
+        (st = expect_dim("output", output, 1, p->N2, "N/2")) ||
+        (st = expect_disjoint_2d("output", output)))
+        return st;
+    p->out = output->data;
+    p->out_s[0] = output->strides[0];
+    p->out_s[1] = output->strides[1];
+
+    if ((st = expect_plain("outputScale", output_scale, QMOE_DTYPE_FLOAT32, 1)) ||
+        (st = expect_dim("outputScale", output_scale, 0, p->M, "M of x")) ||
+        (st = expect_disjoint_1d("outputScale", output_scale)))
+        return st;
+    p->out_scale = output_scale->data;
+    p->out_scale_s = output_scale->strides[0];
+
+    p->group_list_type = o->group_list_type;
+    const qmoe_kernel_ops *k = qmoe_kernel_lookup(o->kernel);
+    if (!k)
+        return INVALID("options: kernel %s (%d) is unknown or not supported by this CPU",
+                       qmoe_kernel_name(o->kernel), (int)o->kernel);
+    p->kernel = k->id;
+    p->threads = o->threads > 0 ? o->threads : 1;
+    p->devices = o->devices > 0 ? o->devices : 1;
+
+    /* Workspace: one S row (N/2 floats, 64-byte aligned) per thread. */
+    p->ws_row_bytes = ((uint64_t)p->N2 * sizeof(float) + 63u) & ~(uint64_t)63u;
+    p->workspace_bytes = p->ws_row_bytes * (uint64_t)p->threads * (uint64_t)p->devices;
+    return QMOE_OK;
+}

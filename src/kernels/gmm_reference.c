@@ -1,0 +1,110 @@
+/*
+ * Reference kernel: the spec's formulas, written plainly, one output element at a time.
+ * Clarity over speed — this is the oracle every other kernel is tested against.
+ */
+#include <math.h>
+
+#include "core/gmm_access.h"
+#include "kernels/kernel.h"
+#include "qmoe/qmoe.h"
+
+/* Dequantized C[m][n] of expert e before SwiGLU. */
+static float dequant_a8w8(const qmoe_gmm_params *p, int64_t e, int64_t m, int64_t n)
+{
+    float xs = p->xs[m * p->xs_s];
+    if (!p->per_group) {
+        int32_t acc = 0;
+        for (int64_t k = 0; k < p->K; k++) acc += qmoe_x_get(p, m, k) * qmoe_w_get(p, e, k, n);
+        /* vendor order: times xScale, then times the channel scale */
+        return (float)acc * xs * qmoe_ws_get(p, e, 0, n);
+    }
+    float c = 0.0f;
+    for (int64_t g = 0; g < p->G; g++) {
+        int32_t acc = 0;
+        for (int64_t k = g * p->group_k; k < (g + 1) * p->group_k; k++)
+            acc += qmoe_x_get(p, m, k) * qmoe_w_get(p, e, k, n);
+        c += (float)acc * qmoe_ws_get(p, e, g, n);
+    }
+    return c * xs;
+}
+
+/* A8W4: x = 16*hi + lo + 8 with hi = floor(x/16), lo = (x & 0xF) - 8; the +8 term comes from the
+ * caller's bias, which is honoured as given. */
+static float dequant_a8w4(const qmoe_gmm_params *p, int64_t e, int64_t m, int64_t n)
+{
+    float c_high = 0.0f, c_low = 0.0f;
+    for (int64_t g = 0; g < p->G; g++) {
+        int32_t acc_high = 0, acc_low = 0;
+        for (int64_t k = g * p->group_k; k < (g + 1) * p->group_k; k++) {
+            int x = qmoe_x_get(p, m, k);
+            int lo_bits = (int)((uint8_t)x & 0xF);
+            int hi = (x - lo_bits) / 16; /* exact: floor(x / 16) */
+            int lo = lo_bits - 8;
+            int w = qmoe_w_get(p, e, k, n);
+            acc_high += hi * w;
+            acc_low += lo * w;
+        }
+        float ws = qmoe_ws_get(p, e, p->per_group ? g : 0, n);
+        c_high += (float)acc_high * ws;
+        c_low += (float)acc_low * ws;
+    }
+    float bias = p->bias[e * p->bias_s[0] + n * p->bias_s[1]];
+    return (c_high * 16.0f + c_low + bias) * p->xs[m * p->xs_s];
+}
+
+static float dequant(const qmoe_gmm_params *p, int64_t e, int64_t m, int64_t n)
+{
+    return p->mode == QMOE_MODE_A8W8 ? dequant_a8w8(p, e, m, n) : dequant_a8w4(p, e, m, n);
+}
+
+static void reference_swiglu_block(const qmoe_gmm_params *p, int64_t e, int64_t m0, int64_t m1,
+                                   int64_t j0, int64_t j1, float *s, int64_t lds)
+{
+    for (int64_t m = m0; m < m1; m++)
+        for (int64_t j = j0; j < j1; j++) {
+            float act = dequant(p, e, m, j);
+            float gate = dequant(p, e, m, j + p->N2);
+            float swish = act / (1.0f + expf(-act));
+            s[(m - m0) * lds + (j - j0)] = swish * gate;
+        }
+}
+
+void qmoe_quantize_row_scalar(const float *s, int64_t n2, int8_t *out, int64_t out_stride,
+                              float *scale)
+{
+    float amax = 0.0f;
+    int has_nan = 0;
+    for (int64_t j = 0; j < n2; j++) {
+        float a = fabsf(s[j]);
+        if (isnan(a)) has_nan = 1;
+        else if (a > amax) amax = a;
+    }
+    float sc = has_nan ? NAN : amax / 127.0f;
+    *scale = sc;
+    if (!isfinite(sc) || amax == 0.0f) {
+        /* all-zero row: scale 0, output 0 (spec); non-finite S: scale as computed, output 0 */
+        for (int64_t j = 0; j < n2; j++) out[j * out_stride] = 0;
+        return;
+    }
+    for (int64_t j = 0; j < n2; j++) {
+        float q = rintf(s[j] / sc); /* round half to even in the default rounding mode */
+        if (q > 127.0f) q = 127.0f;
+        if (q < -127.0f) q = -127.0f;
+        out[j * out_stride] = (int8_t)q;
+    }
+}
+
+static void reference_quantize_rows(const qmoe_gmm_params *p, const float *s, int64_t lds,
+                                    int64_t m0, int64_t m1)
+{
+    for (int64_t m = m0; m < m1; m++)
+        qmoe_quantize_row_scalar(s + (m - m0) * lds, p->N2, p->out + m * p->out_s[0], p->out_s[1],
+                                 p->out_scale + m * p->out_scale_s);
+}
+
+const qmoe_kernel_ops qmoe_kernel_reference = {
+    .id = QMOE_KERNEL_REFERENCE,
+    .name = "reference",
+    .swiglu_block = reference_swiglu_block,
+    .quantize_rows = reference_quantize_rows,
+};

@@ -1,0 +1,38 @@
+/*
+ * The device-side kernel interface of GroupedMatmulSwigluQuant.
+ *
+ * A kernel computes SwiGLU rows S for one expert, rows [m0, m1), output columns [j0, j1) (each
+ * output column j pairs weight column j, activated, with j + N/2, the linear gate), into a float
+ * block `s` with row stride `lds`. A second step turns complete S rows into int8 and the scale.
+ * Splitting work by rows or by columns is the driver's business; the per-element arithmetic must
+ * not depend on the split, so results are bit-identical for any thread or device count.
+ */
+#ifndef QMOE_KERNELS_KERNEL_H
+#define QMOE_KERNELS_KERNEL_H
+
+#include "core/gmm_params.h"
+
+typedef struct qmoe_kernel_ops {
+    int32_t id; /* qmoe_kernel */
+    const char *name;
+    void (*swiglu_block)(const qmoe_gmm_params *p, int64_t e, int64_t m0, int64_t m1, int64_t j0,
+                         int64_t j1, float *s, int64_t lds);
+    /* Rows [m0, m1) of S (row r at s + (r - m0) * lds, N2 floats) -> output rows and scales. */
+    void (*quantize_rows)(const qmoe_gmm_params *p, const float *s, int64_t lds, int64_t m0,
+                          int64_t m1);
+} qmoe_kernel_ops;
+
+/* The reference kernel: follows the spec literally, including the A8W4 high/low nibble split
+ * with the caller's bias. The oracle of every other kernel. */
+extern const qmoe_kernel_ops qmoe_kernel_reference;
+
+/* The kernel for `requested` on this CPU (QMOE_KERNEL_AUTO: the fastest); NULL when the CPU cannot
+ * run the requested one. */
+const qmoe_kernel_ops *qmoe_kernel_lookup(int32_t requested);
+
+/* One S row -> int8 row and scale, per the spec's quantization step (shared by kernels that have
+ * no vector version). */
+void qmoe_quantize_row_scalar(const float *s, int64_t n2, int8_t *out, int64_t out_stride,
+                              float *scale);
+
+#endif
