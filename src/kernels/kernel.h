@@ -11,12 +11,16 @@
 #define QMOE_KERNELS_KERNEL_H
 
 #include "core/gmm_params.h"
+#include "runtime/thread_ctx.h"
 
 typedef struct qmoe_kernel_ops {
     int32_t id; /* qmoe_kernel */
     const char *name;
-    void (*swiglu_block)(const qmoe_gmm_params *p, int64_t e, int64_t m0, int64_t m1, int64_t j0,
-                         int64_t j1, float *s, int64_t lds);
+    /* Scratchpad bytes one thread needs for blocks of at most `rows` x `cols` (planner sizes the
+     * device scratchpad with it; the kernel receives that slice in ctx->scratch). */
+    uint64_t (*scratch_bytes)(const qmoe_gmm_params *p, int64_t rows, int64_t cols);
+    void (*swiglu_block)(const qmoe_gmm_params *p, qmoe_thread_ctx *ctx, int64_t e, int64_t m0,
+                         int64_t m1, int64_t j0, int64_t j1, float *s, int64_t lds);
     /* Rows [m0, m1) of S (row r at s + (r - m0) * lds, N2 floats) -> output rows and scales. */
     void (*quantize_rows)(const qmoe_gmm_params *p, const float *s, int64_t lds, int64_t m0,
                           int64_t m1);

@@ -6,8 +6,9 @@
 void qmoe_gmm_rows(const qmoe_gmm_params *p, int64_t e, int64_t m0, int64_t m1, float *row_buf)
 {
     const qmoe_kernel_ops *k = qmoe_kernel_lookup(p->kernel);
+    qmoe_thread_ctx ctx = {.thread = 0, .nthreads = 1};
     for (int64_t m = m0; m < m1; m++) {
-        k->swiglu_block(p, e, m, m + 1, 0, p->N2, row_buf, p->N2);
+        k->swiglu_block(p, &ctx, e, m, m + 1, 0, p->N2, row_buf, p->N2);
         k->quantize_rows(p, row_buf, p->N2, m, m + 1);
     }
 }
