@@ -23,7 +23,7 @@ run: build
 
 # Every test. Fragments in mk/ add their suites as prerequisites of `test`.
 test: test-c
-test-c: build
+test-c: build venv
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 
 install: build
