@@ -1,0 +1,96 @@
+/*
+ * Internals of the vendor-compatible layer (libqmoe_acl): the process state behind aclInit, the
+ * handle registry that makes every handle checkable (memory, streams, executors), and the
+ * thread's error message for aclGetRecentErrMsg.
+ */
+#ifndef QMOE_COMPAT_COMPAT_H
+#define QMOE_COMPAT_COMPAT_H
+
+#include "acl/acl.h"
+#include "aclnnop/aclnn_base.h"
+#include "qmoe/qmoe.h"
+
+#if defined(__GNUC__)
+#define COMPAT_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define COMPAT_PRINTF(a, b)
+#endif
+
+/* Records the message for aclGetRecentErrMsg and returns `code`. */
+int compat_fail(int code, const char *fmt, ...) COMPAT_PRINTF(2, 3);
+
+/* ------------------------------------------------------------------ process state -------------- */
+
+enum { COMPAT_MAX_DEVICES = 64 };
+
+/* Everything below is guarded by compat_lock()/compat_unlock(). */
+void compat_lock(void);
+void compat_unlock(void);
+int compat_initialized(void); /* may be read without the lock */
+
+/* The calling thread's current device, or -1 (call with the lock held). */
+int compat_current_device(void);
+/* Threads a device's operators use (QMOE_ACL_THREADS, default all cores). */
+int compat_device_threads(void);
+/* Records `status` as the first launch failure of the stream (NULL: the current device's default
+ * stream) when the stream is still live and has none yet. Takes the lock. */
+void compat_record_status(aclrtStream stream, aclError status);
+/* The native stream behind `stream` (NULL: the current device's default stream, created on first
+ * use); NULL with *err set (ACLNN_ERR_PARAM_INVALID for an unknown stream, ACLNN_ERR_RUNTIME_ERROR
+ * when the device cannot start). Lock held. */
+typedef struct qmoe_stream qmoe_stream;
+qmoe_stream *compat_native_stream(aclrtStream stream, aclnnStatus *err);
+
+/* ------------------------------------------------------------------ handle registry ------------ */
+
+typedef enum compat_kind {
+    COMPAT_DEVICE_MEM = 1,
+    COMPAT_HOST_MEM = 2,
+    COMPAT_STREAM = 3,
+    COMPAT_EXECUTOR = 4,
+} compat_kind;
+
+/* All with the lock held. add returns 0 when out of memory; remove returns 0 when `ptr` is not a
+ * live handle of `kind` (and then leaves the registry as it was). */
+int compat_registry_add(void *ptr, compat_kind kind, int device);
+int compat_registry_has(const void *ptr, compat_kind kind);
+int compat_registry_remove(void *ptr, compat_kind kind);
+/* Removes and releases every handle (streams first: destroying one waits for its work), or the
+ * streams of one device. */
+void compat_registry_release_all(void);
+void compat_registry_release_streams(int device);
+
+/* Releases one handle's object by kind (memory, stream, executor). */
+void compat_release(void *ptr, compat_kind kind);
+
+/* ------------------------------------------------------------------ objects -------------------- */
+
+typedef struct compat_stream {
+    qmoe_stream *native;
+    int device;
+    aclError status; /* first launch failure since the last synchronization */
+} compat_stream;
+
+struct aclOpExecutor {
+    qmoe_executor *native;
+};
+
+void compat_executor_free(aclOpExecutor *executor);
+
+/* ------------------------------------------------------------------ tensors -------------------- */
+
+/* How a tensor argument is read: as its view (ND-family formats), or as a FRACTAL_NZ weight whose
+ * storage shape is the 5-D NZ shape. */
+typedef enum compat_tensor_role {
+    COMPAT_AS_VIEW = 0,
+    COMPAT_AS_NZ_WEIGHT = 1,
+} compat_tensor_role;
+
+/* Translates `t` (non-NULL) into a native tensor over the same memory (offset applied). On error
+ * returns an aclnn code with the message recorded, and *out is untouched. */
+aclnnStatus compat_tensor_to_native(const char *api, const char *name, const aclTensor *t,
+                                    compat_tensor_role role, qmoe_tensor **out);
+aclDataType compat_tensor_dtype(const aclTensor *t);
+aclFormat compat_tensor_format(const aclTensor *t);
+
+#endif

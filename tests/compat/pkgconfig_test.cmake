@@ -1,0 +1,30 @@
+# Installs the build into a scratch prefix, builds the seed sample with the documented line
+#   c++ sample_weight_nz.cpp $(pkg-config --cflags --libs qmoe-acl) -o sample
+# and runs it through the output checker. Arguments: BUILD_DIR PREFIX SAMPLE CHECKER CXX.
+file(REMOVE_RECURSE ${PREFIX})
+execute_process(COMMAND ${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${PREFIX}
+  RESULT_VARIABLE rc OUTPUT_QUIET)
+if(rc)
+  message(FATAL_ERROR "cmake --install failed: ${rc}")
+endif()
+file(GLOB_RECURSE pc ${PREFIX}/*/qmoe-acl.pc)
+if(NOT pc)
+  message(FATAL_ERROR "qmoe-acl.pc was not installed under ${PREFIX}")
+endif()
+get_filename_component(pcdir ${pc} DIRECTORY)
+set(ENV{PKG_CONFIG_PATH} ${pcdir})
+execute_process(COMMAND pkg-config --cflags --libs qmoe-acl
+  OUTPUT_VARIABLE flags OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE rc)
+if(rc)
+  message(FATAL_ERROR "pkg-config qmoe-acl failed")
+endif()
+message(STATUS "pkg-config --cflags --libs qmoe-acl: ${flags}")
+separate_arguments(flags UNIX_COMMAND "${flags}")
+execute_process(COMMAND ${CXX} ${SAMPLE} ${flags} -o ${PREFIX}/sample RESULT_VARIABLE rc)
+if(rc)
+  message(FATAL_ERROR "building the sample with the pkg-config flags failed")
+endif()
+execute_process(COMMAND ${CHECKER} ${PREFIX}/sample 16777216 8192 RESULT_VARIABLE rc)
+if(rc)
+  message(FATAL_ERROR "the installed sample did not run as expected")
+endif()
