@@ -1,9 +1,12 @@
-/* Runtime options of the CLI. Until devices and streams land, execution is synchronous. */
+/* Runtime options of the CLI: D devices of T threads, one stream over them, optional tracing. */
 #include "cli_runtime.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "core/status.h"
+#include "qmoe/runtime.h"
 
 static int parse_count(const char *opt, const char *text, int *out)
 {
@@ -43,20 +46,75 @@ const char *cli_runtime_help(void)
            "  --trace FILE    write a trace that ui.perfetto.dev opens\n";
 }
 
+typedef struct cli_state {
+    int ndev;
+    qmoe_device *devices[QMOE_MAX_DEVICES];
+    qmoe_stream *stream;
+} cli_state;
+
+static void free_state(cli_state *st)
+{
+    qmoe_stream_destroy(st->stream); /* waits for the work in flight */
+    for (int d = 0; d < st->ndev; d++) qmoe_device_destroy(st->devices[d]);
+    free(st);
+}
+
 int cli_runtime_begin(cli_runtime *rt, qmoe_op_options *options, qmoe_stream **stream)
 {
-    if (rt->trace_path) {
-        fprintf(stderr, "qmoe: --trace is not available in this build yet\n");
+    int ndev = rt->devices > 0 ? rt->devices : 1;
+    if (ndev > QMOE_MAX_DEVICES) {
+        fprintf(stderr, "qmoe: --devices %d: at most %d devices\n", ndev, QMOE_MAX_DEVICES);
         return 1;
     }
+    cli_state *st = calloc(1, sizeof *st);
+    if (!st) {
+        fprintf(stderr, "qmoe: out of memory\n");
+        return 1;
+    }
+    /* threads 0: the cores shared by the devices, as the plan's default assumes */
+    int per = qmoe_online_cores() / ndev;
+    qmoe_device_options o = {.threads = rt->threads > 0 ? rt->threads : per > 0 ? per : 1};
+    for (; st->ndev < ndev; st->ndev++) {
+        qmoe_device **dev = &st->devices[st->ndev];
+        if (qmoe_device_create(&o, dev) ||
+            (rt->trace_path && qmoe_device_trace(*dev, 1, 0))) {
+            fprintf(stderr, "qmoe: cannot create device %d: %s\n", st->ndev, qmoe_last_error());
+            if (*dev) st->ndev++;
+            free_state(st);
+            return 1;
+        }
+    }
+    if (qmoe_stream_create_group(st->devices, ndev, &st->stream)) {
+        fprintf(stderr, "qmoe: cannot create a stream: %s\n", qmoe_last_error());
+        free_state(st);
+        return 1;
+    }
+    rt->state = st;
     options->threads = rt->threads;
-    options->devices = rt->devices;
-    *stream = NULL;
+    options->devices = ndev;
+    *stream = st->stream;
     return 0;
 }
 
 qmoe_status cli_runtime_end(cli_runtime *rt)
 {
-    (void)rt;
-    return QMOE_OK;
+    cli_state *st = rt->state;
+    if (!st) return QMOE_OK;
+    qmoe_status status = qmoe_stream_synchronize(st->stream);
+    if (rt->trace_path) {
+        /* the trace is written even when the operator failed: it shows where */
+        char saved[512];
+        snprintf(saved, sizeof saved, "%s", qmoe_last_error());
+        if (qmoe_trace_write(rt->trace_path, st->devices, st->ndev)) {
+            fprintf(stderr, "qmoe: %s\n", qmoe_last_error());
+            if (!status) status = QMOE_ERR_PARAM_INVALID;
+        } else {
+            fprintf(stderr, "qmoe: trace written to %s (open it in ui.perfetto.dev)\n",
+                    rt->trace_path);
+            if (status) qmoe_fail(status, "%s", saved); /* keep the operator's message */
+        }
+    }
+    free_state(st);
+    rt->state = NULL;
+    return status;
 }

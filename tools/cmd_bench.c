@@ -1,12 +1,377 @@
-/* Placeholder until this subcommand lands. */
+/*
+ * qmoe bench: the operator on named shapes through the public two-phase API, one JSON line per
+ * case, with the machine's limits measured in the same run by built-in micro-benchmarks: the
+ * peak int8 rate of the selected kernel's dot-product instruction (a register-only loop on every
+ * thread) and the DRAM read bandwidth (a streaming read of a buffer far larger than the caches,
+ * on every thread).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
 
+#include "case.h"
+#include "cli_runtime.h"
 #include "commands.h"
+#include "kernels/gmm_fast.h"
+#include "qmoe/runtime.h"
+
+typedef struct bench_shape {
+    const char *name;
+    int64_t E, M, K, N;
+    int even; /* exactly M/E tokens per expert (decode) instead of an uneven spread */
+} bench_shape;
+
+static const bench_shape named[] = {
+    {"prefill", 4, 8192, 7168, 4096, 0},
+    {"decode", 8, 32, 7168, 4096, 1},
+    {"mid", 8, 512, 2048, 1536, 0},
+};
+
+typedef struct bench_args {
+    bench_shape shapes[16];
+    int nshapes;
+    int a8w4;
+    int64_t groups;
+    int repeat;
+    int peer_onednn;
+    int64_t dram_mb;
+    cli_runtime rt;
+} bench_args;
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: qmoe bench [SHAPE...] [options]\n\n"
+            "Times the operator (FRACTAL_NZ weights, median of repeats) and prints one JSON line\n"
+            "per shape with int8 GOPS, weight bytes read per second, and their ratios to the peak\n"
+            "int8 rate and DRAM read bandwidth measured in the same run.\n\n"
+            "  SHAPE                 prefill (E=4 M=8192 K=7168 N=4096, the default), decode (E=8,\n"
+            "                        4 tokens each, K=7168 N=4096), mid (E=8 M=512 K=2048 N=1536)\n"
+            "  --shape E,M,K,N       any shape (repeatable)\n"
+            "  --mode a8w8|a8w4      weight type (default a8w4: int32-packed int4 NZ)\n"
+            "  --groups G            per-group weight scale [E,G,N] (default: per-channel)\n"
+            "  --repeat R            timed runs after one warm-up (default 5)\n"
+            "  --dram-mb MB          buffer of the bandwidth probe (default 1024)\n"
+            "  --peer onednn         also time oneDNN's int8 matmul (if built with it)\n%s",
+            cli_runtime_help());
+}
+
+static int add_shape(bench_args *a, bench_shape s)
+{
+    if (a->nshapes == (int)(sizeof a->shapes / sizeof a->shapes[0])) {
+        fprintf(stderr, "qmoe bench: too many shapes\n");
+        return -1;
+    }
+    a->shapes[a->nshapes++] = s;
+    return 0;
+}
+
+static int parse_i64(const char *opt, const char *text, int64_t lo, int64_t hi, int64_t *out)
+{
+    char *end;
+    long long v = strtoll(text, &end, 10);
+    if (*text == '\0' || *end != '\0' || v < lo || v > hi) {
+        fprintf(stderr, "qmoe bench: %s needs an integer in [%lld, %lld], got '%s'\n", opt,
+                (long long)lo, (long long)hi, text);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* Returns 0 to go on, 1 after --help, -1 after an error message. */
+static int parse(int argc, char **argv, bench_args *a)
+{
+    memset(a, 0, sizeof *a);
+    a->a8w4 = 1;
+    a->repeat = 5;
+    a->dram_mb = 1024;
+    for (int i = 1; i < argc;) {
+        int r = cli_runtime_parse(&a->rt, argc, argv, &i);
+        if (r < 0) return -1;
+        if (r > 0) continue;
+        const char *o = argv[i];
+        if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
+            usage(stdout);
+            return 1;
+        }
+        int found = 0;
+        for (size_t s = 0; s < sizeof named / sizeof named[0]; s++)
+            if (!strcmp(o, named[s].name)) {
+                if (add_shape(a, named[s])) return -1;
+                found = 1;
+            }
+        if (found) {
+            i++;
+            continue;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "qmoe bench: unknown argument or missing value: '%s'\n", o);
+            return -1;
+        }
+        const char *v = argv[i + 1];
+        int64_t n;
+        if (!strcmp(o, "--shape")) {
+            long long e, m, k, nn;
+            char tail;
+            if (sscanf(v, "%lld,%lld,%lld,%lld%c", &e, &m, &k, &nn, &tail) != 4 || e < 1 ||
+                m < 0 || k < 1 || nn < 2 || e > 4096 || m > (1ll << 24) || k > 65535 ||
+                nn > 10240) {
+                fprintf(stderr, "qmoe bench: --shape needs E,M,K,N (E>=1, K<65536, N<=10240)\n");
+                return -1;
+            }
+            if (add_shape(a, (bench_shape){"custom", e, m, k, nn, 0})) return -1;
+        } else if (!strcmp(o, "--mode")) {
+            if (strcmp(v, "a8w8") && strcmp(v, "a8w4")) {
+                fprintf(stderr, "qmoe bench: --mode is a8w8 or a8w4, got '%s'\n", v);
+                return -1;
+            }
+            a->a8w4 = !strcmp(v, "a8w4");
+        } else if (!strcmp(o, "--groups")) {
+            if (parse_i64(o, v, 0, 65535, &a->groups)) return -1;
+        } else if (!strcmp(o, "--repeat")) {
+            if (parse_i64(o, v, 1, 100000, &n)) return -1;
+            a->repeat = (int)n;
+        } else if (!strcmp(o, "--dram-mb")) {
+            if (parse_i64(o, v, 16, 1 << 20, &a->dram_mb)) return -1;
+        } else if (!strcmp(o, "--peer")) {
+            if (strcmp(v, "onednn")) {
+                fprintf(stderr, "qmoe bench: --peer knows only 'onednn', got '%s'\n", v);
+                return -1;
+            }
+            a->peer_onednn = 1;
+        } else {
+            fprintf(stderr, "qmoe bench: unknown option '%s' (qmoe bench --help)\n", o);
+            return -1;
+        }
+        i += 2;
+    }
+    if (!a->nshapes) add_shape(a, named[0]);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- machine limits ------------ */
+
+typedef struct probe {
+    const qmoe_gemm_isa *isa;
+    uint64_t iters, ops;
+    const uint64_t *buf;
+    size_t words;
+    uint64_t sum;
+    double seconds;
+} probe;
+
+static void *peak_thread(void *arg)
+{
+    probe *p = arg;
+    double t0 = now();
+    p->ops = p->isa->peak_loop(p->iters);
+    p->seconds = now() - t0;
+    return NULL;
+}
+
+static void *read_thread(void *arg)
+{
+    probe *p = arg;
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    double t0 = now();
+    for (size_t i = 0; i + 4 <= p->words; i += 4) {
+        s0 += p->buf[i];
+        s1 += p->buf[i + 1];
+        s2 += p->buf[i + 2];
+        s3 += p->buf[i + 3];
+    }
+    p->seconds = now() - t0;
+    p->sum = s0 + s1 + s2 + s3;
+    return NULL;
+}
+
+/* Runs fn on `threads` threads at once (the caller is thread 0); returns the slowest time. */
+static double run_threads(int threads, probe *pr, void *(*fn)(void *))
+{
+    pthread_t th[256];
+    int started = 1;
+    for (int t = 1; t < threads; t++, started++)
+        if (pthread_create(&th[t], NULL, fn, &pr[t])) break;
+    fn(&pr[0]);
+    double worst = pr[0].seconds;
+    for (int t = 1; t < started; t++) {
+        pthread_join(th[t], NULL);
+        if (pr[t].seconds > worst) worst = pr[t].seconds;
+    }
+    return worst;
+}
+
+/* Peak int8 GOPS of the kernel's instruction set on `threads` threads: best of 3. */
+static double measure_peak(const qmoe_gemm_isa *isa, int threads)
+{
+    probe pr[256];
+    uint64_t iters = 1;
+    for (;;) { /* size one round to ~50 ms on one thread */
+        double t0 = now();
+        isa->peak_loop(iters);
+        if (now() - t0 > 0.05 || iters > (1ull << 40)) break;
+        iters *= 2;
+    }
+    double best = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        uint64_t ops = 0;
+        for (int t = 0; t < threads; t++) pr[t] = (probe){isa, iters, 0, NULL, 0, 0, 0};
+        double sec = run_threads(threads, pr, peak_thread);
+        for (int t = 0; t < threads; t++) ops += pr[t].ops;
+        if ((double)ops / sec > best) best = (double)ops / sec;
+    }
+    return best * 1e-9;
+}
+
+/* DRAM read GB/s on `threads` threads over `mb` megabytes: best of 3 passes (0 when the
+ * buffer cannot be allocated). */
+static double measure_dram(int threads, int64_t mb)
+{
+    size_t bytes = (size_t)mb << 20, words = bytes / 8;
+    uint64_t *buf = malloc(bytes);
+    if (!buf) return 0;
+    for (size_t i = 0; i < words; i++) buf[i] = i; /* touch: real pages, not the zero page */
+    probe pr[256];
+    double best = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        for (int t = 0; t < threads; t++) {
+            size_t w0 = words * (size_t)t / (size_t)threads, w1 = words * (size_t)(t + 1) / (size_t)threads;
+            pr[t] = (probe){NULL, 0, 0, buf + w0, w1 - w0, 0, 0};
+        }
+        double sec = run_threads(threads, pr, read_thread);
+        if ((double)bytes / sec > best) best = (double)bytes / sec;
+    }
+    free(buf);
+    return best * 1e-9;
+}
+
+/* ---------------------------------------------------------------- one case ------------------ */
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static int bench_case(const bench_args *a, const bench_shape *s, int threads, double *peak,
+                      double *dram)
+{
+    char err[CASE_ERR_LEN];
+    gen_params g;
+    gen_defaults(&g);
+    g.E = s->E, g.M = s->M, g.K = s->K, g.N = s->N;
+    g.a8w4 = a->a8w4;
+    g.groups = a->groups;
+    g.weight_format = GEN_WEIGHT_NZ;
+    fprintf(stderr, "qmoe bench: %s E=%lld M=%lld K=%lld N=%lld %s: generating the case\n",
+            s->name, (long long)s->E, (long long)s->M, (long long)s->K, (long long)s->N,
+            a->a8w4 ? "a8w4" : "a8w8");
+    op_case c;
+    if (case_generate(&g, &c, err)) {
+        fprintf(stderr, "qmoe bench: %s\n", err);
+        return 1;
+    }
+    int64_t *gl = c.in[CASE_GROUP_LIST].data;
+    if (s->even && c.group_list_type == QMOE_GROUP_LIST_CUMSUM)
+        for (int64_t e = 0; e < s->E; e++) gl[e] = (e + 1) * (s->M / s->E);
+    int64_t ends[4096], busy = 0, prev = 0;
+    case_group_ends(&c, ends);
+    for (int64_t e = 0; e < c.in[CASE_GROUP_LIST].count; e++) {
+        busy += ends[e] > prev;
+        prev = ends[e];
+    }
+    int64_t rows = prev;
+
+    cli_runtime rt = a->rt;
+    qmoe_op_options opt;
+    memset(&opt, 0, sizeof opt);
+    qmoe_stream *stream = NULL;
+    if (cli_runtime_begin(&rt, &opt, &stream)) {
+        case_free(&c);
+        return 1;
+    }
+    case_exec ex;
+    int rc = 1;
+    double *ms = calloc((size_t)a->repeat, sizeof(double));
+    if (!ms || case_plan(&c, &opt, &ex, err)) {
+        fprintf(stderr, "qmoe bench: %s\n", ms ? err : "out of memory");
+        free(ms);
+        cli_runtime_end(&rt);
+        case_free(&c);
+        return 1;
+    }
+    qmoe_kernel kid = qmoe_executor_kernel(ex.executor);
+    const qmoe_gemm_isa *isa = qmoe_gemm_isa_for(kid);
+    if (!isa) isa = &qmoe_isa_portable;
+    for (int r = -1; r < a->repeat; r++) {
+        double t0 = now();
+        if (case_launch(&c, &ex, stream, err) ||
+            (stream && qmoe_stream_synchronize(stream) != QMOE_OK)) {
+            fprintf(stderr, "qmoe bench: %s\n", err);
+            goto done;
+        }
+        double dt = now() - t0;
+        if (r >= 0) ms[r] = dt * 1e3;
+        fprintf(stderr, "qmoe bench: %s: run %d/%d: %.3f ms%s\n", s->name, r + 1, a->repeat,
+                dt * 1e3, r < 0 ? " (warm-up)" : "");
+    }
+    if (*peak == 0) {
+        fprintf(stderr, "qmoe bench: measuring the %s peak and DRAM bandwidth on %d threads\n",
+                isa->name, threads);
+        *peak = measure_peak(isa, threads);
+        *dram = measure_dram(threads, a->dram_mb);
+    }
+    qsort(ms, (size_t)a->repeat, sizeof(double), cmp_double);
+    double med = a->repeat % 2 ? ms[a->repeat / 2] : 0.5 * (ms[a->repeat / 2 - 1] + ms[a->repeat / 2]);
+    double gops = 2.0 * (double)rows * (double)s->K * (double)s->N / (med * 1e-3) * 1e-9;
+    double wbytes = (double)busy * (double)s->K * (double)s->N * (a->a8w4 ? 0.5 : 1.0);
+    double wgbps = wbytes / (med * 1e-3) * 1e-9;
+    printf("{\"shape\":\"%s\",\"E\":%lld,\"M\":%lld,\"K\":%lld,\"N\":%lld,\"mode\":\"%s\","
+           "\"groups\":%lld,\"weight\":\"nz\",\"kernel\":\"%s\",\"threads\":%d,\"repeat\":%d,"
+           "\"median_ms\":%.3f,\"best_ms\":%.3f,\"int8_gops\":%.1f,\"weight_gbps\":%.2f,"
+           "\"peak_int8_gops\":%.1f,\"dram_read_gbps\":%.2f,\"pct_peak\":%.1f,\"pct_mem\":%.1f}\n",
+           s->name, (long long)s->E, (long long)s->M, (long long)s->K, (long long)s->N,
+           a->a8w4 ? "a8w4" : "a8w8", (long long)a->groups, qmoe_kernel_name(kid), threads,
+           a->repeat, med, ms[0], gops, wgbps, *peak, *dram, *peak > 0 ? 100.0 * gops / *peak : 0.0,
+           *dram > 0 ? 100.0 * wgbps / *dram : 0.0);
+    fflush(stdout);
+    if (a->peer_onednn)
+        fprintf(stderr, "qmoe bench: --peer onednn: this build has no oneDNN (libdnnl-dev was not "
+                        "found when it was configured); peer skipped\n");
+    rc = 0;
+done:
+    free(ms);
+    case_exec_free(&ex);
+    if (cli_runtime_end(&rt) != QMOE_OK && rc == 0) rc = 1;
+    case_free(&c);
+    return rc;
+}
 
 int cmd_bench(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "qmoe bench: not implemented yet\n");
-    return 2;
+    bench_args a;
+    int r = parse(argc, argv, &a);
+    if (r) return r > 0 ? 0 : 2;
+    int threads = a.rt.threads;
+    if (threads <= 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = n > 0 ? (int)n : 1;
+    }
+    if (threads > 256) threads = 256;
+    double peak = 0, dram = 0;
+    for (int i = 0; i < a.nshapes; i++)
+        if (bench_case(&a, &a.shapes[i], threads, &peak, &dram)) return 1;
+    return 0;
 }
