@@ -1,0 +1,60 @@
+"""qmoe — the fused MoE operator GroupedMatmulSwigluQuant on CPUs, from Python.
+
+Grouped int8 x int8 (A8W8) or int8 x int4 (A8W4) matmul per expert, SwiGLU and per-token int8
+re-quantization, with the API and numerics of the accelerator operator, on NumPy arrays (and
+PyTorch CPU tensors). The C library libqmoe.so is bound with ctypes.
+
+    import numpy as np, qmoe
+    out, scale, _ = qmoe.grouped_matmul_swiglu_quant(x, qmoe.nd_to_nz(w), group_list, ws, xs)
+
+Operator: :func:`grouped_matmul_swiglu_quant`, :func:`npu_grouped_matmul_swiglu_quant`
+(the framework's argument order), :func:`reference` (the C reference kernel).
+Weights: :func:`nd_to_nz`, :func:`nz_to_nd`, :func:`pack_int4`, :func:`unpack_int4`,
+:func:`weight_assist_matrix`. Errors: :class:`QmoeError`.
+"""
+
+from __future__ import annotations
+
+from . import _lib
+from ._errors import QmoeError
+from ._layout import (nd_to_nz, nz_to_nd, pack_int4, pack_int4_int32, unpack_int4,
+                      unpack_int4_int32, weight_assist_matrix)
+from ._op import grouped_matmul_swiglu_quant, npu_grouped_matmul_swiglu_quant, reference
+
+__version__ = "0.1.0"
+
+ERR_PARAM_NULLPTR = _lib.ERR_PARAM_NULLPTR
+ERR_PARAM_INVALID = _lib.ERR_PARAM_INVALID
+ERR_RUNTIME = _lib.ERR_RUNTIME
+ERR_INNER = _lib.ERR_INNER
+
+
+def library_version() -> str:
+    """The version of the loaded libqmoe (qmoe_version())."""
+    return _lib.version()
+
+
+def library_path() -> str:
+    """The path libqmoe was loaded from."""
+    return _lib.lib._name
+
+
+__all__ = [
+    "QmoeError",
+    "ERR_PARAM_NULLPTR",
+    "ERR_PARAM_INVALID",
+    "ERR_RUNTIME",
+    "ERR_INNER",
+    "grouped_matmul_swiglu_quant",
+    "npu_grouped_matmul_swiglu_quant",
+    "reference",
+    "nd_to_nz",
+    "nz_to_nd",
+    "pack_int4",
+    "pack_int4_int32",
+    "unpack_int4",
+    "unpack_int4_int32",
+    "weight_assist_matrix",
+    "library_version",
+    "library_path",
+]

@@ -1,0 +1,146 @@
+"""The ctypes declarations of libqmoe's public C API (include/qmoe/qmoe.h), all in one place.
+
+ctypes.CDLL releases the GIL for the duration of every foreign call, so other Python threads run
+while the operator computes; no call here holds the GIL inside C.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from ctypes import POINTER, c_char_p, c_int, c_int64, c_uint64, c_void_p
+
+from ._errors import QmoeError
+
+# Numbers from qmoe.h (tests/python/test_header_sync.py checks they still match the header).
+OK = 0
+ERR_PARAM_NULLPTR = 161001
+ERR_PARAM_INVALID = 161002
+ERR_RUNTIME = 361001
+ERR_INNER = 561000
+
+DTYPE_INT8 = 0
+DTYPE_INT4 = 1
+DTYPE_INT32 = 2
+DTYPE_INT64 = 3
+DTYPE_UINT64 = 4
+DTYPE_FLOAT32 = 5
+DTYPE_FLOAT16 = 6
+DTYPE_BFLOAT16 = 7
+
+FORMAT_ND = 0
+FORMAT_FRACTAL_NZ = 1
+
+GROUP_LIST_CUMSUM = 0
+GROUP_LIST_COUNT = 1
+
+KERNELS = {
+    "auto": 0,
+    "reference": 1,
+    "portable": 2,
+    "avx2": 3,
+    "avx_vnni": 4,
+    "avx512_vnni": 5,
+}
+
+MAX_DIMS = 8
+
+
+class OpOptions(ctypes.Structure):
+    """struct qmoe_op_options (C enums are int-sized)."""
+
+    _fields_ = [
+        ("group_list_type", c_int),
+        ("force_weight_nz", c_int),
+        ("kernel", c_int),
+        ("threads", c_int),
+        ("devices", c_int),
+    ]
+
+
+def _library_path() -> str:
+    # QMOE_LIBRARY points at a libqmoe.so of a build tree (development without reinstalling);
+    # otherwise the copy the wheel installed next to this file.
+    override = os.environ.get("QMOE_LIBRARY")
+    if override:
+        return override
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "libqmoe.so")
+
+
+def _load() -> ctypes.CDLL:
+    path = _library_path()
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError as exc:
+        raise ImportError(
+            f"qmoe: cannot load the C library {path!r} ({exc}); reinstall the package with "
+            "`pip install .` or set QMOE_LIBRARY to a built libqmoe.so"
+        ) from exc
+    _declare(lib)
+    return lib
+
+
+_P_TENSOR = c_void_p  # qmoe_tensor * (opaque)
+_P_EXECUTOR = c_void_p  # qmoe_executor * (opaque)
+_P_I64 = POINTER(c_int64)
+
+
+def _declare(lib: ctypes.CDLL) -> None:
+    def fn(name, restype, *argtypes):
+        f = getattr(lib, name)
+        f.restype = restype
+        f.argtypes = list(argtypes)
+
+    fn("qmoe_version", c_char_p)
+    fn("qmoe_last_error", c_char_p)
+    fn("qmoe_status_name", c_char_p, c_int)
+    fn("qmoe_kernel_name", c_char_p, c_int)
+
+    fn("qmoe_tensor_create", c_int, _P_I64, c_int, _P_I64, c_int, c_int, c_void_p,
+       POINTER(_P_TENSOR))
+    fn("qmoe_tensor_destroy", None, _P_TENSOR)
+
+    fn("qmoe_gmm_swiglu_quant_workspace_size", c_int,
+       _P_TENSOR, _P_TENSOR, _P_TENSOR, _P_TENSOR, _P_TENSOR, _P_TENSOR, _P_TENSOR,
+       _P_TENSOR, _P_TENSOR, _P_TENSOR, POINTER(OpOptions), POINTER(c_uint64),
+       POINTER(_P_EXECUTOR))
+    fn("qmoe_gmm_swiglu_quant", c_int, c_void_p, c_uint64, _P_EXECUTOR, c_void_p)
+    fn("qmoe_executor_destroy", None, _P_EXECUTOR)
+    fn("qmoe_executor_kernel", c_int, _P_EXECUTOR)
+
+    fn("qmoe_nd_to_nz_int8", c_int, c_void_p, c_int64, c_int64, c_int64, c_void_p)
+    fn("qmoe_nz_to_nd_int8", c_int, c_void_p, c_int64, c_int64, c_int64, c_void_p)
+    fn("qmoe_nd_to_nz_int4", c_int, c_void_p, c_int64, c_int64, c_int64, c_void_p)
+    fn("qmoe_nz_to_nd_int4", c_int, c_void_p, c_int64, c_int64, c_int64, c_void_p)
+    fn("qmoe_pack_int4", c_int, c_void_p, c_int64, c_void_p)
+    fn("qmoe_unpack_int4", c_int, c_void_p, c_int64, c_void_p)
+    fn("qmoe_pack_int4_int32", c_int, c_void_p, c_int64, c_void_p)
+    fn("qmoe_unpack_int4_int32", c_int, c_void_p, c_int64, c_void_p)
+    fn("qmoe_weight_assist_matrix", c_int, c_void_p, c_int64, c_int64, c_int64, c_void_p,
+       c_int64, c_void_p)
+
+
+lib = _load()
+
+
+def status_name(code: int) -> str:
+    return lib.qmoe_status_name(code).decode()
+
+
+def check(status: int) -> None:
+    """Raises QmoeError for a failed call, with the message the library left for this thread.
+
+    qmoe_last_error is thread-local and ctypes calls run on the calling thread, so reading it
+    right after the failing call gets that call's message even while other threads use qmoe.
+    """
+    if status != OK:
+        raise QmoeError(status, lib.qmoe_last_error().decode(errors="replace"),
+                        status_name(status))
+
+
+def version() -> str:
+    return lib.qmoe_version().decode()
+
+
+def kernel_name(kernel: int) -> str:
+    return lib.qmoe_kernel_name(kernel).decode()

@@ -1,0 +1,58 @@
+"""The ctypes declarations (qmoe/_lib.py) agree with include/qmoe/qmoe.h: the numbers of every
+enum and the fields of qmoe_op_options, so a change to the C API cannot silently break Python."""
+
+import re
+from pathlib import Path
+
+import qmoe
+from qmoe import _lib
+
+HEADER = (Path(__file__).resolve().parents[2] / "include" / "qmoe" / "qmoe.h").read_text()
+
+
+def header_constants():
+    found = dict(re.findall(r"\b(QMOE_[A-Z0-9_]+)\s*=\s*(\d+)", HEADER))
+    found.update(re.findall(r"#define\s+(QMOE_MAX_DIMS)\s+(\d+)", HEADER))
+    return {k: int(v) for k, v in found.items()}
+
+
+def test_enum_numbers_match_the_header():
+    h = header_constants()
+    python = {
+        "QMOE_OK": _lib.OK,
+        "QMOE_ERR_PARAM_NULLPTR": _lib.ERR_PARAM_NULLPTR,
+        "QMOE_ERR_PARAM_INVALID": _lib.ERR_PARAM_INVALID,
+        "QMOE_ERR_RUNTIME": _lib.ERR_RUNTIME,
+        "QMOE_ERR_INNER": _lib.ERR_INNER,
+        "QMOE_FORMAT_ND": _lib.FORMAT_ND,
+        "QMOE_FORMAT_FRACTAL_NZ": _lib.FORMAT_FRACTAL_NZ,
+        "QMOE_GROUP_LIST_CUMSUM": _lib.GROUP_LIST_CUMSUM,
+        "QMOE_GROUP_LIST_COUNT": _lib.GROUP_LIST_COUNT,
+        "QMOE_MAX_DIMS": _lib.MAX_DIMS,
+    }
+    python.update({f"QMOE_DTYPE_{n[6:]}": getattr(_lib, n) for n in dir(_lib)
+                   if n.startswith("DTYPE_")})
+    python.update({f"QMOE_KERNEL_{k.upper()}": v for k, v in _lib.KERNELS.items()})
+    for name, value in python.items():
+        assert h.get(name) == value, f"{name}: header {h.get(name)}, Python {value}"
+    # and nothing of these families is missing on the Python side
+    for name in h:
+        if name.startswith(("QMOE_DTYPE_", "QMOE_KERNEL_", "QMOE_ERR_", "QMOE_FORMAT_")):
+            assert name in python, f"{name} is in the header but not in qmoe/_lib.py"
+
+
+def test_op_options_fields_match_the_header():
+    body = re.search(r"typedef struct qmoe_op_options\s*\{(.*?)\}\s*qmoe_op_options;", HEADER,
+                     re.S).group(1)
+    body = re.sub(r"/\*.*?\*/", "", body, flags=re.S)
+    fields = re.findall(r"^\s*(?:int|qmoe_\w+)\s+(\w+)\s*;", body, re.M)
+    assert len(fields) == body.count(";"), "a field that is not an int-sized type"
+    assert fields == [name for name, _ in _lib.OpOptions._fields_]
+
+
+def test_versions_agree():
+    header = "{}.{}.{}".format(*(int(re.search(rf"#define\s+QMOE_VERSION_{p}\s+(\d+)", HEADER)
+                                     .group(1)) for p in ("MAJOR", "MINOR", "PATCH")))
+    pyproject = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text()
+    assert re.search(r'^version\s*=\s*"([^"]+)"', pyproject, re.M).group(1) == header
+    assert qmoe.__version__ == header == qmoe.library_version()
