@@ -48,6 +48,13 @@ static inline int get_nibble(const uint8_t *bytes, int64_t i)
     return v >= 8 ? v - 16 : v;
 }
 
+/* Every successful return clears the last error, including the early ones for empty sizes. */
+static qmoe_status succeed(void)
+{
+    qmoe_clear_error();
+    return QMOE_OK;
+}
+
 #define REQUIRE(ptr, fn, name)                                                                   \
     do {                                                                                         \
         if (!(ptr)) return qmoe_fail(QMOE_ERR_PARAM_NULLPTR, "%s: %s is NULL", fn, name);      \
@@ -58,15 +65,14 @@ qmoe_status qmoe_nd_to_nz_int8(const int8_t *nd, int64_t E, int64_t K, int64_t N
     int64_t total;
     qmoe_status st = check_ekn("nd_to_nz_int8", E, K, N, 16, 32, &total);
     if (st) return st;
-    if (total == 0) return QMOE_OK;
+    if (total == 0) return succeed();
     REQUIRE(nd, "nd_to_nz_int8", "nd");
     REQUIRE(nz, "nd_to_nz_int8", "nz");
     for (int64_t e = 0; e < E; e++)
         for (int64_t k = 0; k < K; k++)
             for (int64_t n = 0; n < N; n++)
                 nz[nz_index(e, k, n, K, N, 32)] = nd[(e * K + k) * N + n];
-    qmoe_clear_error();
-    return QMOE_OK;
+    return succeed();
 }
 
 qmoe_status qmoe_nz_to_nd_int8(const int8_t *nz, int64_t E, int64_t K, int64_t N, int8_t *nd)
@@ -74,15 +80,14 @@ qmoe_status qmoe_nz_to_nd_int8(const int8_t *nz, int64_t E, int64_t K, int64_t N
     int64_t total;
     qmoe_status st = check_ekn("nz_to_nd_int8", E, K, N, 16, 32, &total);
     if (st) return st;
-    if (total == 0) return QMOE_OK;
+    if (total == 0) return succeed();
     REQUIRE(nz, "nz_to_nd_int8", "nz");
     REQUIRE(nd, "nz_to_nd_int8", "nd");
     for (int64_t e = 0; e < E; e++)
         for (int64_t k = 0; k < K; k++)
             for (int64_t n = 0; n < N; n++)
                 nd[(e * K + k) * N + n] = nz[nz_index(e, k, n, K, N, 32)];
-    qmoe_clear_error();
-    return QMOE_OK;
+    return succeed();
 }
 
 qmoe_status qmoe_nd_to_nz_int4(const int8_t *nd_values, int64_t E, int64_t K, int64_t N,
@@ -91,7 +96,7 @@ qmoe_status qmoe_nd_to_nz_int4(const int8_t *nd_values, int64_t E, int64_t K, in
     int64_t total;
     qmoe_status st = check_ekn("nd_to_nz_int4", E, K, N, 16, 64, &total);
     if (st) return st;
-    if (total == 0) return QMOE_OK;
+    if (total == 0) return succeed();
     REQUIRE(nd_values, "nd_to_nz_int4", "nd_values");
     REQUIRE(nz_packed, "nd_to_nz_int4", "nz_packed");
     if ((st = check_values("nd_to_nz_int4", nd_values, total))) return st;
@@ -99,8 +104,7 @@ qmoe_status qmoe_nd_to_nz_int4(const int8_t *nd_values, int64_t E, int64_t K, in
         for (int64_t k = 0; k < K; k++)
             for (int64_t n = 0; n < N; n++)
                 put_nibble(nz_packed, nz_index(e, k, n, K, N, 64), nd_values[(e * K + k) * N + n]);
-    qmoe_clear_error();
-    return QMOE_OK;
+    return succeed();
 }
 
 qmoe_status qmoe_nz_to_nd_int4(const uint8_t *nz_packed, int64_t E, int64_t K, int64_t N,
@@ -109,7 +113,7 @@ qmoe_status qmoe_nz_to_nd_int4(const uint8_t *nz_packed, int64_t E, int64_t K, i
     int64_t total;
     qmoe_status st = check_ekn("nz_to_nd_int4", E, K, N, 16, 64, &total);
     if (st) return st;
-    if (total == 0) return QMOE_OK;
+    if (total == 0) return succeed();
     REQUIRE(nz_packed, "nz_to_nd_int4", "nz_packed");
     REQUIRE(nd_values, "nz_to_nd_int4", "nd_values");
     for (int64_t e = 0; e < E; e++)
@@ -117,8 +121,7 @@ qmoe_status qmoe_nz_to_nd_int4(const uint8_t *nz_packed, int64_t E, int64_t K, i
             for (int64_t n = 0; n < N; n++)
                 nd_values[(e * K + k) * N + n] =
                     (int8_t)get_nibble(nz_packed, nz_index(e, k, n, K, N, 64));
-    qmoe_clear_error();
-    return QMOE_OK;
+    return succeed();
 }
 
 static qmoe_status check_count(const char *fn, int64_t count, int64_t multiple)
@@ -132,7 +135,8 @@ static qmoe_status check_count(const char *fn, int64_t count, int64_t multiple)
 qmoe_status qmoe_pack_int4(const int8_t *values, int64_t count, uint8_t *packed)
 {
     qmoe_status st = check_count("pack_int4", count, 1);
-    if (st || count == 0) return st;
+    if (st) return st;
+    if (count == 0) return succeed();
     REQUIRE(values, "pack_int4", "values");
     REQUIRE(packed, "pack_int4", "packed");
     if ((st = check_values("pack_int4", values, count))) return st;
@@ -140,25 +144,25 @@ qmoe_status qmoe_pack_int4(const int8_t *values, int64_t count, uint8_t *packed)
         int lo = values[i] & 0xF, hi = i + 1 < count ? values[i + 1] & 0xF : 0;
         packed[i / 2] = (uint8_t)(lo | hi << 4);
     }
-    qmoe_clear_error();
-    return QMOE_OK;
+    return succeed();
 }
 
 qmoe_status qmoe_unpack_int4(const uint8_t *packed, int64_t count, int8_t *values)
 {
     qmoe_status st = check_count("unpack_int4", count, 1);
-    if (st || count == 0) return st;
+    if (st) return st;
+    if (count == 0) return succeed();
     REQUIRE(packed, "unpack_int4", "packed");
     REQUIRE(values, "unpack_int4", "values");
     for (int64_t i = 0; i < count; i++) values[i] = (int8_t)get_nibble(packed, i);
-    qmoe_clear_error();
-    return QMOE_OK;
+    return succeed();
 }
 
 qmoe_status qmoe_pack_int4_int32(const int8_t *values, int64_t count, int32_t *words)
 {
     qmoe_status st = check_count("pack_int4_int32", count, 8);
-    if (st || count == 0) return st;
+    if (st) return st;
+    if (count == 0) return succeed();
     REQUIRE(values, "pack_int4_int32", "values");
     REQUIRE(words, "pack_int4_int32", "words");
     if ((st = check_values("pack_int4_int32", values, count))) return st;
@@ -167,22 +171,21 @@ qmoe_status qmoe_pack_int4_int32(const int8_t *values, int64_t count, int32_t *w
         for (int j = 0; j < 8; j++) word |= (uint32_t)(values[8 * w + j] & 0xF) << (4 * j);
         words[w] = (int32_t)word;
     }
-    qmoe_clear_error();
-    return QMOE_OK;
+    return succeed();
 }
 
 qmoe_status qmoe_unpack_int4_int32(const int32_t *words, int64_t count, int8_t *values)
 {
     qmoe_status st = check_count("unpack_int4_int32", count, 8);
-    if (st || count == 0) return st;
+    if (st) return st;
+    if (count == 0) return succeed();
     REQUIRE(words, "unpack_int4_int32", "words");
     REQUIRE(values, "unpack_int4_int32", "values");
     for (int64_t i = 0; i < count; i++) {
         int v = (int)(((uint32_t)words[i / 8] >> (4 * (i % 8))) & 0xFu);
         values[i] = (int8_t)(v >= 8 ? v - 16 : v);
     }
-    qmoe_clear_error();
-    return QMOE_OK;
+    return succeed();
 }
 
 qmoe_status qmoe_weight_assist_matrix(const int8_t *nd_values, int64_t E, int64_t K, int64_t N,
@@ -196,9 +199,11 @@ qmoe_status qmoe_weight_assist_matrix(const int8_t *nd_values, int64_t E, int64_
                          "weight_assist_matrix: groups = %lld must be 0 (per-channel) or divide "
                          "K = %lld",
                          (long long)groups, (long long)K);
-    int64_t en;
-    if (!qmoe_mul_i64(E, N, &en)) return qmoe_fail(QMOE_ERR_PARAM_INVALID, "weight_assist_matrix: E*N overflows");
-    if (en == 0) return QMOE_OK;
+    /* the scale's extent E*G*N too: with K == 0 any G divides K */
+    int64_t en, egn;
+    if (!qmoe_mul_i64(E, N, &en) || !qmoe_mul_i64(en, groups ? groups : 1, &egn))
+        return qmoe_fail(QMOE_ERR_PARAM_INVALID, "weight_assist_matrix: E*N or E*G*N overflows");
+    if (en == 0) return succeed();
     REQUIRE(scale, "weight_assist_matrix", "scale");
     REQUIRE(bias, "weight_assist_matrix", "bias");
     if (total > 0) {
@@ -218,6 +223,5 @@ qmoe_status qmoe_weight_assist_matrix(const int8_t *nd_values, int64_t E, int64_
             }
             bias[e * N + n] = (float)(8.0 * acc);
         }
-    qmoe_clear_error();
-    return QMOE_OK;
+    return succeed();
 }

@@ -123,6 +123,7 @@ void *qmoe_tensor_data(const qmoe_tensor *t) { return t->data; }
 
 int qmoe_tensor_is_contiguous(const qmoe_tensor *t)
 {
+    if (t->numel == 0) return 1; /* no elements: any strides describe the same (empty) memory */
     int64_t expect = 1;
     for (int i = t->ndim - 1; i >= 0; i--) {
         if (t->shape[i] != 1 && t->strides[i] != expect) return 0;

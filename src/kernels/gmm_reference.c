@@ -91,8 +91,10 @@ void qmoe_quantize_row_scalar(const float *s, int64_t n2, int8_t *out, int64_t o
     }
     float sc = has_nan ? NAN : amax / 127.0f;
     *scale = sc;
-    if (!isfinite(sc) || amax == 0.0f) {
-        /* all-zero row: scale 0, output 0 (spec); non-finite S: scale as computed, output 0 */
+    if (!isfinite(sc) || sc == 0.0f) {
+        /* all-zero row: scale 0, output 0 (spec); non-finite S: scale as computed, output 0.
+         * A scale that underflows to 0 (amax < 127 * 2^-150) is the zero row too: S / 0 would
+         * be inf or NaN, and no q times a zero scale gives back anything but 0. */
         for (int64_t j = 0; j < n2; j++) out[j * out_stride] = 0;
         return;
     }
