@@ -74,6 +74,7 @@ qmoe_status qmoe_tensor_create(const int64_t *shape, int ndim, const int64_t *st
                                qmoe_tensor **out);
 void qmoe_tensor_destroy(qmoe_tensor *tensor); /* NULL is a no-op */
 
+/* Accessors; for a NULL tensor or an axis out of range they return -1 (data: NULL). */
 int qmoe_tensor_ndim(const qmoe_tensor *tensor);
 int64_t qmoe_tensor_dim(const qmoe_tensor *tensor, int axis);
 int64_t qmoe_tensor_stride(const qmoe_tensor *tensor, int axis);
@@ -147,7 +148,7 @@ qmoe_status qmoe_gmm_swiglu_quant(void *workspace, uint64_t workspace_size,
 
 void qmoe_executor_destroy(qmoe_executor *executor); /* NULL is a no-op */
 
-/* The kernel phase one chose (never QMOE_KERNEL_AUTO). */
+/* The kernel phase one chose (never QMOE_KERNEL_AUTO); QMOE_KERNEL_AUTO for a NULL executor. */
 qmoe_kernel qmoe_executor_kernel(const qmoe_executor *executor);
 const char *qmoe_kernel_name(qmoe_kernel kernel);
 

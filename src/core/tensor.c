@@ -108,18 +108,19 @@ qmoe_status qmoe_tensor_create(const int64_t *shape, int ndim, const int64_t *st
 
 void qmoe_tensor_destroy(qmoe_tensor *tensor) { free(tensor); }
 
-int qmoe_tensor_ndim(const qmoe_tensor *t) { return t->ndim; }
+/* Accessors answer -1 / NULL for a NULL tensor rather than crash: they are public entry points. */
+int qmoe_tensor_ndim(const qmoe_tensor *t) { return t ? t->ndim : -1; }
 int64_t qmoe_tensor_dim(const qmoe_tensor *t, int axis)
 {
-    return axis >= 0 && axis < t->ndim ? t->shape[axis] : -1;
+    return t && axis >= 0 && axis < t->ndim ? t->shape[axis] : -1;
 }
 int64_t qmoe_tensor_stride(const qmoe_tensor *t, int axis)
 {
-    return axis >= 0 && axis < t->ndim ? t->strides[axis] : -1;
+    return t && axis >= 0 && axis < t->ndim ? t->strides[axis] : -1;
 }
-qmoe_dtype qmoe_tensor_dtype(const qmoe_tensor *t) { return t->dtype; }
-qmoe_format qmoe_tensor_format(const qmoe_tensor *t) { return t->format; }
-void *qmoe_tensor_data(const qmoe_tensor *t) { return t->data; }
+qmoe_dtype qmoe_tensor_dtype(const qmoe_tensor *t) { return t ? t->dtype : (qmoe_dtype)-1; }
+qmoe_format qmoe_tensor_format(const qmoe_tensor *t) { return t ? t->format : (qmoe_format)-1; }
+void *qmoe_tensor_data(const qmoe_tensor *t) { return t ? t->data : NULL; }
 
 int qmoe_tensor_is_contiguous(const qmoe_tensor *t)
 {
