@@ -254,7 +254,7 @@ static int compute_sizes(npy_array *a, char *err)
     size_t nbytes;
     if ((uint64_t)count > SIZE_MAX ||
         __builtin_mul_overflow((size_t)count, npy_itemsize(a->dtype), &nbytes) ||
-        nbytes > (size_t)INT64_MAX - 64)
+        nbytes > (size_t)INT64_MAX - 128)
         return fail(err, "shape's byte size overflows");
     a->count = count;
     a->nbytes = nbytes;
@@ -314,8 +314,9 @@ int npy_parse(const void *buf, size_t len, npy_array *out, char *err)
 
 static void *alloc_aligned(size_t nbytes)
 {
-    size_t size = (nbytes + 63) & ~(size_t)63; /* nbytes <= INT64_MAX - 64: no wrap */
-    return aligned_alloc(64, size ? size : 64);
+    /* 128 bytes: the multi-device split only divides outputs on 128-byte lines it owns whole. */
+    size_t size = (nbytes + 127) & ~(size_t)127; /* nbytes <= INT64_MAX - 128: no wrap */
+    return aligned_alloc(128, size ? size : 128);
 }
 
 int npy_alloc(npy_array *out, npy_dtype dtype, int ndim, const int64_t *shape, char *err)

@@ -111,7 +111,7 @@ typedef struct qmoe_op_options {
     qmoe_group_list_type group_list_type;
     int force_weight_nz; /* nonzero: ignore weight's declared format, treat as FRACTAL_NZ (vendor) */
     qmoe_kernel kernel;
-    int threads; /* 0: all threads of the device that executes; otherwise at most this many */
+    int threads; /* 0: the online cores (divided among `devices`); otherwise this many per device */
     int devices; /* 0 or 1: one device; D > 1: split rows over a group of D devices */
 } qmoe_op_options;
 
@@ -138,9 +138,10 @@ qmoe_status qmoe_gmm_swiglu_quant_workspace_size(
 /*
  * Phase two: check the groupList values (decreasing, negative or past M is QMOE_ERR_PARAM_INVALID
  * with both outputs untouched), then compute. `workspace` must hold at least the size phase one
- * returned (it may be NULL when that size is 0). `stream` NULL runs synchronously on the calling
- * thread's default device; otherwise the operator is queued and its status is also reported by
- * qmoe_stream_synchronize(). A native executor may be executed any number of times (the data its
+ * returned (it may be NULL when that size is 0). `stream` NULL runs synchronously on the
+ * process-wide default device (see qmoe/runtime.h); otherwise the operator is queued and its status
+ * is also reported by qmoe_stream_synchronize(); the workspace and the tensors' memory must then
+ * stay valid until the stream is synchronized, while the executor may be destroyed at once. A native executor may be executed any number of times (the data its
  * tensors point to may change between runs) and must be destroyed with qmoe_executor_destroy().
  */
 qmoe_status qmoe_gmm_swiglu_quant(void *workspace, uint64_t workspace_size,

@@ -8,6 +8,8 @@
 
 #include <stdint.h>
 
+#include "runtime/fastdiv.h"
+
 typedef enum qmoe_gmm_mode {
     QMOE_MODE_A8W8 = 0,
     QMOE_MODE_A8W4 = 1,
@@ -65,10 +67,27 @@ typedef struct qmoe_gmm_params {
     int32_t threads;      /* threads the plan was made for (>= 1) */
     int32_t devices;      /* devices the plan was made for (>= 1) */
     uint64_t workspace_bytes;
-    uint64_t ws_row_bytes; /* per-thread float row buffer of N2 floats, 64-byte aligned */
-    uint8_t reserved[72]; /* room to grow without changing the size */
+    uint64_t ws_row_bytes; /* one S row: N2 floats, rounded up to 64 bytes (the S row stride) */
+
+    /* partition and tiling (src/host/gmm_partition.h documents the rules; the driver in
+     * src/ops/gmm_run.c follows them to the letter) */
+    int32_t row_block;      /* rows per block: one staged operand slot, one swiglu_block call */
+    int32_t stage_depth;    /* operand buffers per thread in flight on the copy queue (>= 2) */
+    int32_t col_block;      /* column split: columns per part are a multiple of this */
+    int32_t col_max_rows;   /* column split when a device has fewer row blocks than parts and at
+                               most this many rows; 0: never */
+    int32_t rows_per_chunk; /* multi-device chunk (128-byte lines of output and outputScale);
+                               0: unsafe to split, device 0 does everything */
+    int32_t pad0;
+    uint64_t kernel_scratch_bytes; /* kernel->scratch_bytes(p, row_block, N2) */
+    uint64_t thread_scratch_bytes; /* one thread's scratchpad slice (layout builder) */
+    uint64_t device_ws_bytes;      /* workspace bytes per device (column-split S rows) */
+    qmoe_fastdiv_t threads_div;    /* by threads: blocks per part */
+    qmoe_fastdiv_t devices_div;    /* by devices: chunks per device */
+    qmoe_fastdiv_t row_block_div;  /* by row_block: blocks per expert segment */
+    uint8_t reserved[116]; /* room to grow without changing the size */
 } qmoe_gmm_params;
 
-_Static_assert(sizeof(qmoe_gmm_params) == 384, "qmoe_gmm_params is a fixed-size plan");
+_Static_assert(sizeof(qmoe_gmm_params) == 512, "qmoe_gmm_params is a fixed-size plan");
 
 #endif

@@ -10,6 +10,7 @@
 #include "core/checked.h"
 #include "core/status.h"
 #include "core/tensor.h"
+#include "host/gmm_partition.h"
 #include "kernels/kernel.h"
 
 #define INVALID(...) qmoe_fail(QMOE_ERR_PARAM_INVALID, __VA_ARGS__)
@@ -272,11 +273,6 @@ qmoe_status qmoe_gmm_plan(const qmoe_tensor *x, const qmoe_tensor *weight,
         return INVALID("options: kernel %s (%d) is unknown or not supported by this CPU",
                        qmoe_kernel_name(o->kernel), (int)o->kernel);
     p->kernel = k->id;
-    p->threads = o->threads > 0 ? o->threads : 1;
-    p->devices = o->devices > 0 ? o->devices : 1;
-
-    /* Workspace: one S row (N/2 floats, 64-byte aligned) per thread. */
-    p->ws_row_bytes = ((uint64_t)p->N2 * sizeof(float) + 63u) & ~(uint64_t)63u;
-    p->workspace_bytes = p->ws_row_bytes * (uint64_t)p->threads * (uint64_t)p->devices;
-    return QMOE_OK;
+    /* Threads, devices, blocks, splits, scratchpad and workspace: src/host/gmm_partition.c. */
+    return qmoe_gmm_plan_execution(p, k, o->threads, o->devices);
 }

@@ -51,5 +51,5 @@ void qmoe_executor_destroy(qmoe_executor *executor) { free(executor); }
 
 qmoe_kernel qmoe_executor_kernel(const qmoe_executor *executor)
 {
-    return (qmoe_kernel)executor->plan.kernel;
+    return executor ? (qmoe_kernel)executor->plan.kernel : QMOE_KERNEL_AUTO;
 }

@@ -1,27 +1,328 @@
-/* Single-threaded execution of a plan: expert by expert, row by row. */
+/*
+ * The driver of GroupedMatmulSwigluQuant on a device: finds the device's rows, splits them into
+ * blocks and parts exactly as the plan says (src/host/gmm_partition.h), streams each block's
+ * operands through the part's copy queue into its scratchpad slice, and calls the kernel with
+ * large blocks (many rows x all columns, or all rows x a column range).
+ */
 #include "ops/gmm_run.h"
 
-#include "kernels/kernel.h"
+#include <string.h>
 
-void qmoe_gmm_rows(const qmoe_gmm_params *p, int64_t e, int64_t m0, int64_t m1, float *row_buf)
+#include "core/status.h"
+#include "host/gmm_partition.h"
+#include "kernels/kernel.h"
+#include "runtime/device.h"
+
+qmoe_gmm_fault qmoe_gmm_test_fault;
+
+typedef struct gmm_op {
+    qmoe_gmm_params p;
+    void *workspace;
+} gmm_op;
+
+/* What the parts of one device share: a row range, never a device index. */
+typedef struct gmm_work {
+    const qmoe_gmm_params *p;
+    const qmoe_kernel_ops *k;
+    int64_t row_start, nrows, nblocks;
+    float *s_rows; /* column split: S rows of the range (workspace) */
+    int columns;   /* 1: column split; 2: its quantization phase as a separate job */
+    int barrier;   /* column split in one job with a barrier between the phases */
+} gmm_work;
+
+/* ---------------------------------------------------------------- blocks ---------------------- */
+
+/* Walks the blocks of a row range in order: at most row_block rows, never across an expert. */
+typedef struct block_iter {
+    const qmoe_gmm_params *p;
+    int64_t e, e_start, e_end; /* current expert and its rows */
+    int64_t m, r1;             /* next row, end of the range */
+} block_iter;
+
+typedef struct block {
+    int64_t e, m0, m1;
+} block;
+
+static int64_t group_end(const qmoe_gmm_params *p, int64_t e, int64_t start)
 {
-    const qmoe_kernel_ops *k = qmoe_kernel_lookup(p->kernel);
-    qmoe_thread_ctx ctx = {.thread = 0, .nthreads = 1};
-    for (int64_t m = m0; m < m1; m++) {
-        k->swiglu_block(p, &ctx, e, m, m + 1, 0, p->N2, row_buf, p->N2);
-        k->quantize_rows(p, row_buf, p->N2, m, m + 1);
+    int64_t v = p->gl[e * p->gl_s];
+    return p->group_list_type == QMOE_GROUP_LIST_COUNT ? start + v : v;
+}
+
+static void iter_init(block_iter *it, const qmoe_gmm_params *p, int64_t r0, int64_t r1)
+{
+    it->p = p;
+    it->e = 0;
+    it->e_start = 0;
+    it->e_end = p->E_groups ? group_end(p, 0, 0) : 0;
+    while (it->e_end <= r0 && it->e + 1 < p->E_groups) {
+        it->e++;
+        it->e_start = it->e_end;
+        it->e_end = group_end(p, it->e, it->e_start);
     }
+    it->m = r0;
+    it->r1 = r1;
+}
+
+static block iter_next(block_iter *it)
+{
+    while (it->m >= it->e_end) { /* past this expert (empty experts are skipped) */
+        it->e++;
+        it->e_start = it->e_end;
+        it->e_end = group_end(it->p, it->e, it->e_start);
+    }
+    int64_t end = it->e_end < it->r1 ? it->e_end : it->r1;
+    if (end - it->m > it->p->row_block) end = it->m + it->p->row_block;
+    block b = {it->e, it->m, end};
+    it->m = end;
+    return b;
+}
+
+/* Rows of all experts: g[last] (cumsum) or the sum of counts. */
+static int64_t total_rows(const qmoe_gmm_params *p)
+{
+    int64_t end = 0;
+    for (int64_t e = 0; e < p->E_groups; e++) end = group_end(p, e, end);
+    return end;
+}
+
+static int64_t count_blocks(const qmoe_gmm_params *p, int64_t r0, int64_t r1)
+{
+    int64_t n = 0, start = 0;
+    for (int64_t e = 0; e < p->E_groups && start < r1; e++) {
+        int64_t end = group_end(p, e, start);
+        int64_t a = start > r0 ? start : r0, b = end < r1 ? end : r1;
+        if (b > a) {
+            int64_t rows = b - a + p->row_block - 1;
+            n += rows <= UINT32_MAX ? qmoe_fastdiv((uint32_t)rows, &p->row_block_div)
+                                    : rows / p->row_block;
+        }
+        start = end;
+    }
+    return n;
+}
+
+static int64_t ceil_div_threads(const qmoe_gmm_params *p, int64_t n)
+{
+    int64_t v = n + p->threads - 1;
+    return v <= UINT32_MAX ? qmoe_fastdiv((uint32_t)v, &p->threads_div) : v / p->threads;
+}
+
+/* ---------------------------------------------------------------- one part -------------------- */
+
+/* Pushes block b's x rows (when staged) and x scales into one pipeline slot. */
+static void stage_block(qmoe_copyq *q, const qmoe_gmm_params *p, block b, int staged, int8_t *xd,
+                        float *xsd)
+{
+    qmoe_copyq_push(q, xd, p->x + b.m0 * p->x_s[0], staged ? (size_t)(b.m1 - b.m0) : 0,
+                    (size_t)p->K, (size_t)p->K, (size_t)p->x_s[0]);
+    qmoe_copyq_push(q, xsd, p->xs + b.m0 * p->xs_s, (size_t)(b.m1 - b.m0), sizeof(float),
+                    sizeof(float), (size_t)p->xs_s * sizeof(float));
+}
+
+/* A part's blocks [b0, b1) of the range, computed for columns [j0, j1): operands staged through
+ * the copy queue stage_depth deep; S written at s (row stride lds floats) when `s` is given,
+ * otherwise into the part's own S block and quantized block by block. */
+static void run_blocks(const gmm_work *w, qmoe_thread_ctx *ctx, int64_t b0, int64_t b1,
+                       int64_t j0, int64_t j1, float *s, int64_t lds)
+{
+    const qmoe_gmm_params *p = w->p;
+    qmoe_gmm_slice_layout lay = qmoe_gmm_slice_layout_of(p);
+    char *slice = ctx->scratch;
+    int quantize = s == NULL;
+    if (quantize) {
+        s = (float *)(slice + lay.s_block);
+        lds = (int64_t)(p->ws_row_bytes / sizeof(float));
+    }
+    qmoe_thread_ctx kctx = *ctx;
+    kctx.scratch = slice + lay.kernel;
+    kctx.scratch_bytes = p->kernel_scratch_bytes;
+    qmoe_copyq *q = ctx->stageq;
+    qmoe_gmm_params lp = *p; /* the kernel reads x and x-scale from the staged copies */
+    lp.x_s[0] = p->K;
+    lp.x_s[1] = 1;
+    lp.xs_s = 1;
+    int staged = p->x_s[1] == 1 || p->K <= 1;
+    int depth = p->stage_depth;
+    qmoe_gmm_fault fault = qmoe_gmm_test_fault;
+
+    block_iter ahead, at;
+    iter_init(&ahead, p, w->row_start, w->row_start + w->nrows);
+    for (int64_t i = 0; i < b0; i++) iter_next(&ahead);
+    at = ahead;
+
+    for (int64_t i = b0; i < b1 && i < b0 + depth; i++) { /* prologue: prime the pipeline */
+        block b = iter_next(&ahead);
+        int slot = (int)((i - b0) % depth);
+        QMOE_TRACE_START(ctx->trace, QMOE_EV_COPY, i);
+        int8_t *xd = (int8_t *)(slice + lay.x_stage + (uint64_t)slot * lay.x_slot_bytes);
+        float *xsd = (float *)(slice + lay.xs_stage + (uint64_t)slot * lay.xs_slot_bytes);
+        stage_block(q, p, b, staged, xd, xsd);
+        QMOE_TRACE_STOP(ctx->trace, QMOE_EV_COPY, i);
+    }
+    for (int64_t i = b0; i < b1; i++) {
+        block b = iter_next(&at);
+        int slot = (int)((i - b0) % depth);
+        int8_t *xd = (int8_t *)(slice + lay.x_stage + (uint64_t)slot * lay.x_slot_bytes);
+        float *xsd = (float *)(slice + lay.xs_stage + (uint64_t)slot * lay.xs_slot_bytes);
+        int last = i + 1 == b1;
+        int pop_late = fault == QMOE_GMM_FAULT_READ_BEFORE_POP;
+        if (!pop_late) {
+            QMOE_TRACE_START(ctx->trace, QMOE_EV_COPY, i);
+            if (fault == QMOE_GMM_FAULT_POP_OUT_OF_ORDER) {
+                qmoe_copyq_pop_expect(q, xsd);
+                qmoe_copyq_pop_expect(q, xd);
+            } else {
+                qmoe_copyq_pop_expect(q, xd);
+                if (!(last && fault == QMOE_GMM_FAULT_SKIP_POP)) qmoe_copyq_pop_expect(q, xsd);
+            }
+            QMOE_TRACE_STOP(ctx->trace, QMOE_EV_COPY, i);
+        }
+        const qmoe_gmm_params *kp = p;
+        int64_t m0 = b.m0, m1 = b.m1;
+        if (staged) {
+            lp.x = xd;
+            lp.xs = xsd;
+            kp = &lp;
+            m0 = 0;
+            m1 = b.m1 - b.m0;
+        } /* else x has non-contiguous rows: the kernel reads the operands in place */
+        float *sb = quantize ? s : s + (b.m0 - w->row_start) * lds + j0;
+        QMOE_TRACE_START(ctx->trace, QMOE_EV_COMPUTE, i);
+        w->k->swiglu_block(kp, &kctx, b.e, m0, m1, j0, j1, sb, lds);
+        QMOE_TRACE_STOP(ctx->trace, QMOE_EV_COMPUTE, i);
+        if (pop_late) {
+            qmoe_copyq_pop_expect(q, xd);
+            qmoe_copyq_pop_expect(q, xsd);
+        }
+        if (quantize) {
+            QMOE_TRACE_START(ctx->trace, QMOE_EV_EPILOGUE, i);
+            w->k->quantize_rows(p, s, lds, b.m0, b.m1);
+            QMOE_TRACE_STOP(ctx->trace, QMOE_EV_EPILOGUE, i);
+        }
+        if (i + depth < b1) { /* refill the slot just freed */
+            QMOE_TRACE_START(ctx->trace, QMOE_EV_COPY, i + depth);
+            stage_block(q, p, iter_next(&ahead), staged, xd, xsd);
+            QMOE_TRACE_STOP(ctx->trace, QMOE_EV_COPY, i + depth);
+        }
+    }
+}
+
+/* Row split: contiguous blocks per part, all columns, quantized as they complete. */
+static void rows_part(qmoe_thread_ctx *ctx, void *data, int part, int nparts)
+{
+    (void)nparts;
+    const gmm_work *w = data;
+    int64_t per = ceil_div_threads(w->p, w->nblocks);
+    int64_t b0 = part * per, b1 = b0 + per < w->nblocks ? b0 + per : w->nblocks;
+    if (b0 < b1) run_blocks(w, ctx, b0, b1, 0, w->p->N2, NULL, 0);
+}
+
+static void columns_compute(const gmm_work *w, qmoe_thread_ctx *ctx, int part)
+{
+    const qmoe_gmm_params *p = w->p;
+    int64_t per = ceil_div_threads(p, p->N2);
+    per = (per + p->col_block - 1) / p->col_block * p->col_block;
+    int64_t j0 = part * per, j1 = j0 + per < p->N2 ? j0 + per : p->N2;
+    if (j0 < j1)
+        run_blocks(w, ctx, 0, w->nblocks, j0, j1, w->s_rows,
+                   (int64_t)(p->ws_row_bytes / sizeof(float)));
+}
+
+static void columns_quantize(const gmm_work *w, qmoe_thread_ctx *ctx, int part)
+{
+    const qmoe_gmm_params *p = w->p;
+    int64_t per = ceil_div_threads(p, w->nrows);
+    int64_t r0 = part * per, r1 = r0 + per < w->nrows ? r0 + per : w->nrows;
+    if (r0 >= r1) return;
+    int64_t lds = (int64_t)(p->ws_row_bytes / sizeof(float));
+    QMOE_TRACE_START(ctx->trace, QMOE_EV_EPILOGUE, part);
+    w->k->quantize_rows(p, w->s_rows + r0 * lds, lds, w->row_start + r0, w->row_start + r1);
+    QMOE_TRACE_STOP(ctx->trace, QMOE_EV_EPILOGUE, part);
+}
+
+/* Column split: every block for a column range, then (after the barrier) a share of the rows. */
+static void columns_part(qmoe_thread_ctx *ctx, void *data, int part, int nparts)
+{
+    (void)nparts;
+    const gmm_work *w = data;
+    if (w->columns == 2) {
+        columns_quantize(w, ctx, part);
+        return;
+    }
+    columns_compute(w, ctx, part);
+    if (w->barrier) {
+        qmoe_workq_barrier(ctx);
+        columns_quantize(w, ctx, part);
+    }
+}
+
+/* ---------------------------------------------------------------- one device ------------------ */
+
+/* After the job: every push popped, in order, on the driver's and the kernel's queues (the
+ * checked build also poisons and copies at the pop). Leaves the queues empty either way. */
+static qmoe_status check_queue(qmoe_device *dev, int t, qmoe_copyq *q, const char *which,
+                               qmoe_status st)
+{
+    if (!st && (qmoe_copyq_pending(q) || q->violations))
+        st = qmoe_fail(QMOE_ERR_INNER,
+                       "device %d thread %d: %s copy queue discipline broken (%u pushes not "
+                       "popped, %u out-of-order or empty pops)",
+                       dev->id, t, which, (unsigned)qmoe_copyq_pending(q), (unsigned)q->violations);
+    qmoe_copyq_reset(q);
+    return st;
+}
+
+static qmoe_status check_copy_queues(qmoe_device *dev)
+{
+    qmoe_status st = QMOE_OK;
+    for (int t = 0; t < dev->threads; t++) {
+        st = check_queue(dev, t, &dev->stageq[t], "staging", st);
+        st = check_queue(dev, t, &dev->copyq[t], "kernel", st);
+    }
+    return st;
+}
+
+static qmoe_status gmm_device_run(const void *opdata, qmoe_device *dev, int index, int count)
+{
+    const gmm_op *op = opdata;
+    const qmoe_gmm_params *p = &op->p;
+    qmoe_trace_buf *tr = dev->ctx[0].trace;
+    QMOE_TRACE_START(tr, QMOE_EV_PLAN, index);
+    int64_t total = total_rows(p), row_start = 0, nrows = total;
+    if (count > 1) {
+        qmoe_row_range r = qmoe_partition_rows(total, p->rows_per_chunk, index, count,
+                                               &p->devices_div);
+        row_start = r.start;
+        nrows = r.count;
+    }
+    gmm_work w = {
+        .p = p,
+        .k = qmoe_kernel_lookup(p->kernel),
+        .row_start = row_start,
+        .nrows = nrows,
+        .nblocks = count_blocks(p, row_start, row_start + nrows),
+    };
+    w.columns = p->col_max_rows && w.nblocks < p->threads && nrows <= p->col_max_rows;
+    QMOE_TRACE_STOP(tr, QMOE_EV_PLAN, index);
+    if (nrows == 0) return QMOE_OK;
+    if (w.columns) {
+        w.s_rows = (float *)((char *)op->workspace + (uint64_t)index * p->device_ws_bytes);
+        w.barrier = p->threads <= dev->threads; /* a barrier needs one thread per part */
+        qmoe_device_run(dev, columns_part, &w, p->threads);
+        if (!w.barrier) {
+            w.columns = 2;
+            qmoe_device_run(dev, columns_part, &w, p->threads);
+        }
+    } else {
+        qmoe_device_run(dev, rows_part, &w, p->threads);
+    }
+    return check_copy_queues(dev);
 }
 
 qmoe_status qmoe_gmm_run(const qmoe_gmm_params *p, void *workspace, qmoe_stream *stream)
 {
-    (void)stream;
-    int64_t start = 0;
-    for (int64_t e = 0; e < p->E_groups; e++) {
-        int64_t v = p->gl[e * p->gl_s];
-        int64_t end = p->group_list_type == QMOE_GROUP_LIST_COUNT ? start + v : v;
-        qmoe_gmm_rows(p, e, start, end, workspace);
-        start = end;
-    }
-    return QMOE_OK;
+    gmm_op op = {*p, workspace};
+    return qmoe_stream_submit(stream, p->devices, gmm_device_run, &op, sizeof op,
+                              p->thread_scratch_bytes);
 }

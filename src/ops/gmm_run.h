@@ -5,11 +5,19 @@
 #include "core/gmm_params.h"
 #include "qmoe/qmoe.h"
 
-/* Runs the plan (groupList already checked). */
+/* Runs the plan (groupList already checked) on the stream's devices (NULL: the default device
+ * group, synchronously). The plan is copied into the queued operator. */
 qmoe_status qmoe_gmm_run(const qmoe_gmm_params *p, void *workspace, qmoe_stream *stream);
 
-/* Computes output rows [m0, m1) of expert e with the plan's kernel, using `row_buf` (ws_row_bytes)
- * for one S row at a time. Used by the single-threaded path and as the simplest worker body. */
-void qmoe_gmm_rows(const qmoe_gmm_params *p, int64_t e, int64_t m0, int64_t m1, float *row_buf);
+/* Test-only faults in the driver's copy-queue pipeline, to show the checked build catches them.
+ * Set while no operator is in flight. */
+typedef enum qmoe_gmm_fault {
+    QMOE_GMM_FAULT_NONE = 0,
+    QMOE_GMM_FAULT_SKIP_POP,        /* a part leaves its last x-scale push unpopped */
+    QMOE_GMM_FAULT_POP_OUT_OF_ORDER, /* pops a block's x-scale before its x */
+    QMOE_GMM_FAULT_READ_BEFORE_POP, /* computes a block before popping its operands */
+} qmoe_gmm_fault;
+
+extern qmoe_gmm_fault qmoe_gmm_test_fault;
 
 #endif

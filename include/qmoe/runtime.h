@@ -1,0 +1,119 @@
+/*
+ * qmoe runtime: devices, streams, multi-device groups and tracing.
+ *
+ * A device is a group of worker threads (thread 0 is the device's command thread, threads 1..T-1
+ * are its fork-join pool) with one scratchpad arena (a slice per thread) and per-thread trace
+ * buffers and copy queues. A stream runs the operators submitted to it, in submission order,
+ * asynchronously to the caller, on one device or on a group of devices that split each
+ * operator's output rows. Several streams may share a device: a device runs the operators it is
+ * given one at a time, in the order they were submitted (across all streams, one global order).
+ *
+ * Passing stream NULL to qmoe_gmm_swiglu_quant() runs the operator synchronously on the
+ * process-wide default device (all online cores), created on first use and kept until the
+ * process exits; a plan made for D > 1 devices runs on a default group of D devices, each with
+ * max(1, cores / D) threads. A plan made with options.threads == 0 is planned for that default
+ * thread count; on a device with fewer threads the planned parts are shared round-robin by its
+ * threads (results are bit-identical for any thread or device count).
+ *
+ * Asynchronous execution (stream not NULL), as with the vendor's runtime: qmoe_gmm_swiglu_quant()
+ * checks its arguments and groupList, queues the operator and returns. The workspace and every
+ * tensor's memory belong to the caller and must stay valid and unchanged until
+ * qmoe_stream_synchronize() returns; the executor itself may be destroyed right after the call
+ * (the queued operator holds a copy of the plan).
+ */
+#ifndef QMOE_RUNTIME_H
+#define QMOE_RUNTIME_H
+
+#include "qmoe/qmoe.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { QMOE_MAX_DEVICES = 16 };
+
+/* ---------------------------------------------------------------- devices --------------------- */
+
+/* Zero-initialise, then set what you need. */
+typedef struct qmoe_device_options {
+    int threads;          /* 0: one per online core (or per CPU of `cpus`) */
+    const int *cpus;      /* optional CPU set: thread t runs on cpus[t % ncpus]; copied */
+    int ncpus;            /* entries of cpus; 0: threads are not pinned */
+    uint64_t scratch_bytes; /* per-thread scratchpad slice; 0: 1 MiB. Grows (between operators)
+                               when a plan needs more. */
+} qmoe_device_options;
+
+/* QMOE_ERR_PARAM_INVALID for a negative count, more than 4096 threads or a CPU outside the
+ * machine; QMOE_ERR_INNER when threads or memory cannot be had. `options` may be NULL. */
+qmoe_status qmoe_device_create(const qmoe_device_options *options, qmoe_device **device);
+
+/* Waits for the operators queued on the device, then stops its threads. Destroy the streams that
+ * use a device before the device. NULL is a no-op. */
+void qmoe_device_destroy(qmoe_device *device);
+
+int qmoe_device_threads(const qmoe_device *device);
+uint64_t qmoe_device_scratch_bytes(const qmoe_device *device); /* whole arena, all threads */
+int qmoe_device_id(const qmoe_device *device); /* process-unique; the trace's process id */
+
+/* The instruction sets this CPU offers to qmoe's kernels, fastest first, comma-separated, e.g.
+ * "avx512_vnni,avx_vnni,avx2,portable". */
+const char *qmoe_device_isa(const qmoe_device *device);
+
+/* Online CPU cores of the machine (>= 1). */
+int qmoe_online_cores(void);
+
+/* ---------------------------------------------------------------- streams --------------------- */
+
+/* A stream on one device. */
+qmoe_status qmoe_stream_create(qmoe_device *device, qmoe_stream **stream);
+
+/* A stream on a group of `count` (1..QMOE_MAX_DEVICES, distinct) devices: an operator planned for
+ * D devices (options.devices) runs on the first D of them, split by output rows in chunks of
+ * whole 128-byte lines (see docs/runtime.md); the devices meet at fences before and after each
+ * operator. Executing a plan for more devices than the stream has is QMOE_ERR_PARAM_INVALID. */
+qmoe_status qmoe_stream_create_group(qmoe_device *const *devices, int count,
+                                     qmoe_stream **stream);
+
+/* Waits for every operator submitted so far; returns the first error among the operators that
+ * finished since the previous synchronize (then forgets it), QMOE_OK otherwise. On error,
+ * qmoe_last_error() says which operator failed and why. */
+qmoe_status qmoe_stream_synchronize(qmoe_stream *stream);
+
+/* Waits for the work in flight, then frees the stream. NULL is a no-op. */
+void qmoe_stream_destroy(qmoe_stream *stream);
+
+/* ---------------------------------------------------------------- tracing --------------------- */
+
+/* Starts recording (events_per_thread > 0, per thread; 0 means 1<<16) or stops it
+ * (enable == 0). Call while no operator is in flight on the device. Enabling clears the
+ * events recorded so far. */
+qmoe_status qmoe_device_trace(qmoe_device *device, int enable, uint32_t events_per_thread);
+
+/* Writes the recorded events of the devices as a Chrome trace-event JSON file that
+ * ui.perfetto.dev (or chrome://tracing) opens: one process per device, one track per thread,
+ * slices named plan, copy, compute, epilogue, fence with the 16-bit info in args. Call after
+ * synchronizing the streams that use them. QMOE_ERR_PARAM_INVALID when the file cannot be
+ * written. */
+qmoe_status qmoe_trace_write(const char *path, qmoe_device *const *devices, int count);
+
+/* The default device (stream NULL), created on first use; NULL when it cannot be created. */
+qmoe_device *qmoe_default_device(void);
+
+/* ---------------------------------------------------------------- test hooks ------------------ */
+
+/* Test-only: make the device fail the `op_count`-th operator it starts from now (1: the next)
+ * with QMOE_ERR_RUNTIME, as a device fault would; 0 cancels. In a group, every device returns
+ * that error for the operator (it is passed on through the fences). */
+qmoe_status qmoe_device_inject_failure(qmoe_device *device, uint64_t op_count);
+
+/* Test-only: the status the device returned for the last operator it ran. */
+qmoe_status qmoe_device_last_status(const qmoe_device *device);
+
+/* Test-only: operators the device has run. */
+uint64_t qmoe_device_ops_run(const qmoe_device *device);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* QMOE_RUNTIME_H */

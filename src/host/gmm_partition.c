@@ -1,0 +1,99 @@
+#include "host/gmm_partition.h"
+
+#include <stdint.h>
+
+#include "core/status.h"
+#include "qmoe/runtime.h"
+
+enum {
+    LINE = 128,
+    MAX_THREADS = 4096,
+    ROW_BLOCK = 32,             /* rows per swiglu_block call when the kernel has no preference */
+    STAGE_BYTES = 4 << 20,      /* cap on one staged x block */
+    COL_BLOCK = 64,             /* column split granularity: whole NZ int4 column tiles */
+    COL_MAX_ROWS = 256,         /* column split only for small row counts (S rows in workspace) */
+};
+
+static uint64_t gcd_u64(uint64_t a, uint64_t b)
+{
+    while (b) {
+        uint64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+/* Rows whose bytes at `stride_bytes` per row fill whole lines. */
+static int32_t line_rows(uint64_t stride_bytes)
+{
+    return (int32_t)(LINE / gcd_u64(stride_bytes, LINE));
+}
+
+int32_t qmoe_gmm_rows_per_chunk(const qmoe_gmm_params *p)
+{
+    if ((uintptr_t)p->out % LINE || (uintptr_t)p->out_scale % LINE) return 0;
+    if (p->N2 > 1 && p->out_s[1] != 1) return 0;         /* a row is not contiguous */
+    if (p->out_s[0] < p->N2 || p->out_scale_s < 1) return 0; /* rows overlap or interleave */
+    int32_t a = line_rows((uint64_t)p->out_s[0]);
+    int32_t b = line_rows((uint64_t)p->out_scale_s * sizeof(float));
+    return a > b ? a : b; /* both are powers of two: the larger is their lcm */
+}
+
+qmoe_row_range qmoe_partition_rows(int64_t total, int32_t rows_per_chunk, int index, int count,
+                                   const qmoe_fastdiv_t *count_div)
+{
+    qmoe_row_range all = {index == 0 ? 0 : total, index == 0 ? total : 0};
+    if (count <= 1 || rows_per_chunk <= 0) return all;
+    int64_t chunks = total / rows_per_chunk;
+    if (chunks < count) return all;
+    int64_t per = chunks <= UINT32_MAX ? (int64_t)qmoe_fastdiv((uint32_t)chunks, count_div)
+                                       : chunks / count;
+    qmoe_row_range r;
+    r.start = (int64_t)index * per * rows_per_chunk;
+    r.count = index == count - 1 ? total - r.start : per * rows_per_chunk;
+    return r;
+}
+
+qmoe_status qmoe_gmm_plan_execution(qmoe_gmm_params *p, const qmoe_kernel_ops *k, int threads,
+                                    int devices)
+{
+    if (devices > QMOE_MAX_DEVICES)
+        return qmoe_fail(QMOE_ERR_PARAM_INVALID, "options: devices = %d exceeds %d", devices,
+                         QMOE_MAX_DEVICES);
+    if (threads > MAX_THREADS)
+        return qmoe_fail(QMOE_ERR_PARAM_INVALID, "options: threads = %d exceeds %d", threads,
+                         MAX_THREADS);
+    p->devices = devices > 0 ? devices : 1;
+    if (threads > 0) {
+        p->threads = threads;
+    } else {
+        /* the default group's thread count: all cores, shared by the devices */
+        int per = qmoe_online_cores() / p->devices;
+        p->threads = per > 0 ? per : 1;
+    }
+    /* Large blocks: the kernel packs a weight panel once per call and reuses it for each row. */
+    int64_t rb = k->row_block > 0 ? k->row_block : ROW_BLOCK;
+    if (p->K > 0 && rb * p->K > STAGE_BYTES) rb = STAGE_BYTES / p->K;
+    if (rb > p->M) rb = p->M;
+    if (rb < 1) rb = 1;
+    p->row_block = (int32_t)rb;
+    p->stage_depth = 2;
+    /* column ranges start at multiples of the kernel's alignment (its fast packing path) */
+    int32_t align = k->col_align > 0 ? k->col_align : 1;
+    p->col_block = (COL_BLOCK + align - 1) / align * align;
+    int64_t col_rows = (int64_t)p->threads * rb;
+    p->col_max_rows = p->threads > 1 && p->N2 >= 2 * p->col_block
+                          ? (int32_t)(col_rows < COL_MAX_ROWS ? col_rows : COL_MAX_ROWS)
+                          : 0;
+    p->rows_per_chunk = qmoe_gmm_rows_per_chunk(p);
+    p->ws_row_bytes = ((uint64_t)p->N2 * sizeof(float) + 63u) & ~(uint64_t)63u;
+    p->kernel_scratch_bytes = k->scratch_bytes(p, rb, p->N2);
+    p->thread_scratch_bytes = qmoe_gmm_slice_layout_of(p).total;
+    p->device_ws_bytes = (uint64_t)p->col_max_rows * p->ws_row_bytes;
+    p->workspace_bytes = p->device_ws_bytes * (uint64_t)p->devices;
+    p->threads_div = qmoe_fastdiv_init((uint32_t)p->threads);
+    p->devices_div = qmoe_fastdiv_init((uint32_t)p->devices);
+    p->row_block_div = qmoe_fastdiv_init((uint32_t)p->row_block);
+    return QMOE_OK;
+}

@@ -1,0 +1,238 @@
+/*
+ * Streams: FIFOs of operators on a device group. Submission takes one global lock while it
+ * queues a job's commands on all of its devices, so every device sees every job in the same
+ * order and multi-device fences never wait on a job a peer has not been given yet.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/status.h"
+#include "runtime/job.h"
+
+struct qmoe_stream {
+    int ndev;
+    qmoe_device *devs[QMOE_MAX_DEVICES];
+    qmoe_fence_slot *fence;
+    uint32_t seq; /* under submit_lock */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    uint64_t submitted, completed;
+    qmoe_status status; /* sticky first error since the last synchronize */
+    char msg[256];
+};
+
+static pthread_mutex_t submit_lock = PTHREAD_MUTEX_INITIALIZER;
+
+qmoe_status qmoe_stream_create_group(qmoe_device *const *devices, int count, qmoe_stream **stream)
+{
+    if (!devices || !stream) return qmoe_fail(QMOE_ERR_PARAM_NULLPTR, "devices or stream is NULL");
+    if (count < 1 || count > QMOE_MAX_DEVICES)
+        return qmoe_fail(QMOE_ERR_PARAM_INVALID, "stream: %d devices, expected 1..%d", count,
+                         QMOE_MAX_DEVICES);
+    for (int i = 0; i < count; i++) {
+        if (!devices[i]) return qmoe_fail(QMOE_ERR_PARAM_NULLPTR, "devices[%d] is NULL", i);
+        for (int j = 0; j < i; j++)
+            if (devices[j] == devices[i])
+                return qmoe_fail(QMOE_ERR_PARAM_INVALID,
+                                 "stream: devices[%d] and devices[%d] are the same device", j, i);
+    }
+    qmoe_stream *s = calloc(1, sizeof *s);
+    if (!s || !(s->fence = qmoe_fence_alloc(count))) {
+        free(s);
+        return qmoe_fail(QMOE_ERR_INNER, "out of memory for a stream");
+    }
+    s->ndev = count;
+    memcpy(s->devs, devices, (size_t)count * sizeof *devices);
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    *stream = s;
+    qmoe_clear_error();
+    return QMOE_OK;
+}
+
+qmoe_status qmoe_stream_create(qmoe_device *device, qmoe_stream **stream)
+{
+    if (!device) return qmoe_fail(QMOE_ERR_PARAM_NULLPTR, "device is a null pointer");
+    return qmoe_stream_create_group(&device, 1, stream);
+}
+
+static void wait_idle(qmoe_stream *s)
+{
+    pthread_mutex_lock(&s->mu);
+    while (s->completed != s->submitted) pthread_cond_wait(&s->cv, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+}
+
+qmoe_status qmoe_stream_synchronize(qmoe_stream *s)
+{
+    if (!s) return qmoe_fail(QMOE_ERR_PARAM_NULLPTR, "stream is a null pointer");
+    pthread_mutex_lock(&s->mu);
+    while (s->completed != s->submitted) pthread_cond_wait(&s->cv, &s->mu);
+    qmoe_status st = s->status;
+    char msg[sizeof s->msg];
+    memcpy(msg, s->msg, sizeof msg);
+    s->status = QMOE_OK;
+    s->msg[0] = '\0';
+    pthread_mutex_unlock(&s->mu);
+    if (st) return qmoe_fail(st, "%s", msg);
+    qmoe_clear_error();
+    return QMOE_OK;
+}
+
+void qmoe_stream_destroy(qmoe_stream *s)
+{
+    if (!s) return;
+    wait_idle(s);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    qmoe_fence_free(s->fence);
+    free(s);
+}
+
+/* A device is done with its command: record its status; the last device completes the job. */
+static void job_finish(qmoe_job *job, qmoe_status st, const char *msg, int origin)
+{
+    qmoe_stream *s = job->stream;
+    pthread_mutex_lock(&s->mu);
+    /* the status is the group's; the message, the device where the error arose */
+    if (st && (!job->status || (origin && !job->msg_from_origin))) {
+        if (!job->status) job->status = st;
+        job->msg_from_origin = origin;
+        snprintf(job->msg, sizeof job->msg, "%s", msg);
+    }
+    if (--job->remaining == 0) {
+        s->completed++;
+        if (!job->sync && job->status && !s->status) {
+            s->status = job->status;
+            memcpy(s->msg, job->msg, sizeof s->msg);
+        }
+        job->done = 1;
+        pthread_cond_broadcast(&s->cv);
+        if (!job->sync) free(job);
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+static uint64_t injected(qmoe_device *dev)
+{
+    uint64_t n = atomic_fetch_add(&dev->ops_run, 1) + 1;
+    uint64_t at = atomic_load(&dev->inject_at);
+    if (at && at == n) {
+        atomic_store(&dev->inject_at, 0);
+        return 1;
+    }
+    return 0;
+}
+
+void qmoe_job_run_on_device(qmoe_cmd *cmd, qmoe_device *dev)
+{
+    qmoe_job *job = cmd->job;
+    int k = cmd->index, n = job->ndev;
+    qmoe_status st = QMOE_OK;
+    qmoe_clear_error();
+    if (injected(dev))
+        st = qmoe_fail(QMOE_ERR_RUNTIME, "device %d: injected failure (test hook)", dev->id);
+    if (!st) st = qmoe_device_reserve(dev, job->slice_bytes);
+    qmoe_trace_buf *tr = dev->ctx[0].trace;
+    qmoe_status own = st; /* an error of this device, not one adopted from a peer */
+    if (n > 1) st = qmoe_fence_barrier(job->fence, k, n, job->seq + 1, st, 0, tr);
+    if (!st) own = st = job->run(job->op, dev, k, n);
+    if (n > 1) st = qmoe_fence_barrier(job->fence, k, n, job->seq + 2, st, 0, tr);
+    if (st && !qmoe_last_error()[0])
+        qmoe_fail(st, "device %d: a peer device of the group failed", dev->id);
+    atomic_store(&dev->last_status, (int)st);
+    job_finish(job, st, st ? qmoe_last_error() : "", own != QMOE_OK);
+}
+
+/* ---------------------------------------------------------------- default devices ------------- */
+
+static pthread_mutex_t default_lock = PTHREAD_MUTEX_INITIALIZER;
+static qmoe_stream *default_streams[QMOE_MAX_DEVICES + 1];
+static qmoe_device *default_dev;
+
+static qmoe_device *default_device_locked(void)
+{
+    if (!default_dev && qmoe_device_create(NULL, &default_dev)) default_dev = NULL;
+    return default_dev;
+}
+
+qmoe_device *qmoe_default_device(void)
+{
+    pthread_mutex_lock(&default_lock);
+    qmoe_device *dev = default_device_locked();
+    pthread_mutex_unlock(&default_lock);
+    return dev;
+}
+
+/* The default group of `ndev` devices: device 0 is the default device when ndev == 1; otherwise
+ * ndev devices of max(1, cores / ndev) threads. Kept until the process exits. */
+static qmoe_stream *default_stream(int ndev)
+{
+    pthread_mutex_lock(&default_lock);
+    qmoe_stream *s = default_streams[ndev];
+    if (!s) {
+        qmoe_device *devs[QMOE_MAX_DEVICES] = {0};
+        int ok = 1;
+        if (ndev == 1) {
+            ok = (devs[0] = default_device_locked()) != NULL;
+        } else {
+            int per = qmoe_online_cores() / ndev;
+            qmoe_device_options o = {.threads = per > 0 ? per : 1};
+            for (int d = 0; d < ndev && ok; d++) ok = !qmoe_device_create(&o, &devs[d]);
+        }
+        if (ok && !qmoe_stream_create_group(devs, ndev, &s)) default_streams[ndev] = s;
+        else if (ndev > 1)
+            for (int d = 0; d < ndev; d++) qmoe_device_destroy(devs[d]);
+    }
+    pthread_mutex_unlock(&default_lock);
+    return s;
+}
+
+/* ---------------------------------------------------------------- submission ------------------ */
+
+qmoe_status qmoe_stream_submit(qmoe_stream *stream, int ndev, qmoe_op_run_fn run, const void *op,
+                               size_t op_bytes, uint64_t slice_bytes)
+{
+    if (ndev < 1 || ndev > QMOE_MAX_DEVICES)
+        return qmoe_fail(QMOE_ERR_PARAM_INVALID, "a plan for %d devices; 1..%d are supported",
+                         ndev, QMOE_MAX_DEVICES);
+    int sync = stream == NULL;
+    qmoe_stream *s = sync ? default_stream(ndev) : stream;
+    if (!s) return qmoe_fail(QMOE_ERR_INNER, "cannot create the default device group of %d", ndev);
+    if (ndev > s->ndev)
+        return qmoe_fail(QMOE_ERR_PARAM_INVALID,
+                         "the plan is for %d devices but the stream has %d; plan with "
+                         "options.devices <= %d",
+                         ndev, s->ndev, s->ndev);
+    qmoe_job *job = calloc(1, sizeof *job + op_bytes);
+    if (!job) return qmoe_fail(QMOE_ERR_INNER, "out of memory for a queued operator");
+    memcpy(job->op, op, op_bytes);
+    job->run = run;
+    job->slice_bytes = slice_bytes;
+    job->ndev = ndev;
+    job->fence = s->fence;
+    job->stream = s;
+    job->sync = sync;
+    job->remaining = ndev;
+    for (int d = 0; d < ndev; d++) {
+        job->devs[d] = s->devs[d];
+        job->cmds[d] = (qmoe_cmd){NULL, job, d};
+    }
+    pthread_mutex_lock(&submit_lock);
+    pthread_mutex_lock(&s->mu);
+    s->submitted++;
+    pthread_mutex_unlock(&s->mu);
+    job->seq = s->seq;
+    s->seq += 2;
+    for (int d = 0; d < ndev; d++) qmoe_device_enqueue(job->devs[d], &job->cmds[d]);
+    pthread_mutex_unlock(&submit_lock);
+    if (!sync) return QMOE_OK;
+    pthread_mutex_lock(&s->mu);
+    while (!job->done) pthread_cond_wait(&s->cv, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+    qmoe_status st = job->status;
+    if (st) qmoe_fail(st, "%s", job->msg);
+    free(job);
+    return st;
+}

@@ -1,0 +1,192 @@
+#define _GNU_SOURCE
+#include "runtime/workq.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "core/status.h"
+
+enum { SPIN_ROUNDS = 4000, BARRIER_SPIN = 2000 };
+
+typedef struct worker_arg {
+    qmoe_workq *q;
+    int t;
+} worker_arg;
+
+struct qmoe_workq {
+    int threads;
+    qmoe_thread_ctx *ctx;
+    pthread_t *tids;
+    worker_arg *args;
+    const int *cpus;
+    int ncpus;
+    pthread_mutex_t mu;
+    pthread_cond_t wake, done;
+    atomic_uint gen; /* bumped once per job, and once at stop */
+    atomic_int stop;
+    /* the current job: written by the runner before the gen bump, read by workers after it */
+    qmoe_work_fn fn;
+    void *data;
+    int nparts, active;
+    atomic_int remaining; /* workers that have not yet reported back for the job */
+    atomic_int bar_count;
+    atomic_uint bar_phase;
+};
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+int qmoe_pin_self(int cpu)
+{
+#ifdef __linux__
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    return pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+#else
+    (void)cpu;
+    return 0;
+#endif
+}
+
+static void run_parts(qmoe_workq *q, int t)
+{
+    for (int part = t; part < q->nparts; part += q->threads)
+        q->fn(&q->ctx[t], q->data, part, q->nparts);
+}
+
+static unsigned wait_for_job(qmoe_workq *q, unsigned seen)
+{
+    unsigned g;
+    for (int i = 0; i < SPIN_ROUNDS; i++) {
+        if ((g = atomic_load_explicit(&q->gen, memory_order_acquire)) != seen) return g;
+        cpu_relax();
+    }
+    pthread_mutex_lock(&q->mu);
+    while ((g = atomic_load_explicit(&q->gen, memory_order_acquire)) == seen)
+        pthread_cond_wait(&q->wake, &q->mu);
+    pthread_mutex_unlock(&q->mu);
+    return g;
+}
+
+static void *worker_main(void *arg)
+{
+    worker_arg *a = arg;
+    qmoe_workq *q = a->q;
+    if (q->ncpus > 0) qmoe_pin_self(q->cpus[a->t % q->ncpus]);
+    unsigned seen = 0;
+    for (;;) {
+        seen = wait_for_job(q, seen);
+        if (atomic_load(&q->stop)) break;
+        /* every worker reports back, active or not, so the runner may reuse the job fields */
+        if (a->t < q->active) run_parts(q, a->t);
+        if (atomic_fetch_sub_explicit(&q->remaining, 1, memory_order_acq_rel) == 1) {
+            pthread_mutex_lock(&q->mu);
+            pthread_cond_broadcast(&q->done);
+            pthread_mutex_unlock(&q->mu);
+        }
+    }
+    return NULL;
+}
+
+qmoe_status qmoe_workq_create(int threads, qmoe_thread_ctx *ctx, const int *cpus, int ncpus,
+                              qmoe_workq **out)
+{
+    qmoe_workq *q = calloc(1, sizeof *q);
+    if (!q) return qmoe_fail(QMOE_ERR_INNER, "out of memory for a work queue");
+    q->threads = threads;
+    q->ctx = ctx;
+    q->cpus = cpus;
+    q->ncpus = ncpus;
+    q->tids = calloc((size_t)threads, sizeof *q->tids);
+    q->args = calloc((size_t)threads, sizeof *q->args);
+    pthread_mutex_init(&q->mu, NULL);
+    pthread_cond_init(&q->wake, NULL);
+    pthread_cond_init(&q->done, NULL);
+    if (!q->tids || !q->args) {
+        qmoe_workq_destroy(q);
+        return qmoe_fail(QMOE_ERR_INNER, "out of memory for a work queue");
+    }
+    for (int t = 0; t < threads; t++) ctx[t].wq = q;
+    for (int t = 1; t < threads; t++) {
+        q->args[t] = (worker_arg){q, t};
+        if (pthread_create(&q->tids[t], NULL, worker_main, &q->args[t])) {
+            q->threads = t; /* join only those started */
+            qmoe_workq_destroy(q);
+            return qmoe_fail(QMOE_ERR_INNER, "cannot start worker thread %d of %d", t, threads);
+        }
+    }
+    *out = q;
+    return QMOE_OK;
+}
+
+void qmoe_workq_destroy(qmoe_workq *q)
+{
+    if (!q) return;
+    pthread_mutex_lock(&q->mu);
+    atomic_store(&q->stop, 1);
+    atomic_fetch_add_explicit(&q->gen, 1, memory_order_release);
+    pthread_cond_broadcast(&q->wake);
+    pthread_mutex_unlock(&q->mu);
+    for (int t = 1; t < q->threads; t++)
+        if (q->tids && q->tids[t]) pthread_join(q->tids[t], NULL);
+    pthread_mutex_destroy(&q->mu);
+    pthread_cond_destroy(&q->wake);
+    pthread_cond_destroy(&q->done);
+    free(q->tids);
+    free(q->args);
+    free(q);
+}
+
+void qmoe_workq_run(qmoe_workq *q, qmoe_work_fn f, void *data, int nparts)
+{
+    int active = nparts < q->threads ? nparts : q->threads;
+    q->fn = f;
+    q->data = data;
+    q->nparts = nparts;
+    q->active = active;
+    for (int t = 0; t < active; t++) q->ctx[t].nthreads = active;
+    atomic_store_explicit(&q->bar_count, active, memory_order_relaxed);
+    atomic_store_explicit(&q->remaining, q->threads - 1, memory_order_relaxed);
+    if (active > 1) {
+        pthread_mutex_lock(&q->mu);
+        atomic_fetch_add_explicit(&q->gen, 1, memory_order_release);
+        pthread_cond_broadcast(&q->wake);
+        pthread_mutex_unlock(&q->mu);
+    }
+    if (nparts > 0) run_parts(q, 0);
+    if (active <= 1) return;
+    for (int i = 0; i < SPIN_ROUNDS; i++) {
+        if (atomic_load_explicit(&q->remaining, memory_order_acquire) == 0) return;
+        cpu_relax();
+    }
+    pthread_mutex_lock(&q->mu);
+    while (atomic_load_explicit(&q->remaining, memory_order_acquire) != 0)
+        pthread_cond_wait(&q->done, &q->mu);
+    pthread_mutex_unlock(&q->mu);
+}
+
+void qmoe_workq_barrier(qmoe_thread_ctx *ctx)
+{
+    qmoe_workq *q = ctx->wq;
+    unsigned phase = atomic_load_explicit(&q->bar_phase, memory_order_acquire);
+    if (atomic_fetch_sub_explicit(&q->bar_count, 1, memory_order_acq_rel) == 1) {
+        atomic_store_explicit(&q->bar_count, q->active, memory_order_relaxed);
+        atomic_fetch_add_explicit(&q->bar_phase, 1, memory_order_release);
+        return;
+    }
+    for (int i = 0; atomic_load_explicit(&q->bar_phase, memory_order_acquire) == phase; i++) {
+        if (i < BARRIER_SPIN) cpu_relax();
+        else sched_yield();
+    }
+}
+
+int qmoe_workq_threads(const qmoe_workq *q) { return q->threads; }

@@ -1,0 +1,32 @@
+/*
+ * Work queue: a fork-join pool. qmoe_workq_run(q, f, data, n) runs parts 0..n-1 of a job; the
+ * calling thread (thread 0) runs part 0 and worker t runs part t; with more parts than threads,
+ * thread t also runs parts t + T, t + 2T, ... in order. Workers spin briefly after a job, then
+ * sleep on a condition variable. A job may have sub-phases separated by qmoe_workq_barrier, an
+ * atomic countdown barrier over the job's threads (only when n <= threads: each part one thread).
+ */
+#ifndef QMOE_RUNTIME_WORKQ_H
+#define QMOE_RUNTIME_WORKQ_H
+
+#include "qmoe/qmoe.h"
+#include "runtime/thread_ctx.h"
+
+typedef void (*qmoe_work_fn)(qmoe_thread_ctx *ctx, void *data, int part, int nparts);
+
+/* A pool of `threads` (>= 1) threads counting the caller: starts threads - 1 workers. Worker t
+ * gets ctx[t] (which must outlive the pool) and, when ncpus > 0, runs on cpus[t % ncpus]. */
+qmoe_status qmoe_workq_create(int threads, qmoe_thread_ctx *ctx, const int *cpus, int ncpus,
+                              qmoe_workq **out);
+void qmoe_workq_destroy(qmoe_workq *q);
+
+void qmoe_workq_run(qmoe_workq *q, qmoe_work_fn f, void *data, int nparts);
+
+/* Waits until every thread of the current job has arrived. */
+void qmoe_workq_barrier(qmoe_thread_ctx *ctx);
+
+int qmoe_workq_threads(const qmoe_workq *q);
+
+/* Pins the calling thread to `cpu`; returns 0 or an errno value. */
+int qmoe_pin_self(int cpu);
+
+#endif
