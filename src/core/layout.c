@@ -60,68 +60,51 @@ static qmoe_status succeed(void)
         if (!(ptr)) return qmoe_fail(QMOE_ERR_PARAM_NULLPTR, "%s: %s is NULL", fn, name);      \
     } while (0)
 
-qmoe_status qmoe_nd_to_nz_int8(const int8_t *nd, int64_t E, int64_t K, int64_t N, int8_t *nz)
+/* One element loop for the four ND <-> NZ conversions: int8 moves bytes, int4 moves nibbles
+ * (unpacked int8 values on the ND side, validated when they go in). */
+static qmoe_status relayout(const char *fn, const char *src_name, const char *dst_name,
+                            const void *src, void *dst, int64_t E, int64_t K, int64_t N, int int4,
+                            int to_nz)
 {
-    int64_t total;
-    qmoe_status st = check_ekn("nd_to_nz_int8", E, K, N, 16, 32, &total);
+    int64_t cols = int4 ? 64 : 32, total;
+    qmoe_status st = check_ekn(fn, E, K, N, 16, cols, &total);
     if (st) return st;
     if (total == 0) return succeed();
-    REQUIRE(nd, "nd_to_nz_int8", "nd");
-    REQUIRE(nz, "nd_to_nz_int8", "nz");
+    REQUIRE(src, fn, src_name);
+    REQUIRE(dst, fn, dst_name);
+    if (int4 && to_nz && (st = check_values(fn, src, total))) return st;
     for (int64_t e = 0; e < E; e++)
         for (int64_t k = 0; k < K; k++)
-            for (int64_t n = 0; n < N; n++)
-                nz[nz_index(e, k, n, K, N, 32)] = nd[(e * K + k) * N + n];
+            for (int64_t n = 0; n < N; n++) {
+                int64_t nd_i = (e * K + k) * N + n, nz_i = nz_index(e, k, n, K, N, cols);
+                if (!int4 && to_nz) ((int8_t *)dst)[nz_i] = ((const int8_t *)src)[nd_i];
+                else if (!int4) ((int8_t *)dst)[nd_i] = ((const int8_t *)src)[nz_i];
+                else if (to_nz) put_nibble(dst, nz_i, ((const int8_t *)src)[nd_i]);
+                else ((int8_t *)dst)[nd_i] = (int8_t)get_nibble(src, nz_i);
+            }
     return succeed();
+}
+
+qmoe_status qmoe_nd_to_nz_int8(const int8_t *nd, int64_t E, int64_t K, int64_t N, int8_t *nz)
+{
+    return relayout("nd_to_nz_int8", "nd", "nz", nd, nz, E, K, N, 0, 1);
 }
 
 qmoe_status qmoe_nz_to_nd_int8(const int8_t *nz, int64_t E, int64_t K, int64_t N, int8_t *nd)
 {
-    int64_t total;
-    qmoe_status st = check_ekn("nz_to_nd_int8", E, K, N, 16, 32, &total);
-    if (st) return st;
-    if (total == 0) return succeed();
-    REQUIRE(nz, "nz_to_nd_int8", "nz");
-    REQUIRE(nd, "nz_to_nd_int8", "nd");
-    for (int64_t e = 0; e < E; e++)
-        for (int64_t k = 0; k < K; k++)
-            for (int64_t n = 0; n < N; n++)
-                nd[(e * K + k) * N + n] = nz[nz_index(e, k, n, K, N, 32)];
-    return succeed();
+    return relayout("nz_to_nd_int8", "nz", "nd", nz, nd, E, K, N, 0, 0);
 }
 
 qmoe_status qmoe_nd_to_nz_int4(const int8_t *nd_values, int64_t E, int64_t K, int64_t N,
                                uint8_t *nz_packed)
 {
-    int64_t total;
-    qmoe_status st = check_ekn("nd_to_nz_int4", E, K, N, 16, 64, &total);
-    if (st) return st;
-    if (total == 0) return succeed();
-    REQUIRE(nd_values, "nd_to_nz_int4", "nd_values");
-    REQUIRE(nz_packed, "nd_to_nz_int4", "nz_packed");
-    if ((st = check_values("nd_to_nz_int4", nd_values, total))) return st;
-    for (int64_t e = 0; e < E; e++)
-        for (int64_t k = 0; k < K; k++)
-            for (int64_t n = 0; n < N; n++)
-                put_nibble(nz_packed, nz_index(e, k, n, K, N, 64), nd_values[(e * K + k) * N + n]);
-    return succeed();
+    return relayout("nd_to_nz_int4", "nd_values", "nz_packed", nd_values, nz_packed, E, K, N, 1, 1);
 }
 
 qmoe_status qmoe_nz_to_nd_int4(const uint8_t *nz_packed, int64_t E, int64_t K, int64_t N,
                                int8_t *nd_values)
 {
-    int64_t total;
-    qmoe_status st = check_ekn("nz_to_nd_int4", E, K, N, 16, 64, &total);
-    if (st) return st;
-    if (total == 0) return succeed();
-    REQUIRE(nz_packed, "nz_to_nd_int4", "nz_packed");
-    REQUIRE(nd_values, "nz_to_nd_int4", "nd_values");
-    for (int64_t e = 0; e < E; e++)
-        for (int64_t k = 0; k < K; k++)
-            for (int64_t n = 0; n < N; n++)
-                nd_values[(e * K + k) * N + n] =
-                    (int8_t)get_nibble(nz_packed, nz_index(e, k, n, K, N, 64));
-    return succeed();
+    return relayout("nz_to_nd_int4", "nz_packed", "nd_values", nz_packed, nd_values, E, K, N, 1, 0);
 }
 
 static qmoe_status check_count(const char *fn, int64_t count, int64_t multiple)
