@@ -6,7 +6,8 @@
  * Input: a valid template (mode, layout, per-group, sizes), then a list of mutations, each
  * changing one thing of one tensor (presence, rank, a dim, a stride, dtype, format, data pointer)
  * or of the options. Starting near a valid case lets the fuzzer reach every check of the planner.
- * Every data pointer points into a PROT_NONE page, so a read of tensor data faults.
+ * Every data pointer points into a PROT_NONE region (one per tensor), so a read of tensor data
+ * faults.
  */
 #define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
 #include <stdio.h>
@@ -26,14 +27,20 @@ typedef struct desc {
     int64_t shape[QMOE_MAX_DIMS], strides[QMOE_MAX_DIMS];
 } desc;
 
-static void *unreadable_page(void)
+/* One unreadable 1 MiB region per tensor slot: distinct regions, because phase one refuses
+ * outputs that share memory with inputs, and a valid template must be able to pass. */
+enum { SLOT_BYTES = 1 << 20 };
+
+static void *unreadable_region(int slot)
 {
-    static void *page;
-    if (!page) {
-        page = mmap(NULL, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (page == MAP_FAILED) abort();
+    static uint8_t *base;
+    if (!base) {
+        void *m = mmap(NULL, (size_t)SLOTS * SLOT_BYTES, PROT_NONE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (m == MAP_FAILED) abort();
+        base = m;
     }
-    return page;
+    return base + (size_t)slot * SLOT_BYTES;
 }
 
 static void set(desc *d, int dtype, int format, int ndim, const int64_t *shape)
@@ -134,7 +141,7 @@ static void require(int ok, const char *what)
 
 /* A tensor from its descriptor; the shape and strides are copied into exact-size heap arrays so
  * that a read past `ndim` is caught by AddressSanitizer. */
-static qmoe_tensor *create(const desc *d)
+static qmoe_tensor *create(const desc *d, int slot)
 {
     if (!d->present) return NULL;
     int n = d->ndim > 0 ? (d->ndim < QMOE_MAX_DIMS ? d->ndim : QMOE_MAX_DIMS) : 0;
@@ -147,7 +154,7 @@ static qmoe_tensor *create(const desc *d)
     /* A rank past QMOE_MAX_DIMS is passed as such: create must refuse it before reading. */
     qmoe_status st = qmoe_tensor_create(shape, d->ndim, d->has_strides ? strides : NULL,
                                         (qmoe_dtype)d->dtype, (qmoe_format)d->format,
-                                        d->null_data ? NULL : unreadable_page(), &t);
+                                        d->null_data ? NULL : unreadable_region(slot), &t);
     free(shape);
     free(strides);
     require(documented(st), "qmoe_tensor_create returned an undocumented status");
@@ -187,7 +194,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int null_size_ptr = fz_u8(&in) == 0x5A, null_ex_ptr = fz_u8(&in) == 0xA5;
 
     qmoe_tensor *ts[SLOTS];
-    for (int i = 0; i < SLOTS; i++) ts[i] = create(&t[i]);
+    for (int i = 0; i < SLOTS; i++) ts[i] = create(&t[i], i);
 
     qmoe_executor *const sentinel = (qmoe_executor *)(uintptr_t)0x5e5e5e50;
     qmoe_executor *ex = sentinel;

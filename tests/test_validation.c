@@ -15,6 +15,7 @@ static const qmoe_status NUL = QMOE_ERR_PARAM_NULLPTR, INV = QMOE_ERR_PARAM_INVA
 
 /* Input buffers; phase one never reads them, phase two reads the base ones. */
 static _Alignas(64) uint8_t big[1 << 16];
+static _Alignas(64) int8_t big_out[M * 10240 / 2]; /* outputs may not share memory with inputs */
 static int8_t x_buf[M * K], w_buf[E * K * N];
 static float bias_buf[E * N], ws_buf[E * N], xs_buf[M];
 static int64_t gl_buf[E];
@@ -199,7 +200,7 @@ static void test_weight(void)
     plan_fails("N > 10240", &a, INV, "N");
     a = base(0), a.w = MK(QMOE_DTYPE_INT8, NZ, big, E, 10240 / 32, K / 16, 16, 32);
     a.ws = MK(QMOE_DTYPE_FLOAT32, ND, big, E, 10240);
-    a.out = MK(QMOE_DTYPE_INT8, ND, big, M, 10240 / 2);
+    a.out = MK(QMOE_DTYPE_INT8, ND, big_out, M, 10240 / 2);
     plan_passes("N = 10240", &a);
     a = base(0), a.gl = MK(QMOE_DTYPE_INT64, ND, big, E + 1);
     plan_fails("E' > E", &a, INV, "groupList");

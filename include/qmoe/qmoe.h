@@ -125,6 +125,8 @@ typedef struct qmoe_executor qmoe_executor;
  * bias float32 [E,N] (A8W4 only, mandatory there); offset reserved (NULL); weight_scale [E,N] or
  * [E,G,N]; x_scale float32 [M]; group_list int64 [E'] (E' <= E); output int8 [M,N/2];
  * output_scale float32 [M]; output_offset reserved (NULL). `options` may be NULL.
+ * `output` and `outputScale` must not share memory with any input or with each other (no in-place
+ * execution): QMOE_ERR_PARAM_INVALID.
  * On error nothing is allocated, *executor is left as it was, and qmoe_last_error() says why.
  * The tensor objects may be destroyed after this call; their memory must stay valid.
  */

@@ -132,3 +132,21 @@ int qmoe_tensor_is_contiguous(const qmoe_tensor *t)
     }
     return 1;
 }
+
+static void byte_span(const qmoe_tensor *t, uintptr_t *lo, uintptr_t *hi)
+{
+    int64_t last = 0;
+    for (int i = 0; i < t->ndim; i++) last += (t->shape[i] - 1) * t->strides[i];
+    int64_t bytes = ((last + 1) * qmoe_dtype_bits(t->dtype) + 7) / 8;
+    *lo = (uintptr_t)t->data;
+    *hi = *lo + (uintptr_t)bytes; /* one past the last byte */
+}
+
+int qmoe_tensor_overlaps(const qmoe_tensor *a, const qmoe_tensor *b)
+{
+    if (a->numel == 0 || b->numel == 0) return 0;
+    uintptr_t alo, ahi, blo, bhi;
+    byte_span(a, &alo, &ahi);
+    byte_span(b, &blo, &bhi);
+    return alo < bhi && blo < ahi;
+}

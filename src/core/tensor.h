@@ -19,6 +19,10 @@ int qmoe_dtype_bits(qmoe_dtype dtype);
 const char *qmoe_dtype_name(qmoe_dtype dtype);
 const char *qmoe_format_name(qmoe_format format);
 
+/* Whether the memory spans of two views (first to last byte they can address) intersect; an
+ * empty view spans nothing. Extents are bounded by qmoe_tensor_create, so this cannot overflow. */
+int qmoe_tensor_overlaps(const qmoe_tensor *a, const qmoe_tensor *b);
+
 /* Whether the view is row-major contiguous. */
 int qmoe_tensor_is_contiguous(const qmoe_tensor *t);
 

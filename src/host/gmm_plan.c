@@ -172,6 +172,29 @@ static qmoe_status expect_disjoint_1d(const char *name, const qmoe_tensor *t)
     return QMOE_OK;
 }
 
+/* In-place execution is not supported: an output that shares memory with an input (or with the
+ * other output) would be read after it was written, so phase one refuses it. */
+static qmoe_status expect_no_alias(const qmoe_tensor *x, const qmoe_tensor *weight,
+                                   const qmoe_tensor *bias, const qmoe_tensor *weight_scale,
+                                   const qmoe_tensor *x_scale, const qmoe_tensor *group_list,
+                                   const qmoe_tensor *output, const qmoe_tensor *output_scale)
+{
+    const struct { const qmoe_tensor *t; const char *name; } inputs[] = {
+        {x, "x"}, {weight, "weight"}, {bias, "bias"}, {weight_scale, "weightScale"},
+        {x_scale, "xScale"}, {group_list, "groupList"}, {output_scale, "outputScale"},
+    };
+    for (size_t i = 0; i < sizeof inputs / sizeof inputs[0]; i++) {
+        if (!inputs[i].t) continue; /* bias is optional */
+        if (inputs[i].t != output_scale && qmoe_tensor_overlaps(output_scale, inputs[i].t))
+            return INVALID("outputScale overlaps %s in memory; in-place execution is not supported",
+                           inputs[i].name);
+        if (qmoe_tensor_overlaps(output, inputs[i].t))
+            return INVALID("output overlaps %s in memory; in-place execution is not supported",
+                           inputs[i].name);
+    }
+    return QMOE_OK;
+}
+
 qmoe_status qmoe_gmm_plan(const qmoe_tensor *x, const qmoe_tensor *weight,
                           const qmoe_tensor *bias, const qmoe_tensor *offset,
                           const qmoe_tensor *weight_scale, const qmoe_tensor *x_scale,
@@ -266,6 +289,10 @@ qmoe_status qmoe_gmm_plan(const qmoe_tensor *x, const qmoe_tensor *weight,
         return st;
     p->out_scale = output_scale->data;
     p->out_scale_s = output_scale->strides[0];
+
+    if ((st = expect_no_alias(x, weight, bias, weight_scale, x_scale, group_list, output,
+                              output_scale)))
+        return st;
 
     p->group_list_type = o->group_list_type;
     const qmoe_kernel_ops *k = qmoe_kernel_lookup(o->kernel);

@@ -16,6 +16,11 @@
 typedef struct qmoe_kernel_ops {
     int32_t id; /* qmoe_kernel */
     const char *name;
+    /* Planner hints (0: no preference). row_block: rows per swiglu_block call that keep the
+     * packed weight panel's reuse high (weights are rearranged once per call and column panel);
+     * col_align: column ranges starting at multiples of it take the fast packing path. */
+    int32_t row_block;
+    int32_t col_align;
     /* Scratchpad bytes one thread needs for blocks of at most `rows` x `cols` (planner sizes the
      * device scratchpad with it; the kernel receives that slice in ctx->scratch). */
     uint64_t (*scratch_bytes)(const qmoe_gmm_params *p, int64_t rows, int64_t cols);

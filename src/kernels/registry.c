@@ -1,14 +1,104 @@
-/* Kernel selection by request and CPU features. */
+/*
+ * Kernel selection by request and CPU features.
+ *
+ * QMOE_KERNEL_AUTO picks the fastest kernel this CPU runs. The environment variable QMOE_ISA
+ * (avx512_vnni | avx_vnni | avx2 | portable | reference) caps that choice, so every lower kernel
+ * can be exercised on one machine; a cap the CPU cannot run falls to the best kernel below it,
+ * and an unknown value is ignored (AUTO stays the fastest). Explicit requests ignore QMOE_ISA and
+ * return NULL when the CPU cannot run the kernel.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu_features.h"
+#include "kernels/gmm_fast.h"
 #include "kernels/kernel.h"
 #include "qmoe/qmoe.h"
 
+#define FAST_OPS(sym, isa, kid, kname)                                                           \
+    static uint64_t sym##_scratch(const qmoe_gmm_params *p, int64_t rows, int64_t cols)        \
+    {                                                                                            \
+        return qmoe_fast_scratch_bytes(&isa, p, rows, cols);                                     \
+    }                                                                                            \
+    static void sym##_block(const qmoe_gmm_params *p, qmoe_thread_ctx *ctx, int64_t e,         \
+                            int64_t m0, int64_t m1, int64_t j0, int64_t j1, float *s,           \
+                            int64_t lds)                                                         \
+    {                                                                                            \
+        qmoe_fast_swiglu_block(&isa, p, ctx, e, m0, m1, j0, j1, s, lds);                         \
+    }                                                                                            \
+    static void sym##_quant(const qmoe_gmm_params *p, const float *s, int64_t lds, int64_t m0,  \
+                            int64_t m1)                                                          \
+    {                                                                                            \
+        qmoe_fast_quantize_rows(&isa, p, s, lds, m0, m1);                                        \
+    }                                                                                            \
+    static const qmoe_kernel_ops sym = {                                                         \
+        .id = kid,                                                                               \
+        .name = kname,                                                                           \
+        .row_block = 512,                                                                        \
+        .col_align = QMOE_PK_UNIT,                                                               \
+        .scratch_bytes = sym##_scratch,                                                          \
+        .swiglu_block = sym##_block,                                                             \
+        .quantize_rows = sym##_quant,                                                            \
+    };
+
+FAST_OPS(ops_portable, qmoe_isa_portable, QMOE_KERNEL_PORTABLE, "portable")
+#if defined(__x86_64__) || defined(_M_X64)
+FAST_OPS(ops_avx2, qmoe_isa_avx2, QMOE_KERNEL_AVX2, "avx2")
+FAST_OPS(ops_avx_vnni, qmoe_isa_avx_vnni, QMOE_KERNEL_AVX_VNNI, "avx_vnni")
+FAST_OPS(ops_avx512_vnni, qmoe_isa_avx512_vnni, QMOE_KERNEL_AVX512_VNNI, "avx512_vnni")
+#endif
+
+const qmoe_gemm_isa *qmoe_gemm_isa_for(int32_t kernel_id)
+{
+    switch (kernel_id) {
+    case QMOE_KERNEL_PORTABLE: return &qmoe_isa_portable;
+#if defined(__x86_64__) || defined(_M_X64)
+    case QMOE_KERNEL_AVX2: return &qmoe_isa_avx2;
+    case QMOE_KERNEL_AVX_VNNI: return &qmoe_isa_avx_vnni;
+    case QMOE_KERNEL_AVX512_VNNI: return &qmoe_isa_avx512_vnni;
+#endif
+    }
+    return NULL;
+}
+
+static const qmoe_kernel_ops *ops_for(int32_t kernel)
+{
+    switch (kernel) {
+    case QMOE_KERNEL_REFERENCE: return &qmoe_kernel_reference;
+    case QMOE_KERNEL_PORTABLE: return &ops_portable;
+#if defined(__x86_64__) || defined(_M_X64)
+    case QMOE_KERNEL_AVX2: return &ops_avx2;
+    case QMOE_KERNEL_AVX_VNNI: return &ops_avx_vnni;
+    case QMOE_KERNEL_AVX512_VNNI: return &ops_avx512_vnni;
+#endif
+    }
+    return NULL;
+}
+
+/* The QMOE_ISA cap as a kernel id; the fastest id when unset or unknown. */
+static int32_t isa_cap(void)
+{
+    static const struct { const char *name; int32_t id; } names[] = {
+        {"avx512_vnni", QMOE_KERNEL_AVX512_VNNI}, {"avx_vnni", QMOE_KERNEL_AVX_VNNI},
+        {"avx2", QMOE_KERNEL_AVX2}, {"portable", QMOE_KERNEL_PORTABLE},
+        {"reference", QMOE_KERNEL_REFERENCE},
+    };
+    const char *v = getenv("QMOE_ISA");
+    if (v)
+        for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+            if (!strcmp(v, names[i].name)) return names[i].id;
+    return QMOE_KERNEL_AVX512_VNNI;
+}
+
 const qmoe_kernel_ops *qmoe_kernel_lookup(int32_t requested)
 {
-    switch (requested) {
-    case QMOE_KERNEL_AUTO:
-    case QMOE_KERNEL_REFERENCE: return &qmoe_kernel_reference;
-    default: return NULL;
+    if (requested == QMOE_KERNEL_AUTO) {
+        for (int32_t k = isa_cap(); k >= QMOE_KERNEL_REFERENCE; k--)
+            if (qmoe_cpu_runs_kernel(k) && ops_for(k)) return ops_for(k);
+        return &qmoe_kernel_reference;
     }
+    if (!qmoe_cpu_runs_kernel(requested)) return NULL;
+    return ops_for(requested);
 }
 
 const char *qmoe_kernel_name(qmoe_kernel kernel)

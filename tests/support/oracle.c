@@ -128,6 +128,13 @@ static double dequant(const oracle_case *c, int64_t e, int64_t m, int64_t n, dou
     return out;
 }
 
+static int row_finite(const double *s, int64_t n)
+{
+    for (int64_t j = 0; j < n; j++)
+        if (!isfinite(s[j])) return 0;
+    return 1;
+}
+
 void oracle_run(const oracle_case *c, double *S, double *scale, int8_t *q, uint8_t *written,
                 double *noise)
 {
@@ -154,8 +161,10 @@ void oracle_run(const oracle_case *c, double *S, double *scale, int8_t *q, uint8
             }
             scale[m] = amax / 127.0;
             if (noise) noise[m] = row_noise;
+            /* the spec's zero row; a non-finite row's output is 0 too */
+            int zero_row = amax == 0.0 || !row_finite(s, N2);
             for (int64_t j = 0; j < N2; j++)
-                q[m * N2 + j] = amax == 0.0 ? 0 : (int8_t)nearbyint(s[j] * 127.0 / amax);
+                q[m * N2 + j] = zero_row ? 0 : (int8_t)nearbyint(s[j] * 127.0 / amax);
             written[m] = 1;
         }
         start = end;

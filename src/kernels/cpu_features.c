@@ -1,0 +1,102 @@
+/* CPU feature detection for the kernel registry: CPUID for the instructions, XGETBV for the
+ * register state the OS saves (AVX-512 needs the mask and upper-zmm state too). */
+#include "kernels/cpu_features.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "qmoe/qmoe.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+
+static uint64_t xgetbv0(void)
+{
+    uint32_t lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return ((uint64_t)hi << 32) | lo;
+}
+
+static qmoe_cpu_features detect(void)
+{
+    qmoe_cpu_features f;
+    memset(&f, 0, sizeof f);
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
+    int fma = (c >> 12) & 1, osxsave = (c >> 27) & 1, avx = (c >> 28) & 1, f16c = (c >> 29) & 1;
+    if (!osxsave || !avx) return f;
+    uint64_t xcr0 = xgetbv0();
+    int ymm_ok = (xcr0 & 0x6) == 0x6, zmm_ok = (xcr0 & 0xE6) == 0xE6;
+    unsigned max_leaf = __get_cpuid_max(0, NULL);
+    if (max_leaf < 7) return f;
+    __cpuid_count(7, 0, a, b, c, d);
+    unsigned b7 = b, c7 = c, d7 = d, max_sub = a;
+    unsigned a71 = 0;
+    if (max_sub >= 1) {
+        __cpuid_count(7, 1, a, b, c, d);
+        a71 = a;
+    }
+    f.avx2 = ymm_ok && fma && f16c && ((b7 >> 5) & 1);
+    f.avx_vnni = f.avx2 && ((a71 >> 4) & 1);
+    f.avx512 = f.avx2 && zmm_ok && ((b7 >> 16) & 1) /* F */ && ((b7 >> 17) & 1) /* DQ */ &&
+               ((b7 >> 30) & 1) /* BW */ && ((b7 >> 31) & 1) /* VL */;
+    f.avx512_vnni = f.avx512 && ((c7 >> 11) & 1);
+    f.avx512_vbmi = f.avx512 && ((c7 >> 1) & 1);
+    f.amx_int8 = (d7 >> 25) & 1;
+    return f;
+}
+#else
+static qmoe_cpu_features detect(void)
+{
+    qmoe_cpu_features f;
+    memset(&f, 0, sizeof f);
+    return f;
+}
+#endif
+
+qmoe_cpu_features qmoe_cpu_features_get(void)
+{
+    /* CPUID traps to the hypervisor in a VM: detect once. The result lives in one atomic word
+     * (bit 31: valid); racing first calls store the same value. */
+    static unsigned word;
+    unsigned w = __atomic_load_n(&word, __ATOMIC_ACQUIRE);
+    qmoe_cpu_features f;
+    if (!(w >> 31)) {
+        f = detect();
+        w = 1u << 31 | f.avx2 | f.avx_vnni << 1 | f.avx512 << 2 | f.avx512_vnni << 3 |
+            f.avx512_vbmi << 4 | f.amx_int8 << 5;
+        __atomic_store_n(&word, w, __ATOMIC_RELEASE);
+        return f;
+    }
+    memset(&f, 0, sizeof f);
+    f.avx2 = w & 1, f.avx_vnni = w >> 1 & 1, f.avx512 = w >> 2 & 1, f.avx512_vnni = w >> 3 & 1;
+    f.avx512_vbmi = w >> 4 & 1, f.amx_int8 = w >> 5 & 1;
+    return f;
+}
+
+int qmoe_cpu_runs_kernel(int kernel)
+{
+    qmoe_cpu_features f = qmoe_cpu_features_get();
+    switch (kernel) {
+    case QMOE_KERNEL_REFERENCE:
+    case QMOE_KERNEL_PORTABLE: return 1;
+    case QMOE_KERNEL_AVX2: return f.avx2;
+    case QMOE_KERNEL_AVX_VNNI: return f.avx_vnni;
+    case QMOE_KERNEL_AVX512_VNNI: return f.avx512_vnni;
+    }
+    return 0;
+}
+
+size_t qmoe_cpu_isa_list(char *buf, size_t size)
+{
+    qmoe_cpu_features f = qmoe_cpu_features_get();
+    char list[128] = "";
+    if (f.avx512_vnni) strcat(list, "avx512_vnni,");
+    if (f.avx_vnni) strcat(list, "avx_vnni,");
+    if (f.avx2) strcat(list, "avx2,");
+    strcat(list, "portable");
+    if (f.amx_int8) strcat(list, ",amx_int8 (unused)");
+    if (size) snprintf(buf, size, "%s", list);
+    return strlen(list);
+}

@@ -1,0 +1,117 @@
+/*
+ * AVX-512 VNNI int8 micro-kernel: up to 6 rows x 4 units (64 columns) of int32 accumulators in
+ * 24 zmm registers. Per step of 4 k: 4 weight vectors (uint8, the packed units) and one
+ * embedded-broadcast dword of x per row (int8) feed 24 vpdpbusd.
+ */
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels/gmm_fast.h"
+#include "kernels/x86_parts.h"
+
+enum { MR = 6 };
+
+static inline __attribute__((always_inline)) void tile(int mr, int nu, int64_t kq,
+                                                       const int8_t *x, int64_t ldx,
+                                                       const uint8_t *wp, int64_t wstep,
+                                                       int32_t *acc, int64_t ldacc, int accumulate)
+{
+    /* Accumulators start at zero and are added to acc at the end: GCC keeps them in registers
+     * only when their initial value does not depend on a run-time condition. */
+    __m512i c00 = _mm512_setzero_si512(), c01 = c00, c02 = c00, c03 = c00;
+    __m512i c10 = c00, c11 = c00, c12 = c00, c13 = c00, c20 = c00, c21 = c00, c22 = c00, c23 = c00;
+    __m512i c30 = c00, c31 = c00, c32 = c00, c33 = c00, c40 = c00, c41 = c00, c42 = c00, c43 = c00;
+    __m512i c50 = c00, c51 = c00, c52 = c00, c53 = c00;
+    const int8_t *x0 = x, *x1 = x + ldx, *x2 = x + 2 * ldx, *x3 = x + 3 * ldx, *x4 = x + 4 * ldx,
+                 *x5 = x + 5 * ldx;
+    for (int64_t q = 0; q < kq; q++) {
+        __m512i w0 = _mm512_loadu_si512(wp), w1 = w0, w2 = w0, w3 = w0;
+        if (nu > 1) w1 = _mm512_loadu_si512(wp + 64);
+        if (nu > 2) w2 = _mm512_loadu_si512(wp + 128);
+        if (nu > 3) w3 = _mm512_loadu_si512(wp + 192);
+        wp += wstep;
+#define ROW(R)                                                                                   \
+    if (mr > R) {                                                                                \
+        int32_t xv;                                                                              \
+        memcpy(&xv, x##R + 4 * q, sizeof xv);                                                    \
+        __m512i b = _mm512_set1_epi32(xv);                                                       \
+        c##R##0 = _mm512_dpbusd_epi32(c##R##0, w0, b);                                           \
+        if (nu > 1) c##R##1 = _mm512_dpbusd_epi32(c##R##1, w1, b);                               \
+        if (nu > 2) c##R##2 = _mm512_dpbusd_epi32(c##R##2, w2, b);                               \
+        if (nu > 3) c##R##3 = _mm512_dpbusd_epi32(c##R##3, w3, b);                               \
+    }
+        ROW(0) ROW(1) ROW(2) ROW(3) ROW(4) ROW(5)
+#undef ROW
+    }
+#define OUT(R, U)                                                                                \
+    if (mr > R && nu > U) {                                                                      \
+        int32_t *d = acc + R * ldacc + 16 * U;                                                   \
+        __m512i v = c##R##U;                                                                     \
+        if (accumulate) v = _mm512_add_epi32(v, _mm512_loadu_si512(d));                          \
+        _mm512_storeu_si512(d, v);                                                               \
+    }
+#define OUT_ROW(R) OUT(R, 0) OUT(R, 1) OUT(R, 2) OUT(R, 3)
+    OUT_ROW(0) OUT_ROW(1) OUT_ROW(2) OUT_ROW(3) OUT_ROW(4) OUT_ROW(5)
+#undef OUT_ROW
+#undef OUT
+}
+
+#define TILE_FN(R, U)                                                                            \
+    static void tile_##R##x##U(int64_t kq, const int8_t *x, int64_t ldx, const uint8_t *wp,     \
+                               int64_t wstep, int32_t *acc, int64_t ldacc, int accumulate)       \
+    {                                                                                            \
+        tile(R, U, kq, x, ldx, wp, wstep, acc, ldacc, accumulate);                               \
+    }
+#define TILE_ROW(R) TILE_FN(R, 1) TILE_FN(R, 2) TILE_FN(R, 3) TILE_FN(R, 4)
+TILE_ROW(1) TILE_ROW(2) TILE_ROW(3) TILE_ROW(4) TILE_ROW(5) TILE_ROW(6)
+
+typedef void (*tile_fn)(int64_t, const int8_t *, int64_t, const uint8_t *, int64_t, int32_t *,
+                        int64_t, int);
+#define ROW_PTRS(R) {tile_##R##x1, tile_##R##x2, tile_##R##x3, tile_##R##x4}
+static const tile_fn tiles[MR][4] = {ROW_PTRS(1), ROW_PTRS(2), ROW_PTRS(3),
+                                     ROW_PTRS(4), ROW_PTRS(5), ROW_PTRS(6)};
+
+static void gemm_avx512(int mr, int nu, int64_t kq, const int8_t *x, int64_t ldx,
+                        const uint8_t *wp, int64_t wstep, int32_t *acc, int64_t ldacc,
+                        int accumulate)
+{
+    tiles[mr - 1][nu - 1](kq, x, ldx, wp, wstep, acc, ldacc, accumulate);
+}
+
+static uint64_t peak_avx512(uint64_t iters)
+{
+    __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0,
+            a7 = a0, a8 = a0, a9 = a0, a10 = a0, a11 = a0;
+    __m512i w = _mm512_set1_epi8(1), b = _mm512_set1_epi8(2);
+    for (uint64_t i = 0; i < iters; i++) {
+        __asm__ volatile("" : "+v"(w)); /* keeps the loop from being folded */
+        a0 = _mm512_dpbusd_epi32(a0, w, b), a1 = _mm512_dpbusd_epi32(a1, w, b);
+        a2 = _mm512_dpbusd_epi32(a2, w, b), a3 = _mm512_dpbusd_epi32(a3, w, b);
+        a4 = _mm512_dpbusd_epi32(a4, w, b), a5 = _mm512_dpbusd_epi32(a5, w, b);
+        a6 = _mm512_dpbusd_epi32(a6, w, b), a7 = _mm512_dpbusd_epi32(a7, w, b);
+        a8 = _mm512_dpbusd_epi32(a8, w, b), a9 = _mm512_dpbusd_epi32(a9, w, b);
+        a10 = _mm512_dpbusd_epi32(a10, w, b), a11 = _mm512_dpbusd_epi32(a11, w, b);
+    }
+    __m512i s = _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(a0, a1), _mm512_add_epi32(a2, a3)),
+                                 _mm512_add_epi32(_mm512_add_epi32(a4, a5), _mm512_add_epi32(a6, a7)));
+    s = _mm512_add_epi32(s, _mm512_add_epi32(_mm512_add_epi32(a8, a9), _mm512_add_epi32(a10, a11)));
+    volatile int32_t sink = _mm512_reduce_add_epi32(s);
+    (void)sink;
+    return iters * 12 * 64 * 2;
+}
+
+const qmoe_gemm_isa qmoe_isa_avx512_vnni = {
+    .name = "avx512_vnni",
+    .kernel_id = QMOE_KERNEL_AVX512_VNNI,
+    .mr = MR,
+    .nu = 4,
+    .gemm = gemm_avx512,
+    .rearrange = qmoe_rearrange_avx512,
+    .fold = qmoe_fold_avx512,
+    .swiglu = qmoe_swiglu_avx512,
+    .quantize_row = qmoe_quantize_row_avx512,
+    .gemm_nz = qmoe_gemm_nz_avx512,
+    .peak_loop = peak_avx512,
+};
+#endif

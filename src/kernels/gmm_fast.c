@@ -1,0 +1,572 @@
+/*
+ * The blocked driver of the fast kernels, shared by every instruction set.
+ *
+ * swiglu_block(e, rows [m0, m1), output columns [j0, j1)) works panel by panel: a panel is up to
+ * 64 output columns, i.e. up to 4 units of act weight columns and the 4 matching units of gate
+ * columns (j + N/2). Its weights are streamed, chunk of K by chunk, through the copy queue into
+ * a staging buffer of the scratchpad and rearranged there once into the micro-kernel's order
+ * (gmm_fast.h); then every row of the block reuses them. Rows go in blocks of MC, K in chunks
+ * that never cross a scale group, so the int32 accumulators of one group are exact, are folded
+ * into float with that group's scale, and the float tile ends in the fused SwiGLU epilogue.
+ * A8W4 uses C = (sum_g acc_g * ws_g + corr) * xs with corr = bias - 8 * sum_g ws_g * colsum_g, the
+ * vendor's high/low nibble formula rewritten exactly (in real numbers), honouring any bias.
+ */
+#include "kernels/gmm_fast.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/gmm_access.h"
+#include "runtime/copyq.h"
+#include "runtime/trace.h"
+
+enum {
+    MC = 48,          /* rows per block of the accumulator tile */
+    KC = 512,         /* K positions per chunk (multiple of 16) */
+    STAGE_ROW = 64,   /* staging bytes per K row: at most 4 units of int8 */
+    PANEL_BUDGET = 1280 * 1024, /* packed panel bytes kept in L2 */
+    IN_PLACE_ROWS = 16,         /* blocks of at most this many rows read weight tiles in place */
+};
+
+typedef struct fast_layout {
+    int64_t gk, gkp, Kp; /* group size, padded to 4, padded K */
+    int64_t U;           /* units per half of a panel (<= 4) */
+    int64_t rows;        /* row capacity of xoff */
+    int direct_x;        /* x rows are read in place */
+    uint64_t wp, wsg, corr, csum, cs, stage, ones, onesw, tmp, xoff, xs, xpack, acc, f, total;
+} fast_layout;
+
+static uint64_t take(uint64_t *off, uint64_t bytes)
+{
+    uint64_t at = *off;
+    *off += (bytes + 63u) & ~(uint64_t)63u;
+    return at;
+}
+
+static int64_t units_for(const qmoe_gmm_params *p, int64_t Kp, int64_t cols)
+{
+    int64_t U = (cols + QMOE_PK_UNIT - 1) / QMOE_PK_UNIT;
+    if (U > QMOE_PK_BLOCK) U = QMOE_PK_BLOCK;
+    if (U < 1) U = 1;
+    /* Keep the packed panel (weights and per-group scales) within a share of L2. */
+    while (U > 1 && (uint64_t)(2 * QMOE_PK_UNIT * U) * (uint64_t)(Kp + 4 * p->G) > PANEL_BUDGET) U--;
+    return U;
+}
+
+/* The scratchpad of one call. Sizes cannot overflow: every term is bounded by a validated shape
+ * (K < 65536, N <= 10240, G <= K, rows <= M, and M * K bytes of x exist). */
+static fast_layout layout_for(const qmoe_gmm_params *p, int64_t rows, int64_t cols)
+{
+    fast_layout L;
+    L.gk = p->group_k;
+    L.gkp = (L.gk + 3) & ~(int64_t)3;
+    L.Kp = L.gkp * p->G;
+    L.U = units_for(p, L.Kp, cols);
+    L.rows = rows;
+    L.direct_x = p->x_s[1] == 1 && L.gk == L.gkp;
+    uint64_t cols2 = (uint64_t)(2 * QMOE_PK_UNIT * L.U), mc = (uint64_t)(rows < MC ? rows : MC);
+    uint64_t off = 0;
+    L.wp = take(&off, cols2 * (uint64_t)L.Kp);
+    L.wsg = take(&off, cols2 * (uint64_t)p->G * sizeof(float));
+    L.corr = take(&off, cols2 * sizeof(float));
+    L.csum = take(&off, cols2 * sizeof(double));
+    L.cs = take(&off, cols2 * sizeof(int32_t));
+    L.stage = take(&off, (uint64_t)KC * STAGE_ROW + QMOE_PK_BLOCK * 64);
+    L.ones = take(&off, KC);
+    L.onesw = take(&off, QMOE_PK_STEP);
+    L.tmp = take(&off, QMOE_PK_MAX_MR * QMOE_PK_UNIT * QMOE_PK_BLOCK * sizeof(int32_t));
+    L.xoff = take(&off, (uint64_t)rows * (uint64_t)p->G * sizeof(int32_t));
+    L.xs = take(&off, mc * sizeof(float));
+    L.xpack = take(&off, L.direct_x ? 0 : mc * (uint64_t)L.Kp);
+    L.acc = take(&off, mc * cols2 * sizeof(int32_t));
+    L.f = take(&off, mc * cols2 * sizeof(float));
+    L.total = off;
+    return L;
+}
+
+uint64_t qmoe_fast_scratch_bytes(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p,
+                                 int64_t rows, int64_t cols)
+{
+    (void)isa;
+    return layout_for(p, rows < 1 ? 1 : rows, cols).total;
+}
+
+/* ---------------------------------------------------------------- weight staging ----------- */
+
+/* Where the 16 weight columns [n, n + 16) of row k live as plain bytes: row k at
+ * base + (k / 16) * a + (k % 16) * b, 16 int8 or 8 bytes of int4 in a row. 0: not plain bytes. */
+static int unit_source(const qmoe_gmm_params *p, int64_t e, int64_t n, const uint8_t **base,
+                       int64_t *a, int64_t *b)
+{
+    const int64_t *s = p->w_s;
+    const uint8_t *w = p->w;
+    switch ((qmoe_wlayout)p->w_layout) {
+    case QMOE_W_INT8_NZ:
+        if (s[4] != 1 || n % 16) return 0;
+        *base = w + e * s[0] + (n / 32) * s[1] + n % 32;
+        *a = s[2];
+        *b = s[3];
+        return 1;
+    case QMOE_W_INT8_ND:
+        if (s[2] != 1) return 0;
+        *base = w + e * s[0] + n;
+        *a = 16 * s[1];
+        *b = s[1];
+        return 1;
+    case QMOE_W_INT4_NZ:
+        if (s[4] != 1 || n % 16 || (s[0] | s[1] | s[2] | s[3]) & 1) return 0;
+        *base = w + (e * s[0] + (n / 64) * s[1] + n % 64) / 2;
+        *a = s[2] / 2;
+        *b = s[3] / 2;
+        return 1;
+    case QMOE_W_INT4_ND:
+        if (s[2] != 1 || (s[0] | s[1] | n) & 1) return 0;
+        *base = w + (e * s[0] + n) / 2;
+        *a = 8 * s[1];
+        *b = s[1] / 2;
+        return 1;
+    case QMOE_W_INT32_NZ:
+        if (s[4] != 1 || n % 16) return 0;
+        *base = w + 4 * (e * s[0] + (n / 64) * s[1] + (n % 64) / 8);
+        *a = 4 * s[2];
+        *b = 4 * s[3];
+        return 1;
+    case QMOE_W_INT32_ND:
+        if (s[2] != 1 || n % 8) return 0;
+        *base = w + 4 * (e * s[0] + n / 8);
+        *a = 64 * s[1];
+        *b = 4 * s[1];
+        return 1;
+    }
+    return 0;
+}
+
+static void push(qmoe_copyq *q, void *dst, const void *src, size_t rows, size_t row_bytes,
+                 size_t dst_stride, size_t src_stride)
+{
+    if (qmoe_copyq_pending(q) >= QMOE_COPYQ_DEPTH) (void)qmoe_copyq_pop(q);
+    qmoe_copyq_push(q, dst, src, rows, row_bytes, dst_stride, src_stride);
+}
+
+/* Stages weight rows [k0, k0 + rows) of columns [n0, n0 + ncols) (nu units; columns past ncols
+ * are 0) into `stage`, run by run: units whose rows continue one another in memory (a FRACTAL_NZ
+ * strip, an ND row) form a run, copied through the copy queue as one block of rows x run bytes
+ * (a single contiguous copy when the source rows are contiguous too). Anything else (unaligned
+ * or partial units, unusual strides) is gathered element by element. With in_place (blocks of
+ * a few rows, where a copy would cost as much as all the arithmetic done with it) plain runs are
+ * read where they are. On return unit u's row r is at src[u] + r * stride[u]. */
+static void stage_rows(const qmoe_gmm_params *p, qmoe_copyq *q, int64_t e, int64_t n0,
+                       int64_t ncols, int64_t nu, int64_t k0, int64_t rows, uint8_t *stage,
+                       int in_place, const uint8_t **src, int64_t *stride)
+{
+    int int4 = p->mode == QMOE_MODE_A8W4;
+    int64_t bpu = int4 ? 8 : 16;
+    uint8_t *at = stage;
+    int64_t u = 0;
+    while (u < nu) {
+        const uint8_t *base;
+        int64_t a, b, n = n0 + QMOE_PK_UNIT * u;
+        if (ncols - QMOE_PK_UNIT * u < QMOE_PK_UNIT || !unit_source(p, e, n, &base, &a, &b)) {
+            int64_t cnt = ncols - QMOE_PK_UNIT * u;
+            for (int64_t r = 0; r < rows; r++) {
+                uint8_t *d = at + r * bpu;
+                for (int64_t c = 0; c < QMOE_PK_UNIT; c++) {
+                    int v = c < cnt ? qmoe_w_get(p, e, k0 + r, n + c) : 0;
+                    if (!int4) d[c] = (uint8_t)v;
+                    else if (c & 1) d[c / 2] = (uint8_t)(d[c / 2] | (v & 0xF) << 4);
+                    else d[c / 2] = (uint8_t)(v & 0xF);
+                }
+            }
+            src[u] = at;
+            stride[u] = bpu;
+            at += (rows * bpu + 63) & ~(int64_t)63;
+            u++;
+            continue;
+        }
+        /* Merge the following units that continue the same byte rows. */
+        int64_t len = bpu, u1 = u + 1;
+        for (; u1 < nu && ncols - QMOE_PK_UNIT * u1 >= QMOE_PK_UNIT; u1++) {
+            const uint8_t *nb;
+            int64_t na, nbb;
+            if (!unit_source(p, e, n0 + QMOE_PK_UNIT * u1, &nb, &na, &nbb) || nb != base + len ||
+                na != a || nbb != b)
+                break;
+            len += bpu;
+        }
+        if (in_place && a == 16 * b) {
+            for (int64_t i = u; i < u1; i++) {
+                src[i] = base + k0 * b + (i - u) * bpu;
+                stride[i] = b;
+            }
+            u = u1;
+            continue;
+        }
+        if (a == 16 * b && b == len) {
+            push(q, at, base + k0 * b, 1, (size_t)(rows * len), (size_t)(rows * len),
+                 (size_t)(rows * len));
+        } else if (a == 16 * b) {
+            push(q, at, base + k0 * b, (size_t)rows, (size_t)len, (size_t)len, (size_t)b);
+        } else {
+            for (int64_t r = 0; r < rows;) {
+                int64_t k = k0 + r, run = 16 - k % 16;
+                if (run > rows - r) run = rows - r;
+                push(q, at + r * len, base + (k / 16) * a + (k % 16) * b, (size_t)run,
+                     (size_t)len, (size_t)len, (size_t)b);
+                r += run;
+            }
+        }
+        for (int64_t i = u; i < u1; i++) {
+            src[i] = at + (i - u) * bpu;
+            stride[i] = len;
+        }
+        at += (rows * len + 63) & ~(int64_t)63;
+        u = u1;
+    }
+    while (qmoe_copyq_pending(q)) (void)qmoe_copyq_pop(q);
+}
+
+/* ---------------------------------------------------------------- panel packing ------------ */
+
+typedef struct panel {
+    int64_t jc, nc, nu; /* output columns [jc, jc + nc), nu = used units per half */
+    uint8_t *wp;        /* act block, then gate block at wp + blk */
+    int64_t blk, wstep;
+    float *wsg;         /* [G][2 * 16 * U]: act columns then gate columns */
+    float *corr;        /* [2 * 16 * U] */
+    int64_t ld;         /* 2 * 16 * U */
+} panel;
+
+static int64_t weight_col(const qmoe_gmm_params *p, const panel *pn, int64_t half, int64_t c)
+{
+    return (half ? p->N2 : 0) + pn->jc + c;
+}
+
+/* Column sums of one packed chunk (both halves) into cs (int32, + off per position). */
+static void chunk_colsums(const qmoe_gemm_isa *isa, const panel *pn, const uint8_t *ones,
+                          int64_t pos, int64_t kq, int32_t *cs, int first)
+{
+    for (int64_t h = 0; h < 2; h++)
+        for (int64_t u0 = 0; u0 < pn->nu; u0 += isa->nu) {
+            int nu = (int)(pn->nu - u0 < isa->nu ? pn->nu - u0 : isa->nu);
+            isa->gemm(1, nu, kq, (const int8_t *)ones, 0,
+                      pn->wp + h * pn->blk + (pos / 4) * pn->wstep + u0 * QMOE_PK_STEP, pn->wstep,
+                      cs + h * pn->ld / 2 + u0 * QMOE_PK_UNIT, 0, !first);
+        }
+}
+
+/* The panel's weight scales per group (wsg) and a zeroed corr accumulator (csum). */
+static void panel_scales(const qmoe_gmm_params *p, const fast_layout *L, uint8_t *sp, int64_t e,
+                         const panel *pn)
+{
+    int64_t half = pn->ld / 2, valid = pn->nu * QMOE_PK_UNIT;
+    double *csum = (double *)(sp + L->csum);
+    for (int64_t g = 0; g < p->G; g++)
+        for (int64_t h = 0; h < 2; h++)
+            for (int64_t c = 0; c < valid; c++)
+                pn->wsg[g * pn->ld + h * half + c] =
+                    c < pn->nc ? qmoe_ws_get(p, e, g, weight_col(p, pn, h, c)) : 0.0f;
+    for (int64_t c = 0; c < pn->ld; c++) csum[c] = 0.0;
+}
+
+/* A8W4, after group g's chunks: csum += ws_g * colsum_g (cs holds sum of W + 8). */
+static void panel_colsums(const qmoe_gmm_params *p, const fast_layout *L, uint8_t *sp,
+                          const panel *pn, int64_t g)
+{
+    int64_t half = pn->ld / 2, valid = pn->nu * QMOE_PK_UNIT;
+    double *csum = (double *)(sp + L->csum);
+    const int32_t *cs = (const int32_t *)(sp + L->cs);
+    (void)p;
+    for (int64_t h = 0; h < 2; h++)
+        for (int64_t c = 0; c < valid; c++) {
+            int64_t i = h * half + c;
+            csum[i] += (double)pn->wsg[g * pn->ld + i] * (double)(cs[i] - 8 * L->gk);
+        }
+}
+
+/* corr = bias - 8 * sum_g ws_g * colsum_g (A8W4), 0 (A8W8). */
+static void panel_corr(const qmoe_gmm_params *p, const fast_layout *L, uint8_t *sp, int64_t e,
+                       const panel *pn)
+{
+    int64_t half = pn->ld / 2;
+    const double *csum = (const double *)(sp + L->csum);
+    for (int64_t h = 0; h < 2; h++)
+        for (int64_t c = 0; c < half; c++) {
+            float v = 0.0f;
+            if (p->mode == QMOE_MODE_A8W4 && c < pn->nc) {
+                int64_t n = weight_col(p, pn, h, c);
+                double bias = p->bias[e * p->bias_s[0] + n * p->bias_s[1]];
+                v = (float)(bias - 8.0 * csum[h * half + c]);
+            }
+            pn->corr[h * half + c] = v;
+        }
+}
+
+static void pack_panel(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p, qmoe_copyq *q,
+                       const fast_layout *L, uint8_t *sp, int64_t e, int in_place, panel *pn)
+{
+    int int4 = p->mode == QMOE_MODE_A8W4;
+    int32_t *cs = (int32_t *)(sp + L->cs);
+    uint8_t *stage = sp + L->stage, *ones = sp + L->ones;
+    memset(ones, 1, KC);
+    panel_scales(p, L, sp, e, pn);
+    if (L->gk == 0) memset(cs, 0, sizeof(int32_t) * (size_t)pn->ld); /* K = 0 */
+    for (int64_t g = 0; g < p->G; g++) {
+        for (int64_t a = 0; a < L->gk; a += KC) {
+            int64_t rows = L->gk - a < KC ? L->gk - a : KC, pos = g * L->gkp + a;
+            int64_t kq = (rows + 3) / 4;
+            for (int64_t h = 0; h < 2; h++) {
+                const uint8_t *src[QMOE_PK_BLOCK];
+                int64_t stride[QMOE_PK_BLOCK];
+                stage_rows(p, q, e, weight_col(p, pn, h, 0), pn->nc, pn->nu, g * L->gk + a, rows,
+                           stage, in_place, src, stride);
+                isa->rearrange(src, stride, rows, (int)pn->nu, int4,
+                               pn->wp + h * pn->blk + (pos / 4) * pn->wstep, pn->wstep);
+            }
+            if (int4) chunk_colsums(isa, pn, ones, pos, kq, cs, a == 0);
+        }
+        if (int4) panel_colsums(p, L, sp, pn, g);
+    }
+    panel_corr(p, L, sp, e, pn);
+}
+
+/* ---------------------------------------------------------------- activations -------------- */
+
+/* off * sum of x over each K group, for rows [m0, m0 + rows) -> xoff[r * G + g]. */
+static void row_offsets(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p, const fast_layout *L,
+                        uint8_t *sp, int64_t m0, int64_t rows, int32_t *xoff)
+{
+    int32_t off = p->mode == QMOE_MODE_A8W4 ? 8 : 128;
+    if (!L->direct_x) {
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t g = 0; g < p->G; g++) {
+                int32_t sum = 0;
+                for (int64_t k = g * L->gk; k < (g + 1) * L->gk; k++) sum += qmoe_x_get(p, m0 + r, k);
+                xoff[r * p->G + g] = off * sum;
+            }
+        return;
+    }
+    /* sum_k x via the micro-kernel against a unit of ones (wstep 0 repeats it). */
+    uint8_t *onesw = sp + L->onesw;
+    int32_t *tmp = (int32_t *)(sp + L->tmp);
+    memset(onesw, 1, QMOE_PK_STEP);
+    for (int64_t r = 0; r < rows; r += isa->mr) {
+        int mr = (int)(rows - r < isa->mr ? rows - r : isa->mr);
+        for (int64_t g = 0; g < p->G; g++) {
+            isa->gemm(mr, 1, L->gk / 4, p->x + (m0 + r) * p->x_s[0] + g * L->gk, p->x_s[0], onesw,
+                      0, tmp, QMOE_PK_UNIT, 0);
+            for (int i = 0; i < mr; i++) xoff[(r + i) * p->G + g] = off * tmp[i * QMOE_PK_UNIT];
+        }
+    }
+}
+
+/* x rows [m, m + rows) with each K group padded to a multiple of 4 (zeros). */
+static void pack_x(const qmoe_gmm_params *p, const fast_layout *L, int64_t m, int64_t rows,
+                   int8_t *xp)
+{
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t g = 0; g < p->G; g++) {
+            int8_t *d = xp + r * L->Kp + g * L->gkp;
+            for (int64_t i = 0; i < L->gk; i++) d[i] = (int8_t)qmoe_x_get(p, m + r, g * L->gk + i);
+            for (int64_t i = L->gk; i < L->gkp; i++) d[i] = 0;
+        }
+}
+
+/* ---------------------------------------------------------------- the block ---------------- */
+
+/* One K chunk of the accumulator tile: rows x (both halves of the panel). */
+static void tile_chunk(const qmoe_gemm_isa *isa, const panel *pn, const int8_t *x, int64_t ldx,
+                       int64_t rows, int64_t pos, int64_t kq, int32_t *acc, int accumulate)
+{
+    for (int64_t r = 0; r < rows; r += isa->mr) {
+        int mr = (int)(rows - r < isa->mr ? rows - r : isa->mr);
+        for (int64_t h = 0; h < 2; h++)
+            for (int64_t u0 = 0; u0 < pn->nu; u0 += isa->nu) {
+                int nu = (int)(pn->nu - u0 < isa->nu ? pn->nu - u0 : isa->nu);
+                isa->gemm(mr, nu, kq, x + r * ldx + pos, ldx,
+                          pn->wp + h * pn->blk + (pos / 4) * pn->wstep + u0 * QMOE_PK_STEP,
+                          pn->wstep, acc + r * pn->ld + h * (pn->ld / 2) + u0 * QMOE_PK_UNIT,
+                          pn->ld, accumulate);
+            }
+    }
+}
+
+typedef struct block_args {
+    const qmoe_gemm_isa *isa;
+    const qmoe_gmm_params *p;
+    qmoe_thread_ctx *ctx;
+    int64_t e, m0, m1, j0, j1;
+    float *s;
+    int64_t lds;
+    int32_t *dump; /* test entry point: exact accumulators instead of S */
+} block_args;
+
+/* A block of few rows on plain FRACTAL_NZ strips: the isa's gemm_nz reads the weights in place
+ * and rearranges them in registers, nothing is packed; scales, correction and epilogue as in
+ * run_block. Returns 0 (before any output) when gemm_nz does not take this panel. */
+static int direct_panel(const block_args *A, qmoe_copyq *q, uint8_t *sp, const fast_layout *L,
+                        panel *pn, const int32_t *xoff)
+{
+    const qmoe_gemm_isa *isa = A->isa;
+    const qmoe_gmm_params *p = A->p;
+    int int4 = p->mode == QMOE_MODE_A8W4;
+    int64_t rows = A->m1 - A->m0, half = pn->ld / 2;
+    int32_t *acc = (int32_t *)(sp + L->acc), *cs = (int32_t *)(sp + L->cs);
+    float *f = (float *)(sp + L->f), *xs = (float *)(sp + L->xs);
+    const int8_t *x = p->x + A->m0 * p->x_s[0];
+    panel_scales(p, L, sp, A->e, pn);
+    for (int64_t g = 0; g < p->G; g++) {
+        if (L->gk == 0) { /* K = 0: acc and column sums are 0 */
+            memset(acc, 0, sizeof(int32_t) * (size_t)(rows * pn->ld));
+            memset(cs, 0, sizeof(int32_t) * (size_t)pn->ld);
+        }
+        for (int64_t a = 0; a < L->gk; a += KC) {
+            int64_t n = L->gk - a < KC ? L->gk - a : KC;
+            for (int64_t h = 0; h < 2; h++) {
+                const uint8_t *src[QMOE_PK_BLOCK];
+                int64_t stride[QMOE_PK_BLOCK];
+                stage_rows(p, q, A->e, weight_col(p, pn, h, 0), pn->nc, pn->nu, g * L->gk + a, n,
+                           sp + L->stage, 1, src, stride);
+                for (int64_t r = 0; r < rows; r += 4) {
+                    int mr = (int)(rows - r < 4 ? rows - r : 4);
+                    if (!isa->gemm_nz(mr, (int)pn->nu, int4, n / 4, x + r * p->x_s[0] + g * L->gk + a,
+                                      p->x_s[0], src, stride, acc + r * pn->ld + h * half, pn->ld,
+                                      int4 && r == 0 ? cs + h * half : NULL, a != 0))
+                        return 0;
+                }
+            }
+        }
+        if (A->dump) {
+            for (int64_t r = 0; r < rows; r++)
+                for (int64_t h = 0; h < 2; h++)
+                    for (int64_t c = 0; c < pn->nc; c++) {
+                        int64_t nall = A->j1 - A->j0;
+                        A->dump[(r * p->G + g) * 2 * nall + h * nall + (pn->jc - A->j0) + c] =
+                            acc[r * pn->ld + h * half + c] - xoff[r * p->G + g];
+                    }
+            continue;
+        }
+        if (int4) panel_colsums(p, L, sp, pn, g);
+        for (int64_t h = 0; h < 2; h++)
+            isa->fold(rows, pn->nu * QMOE_PK_UNIT, acc + h * half, pn->ld, xoff + g, p->G,
+                      pn->wsg + g * pn->ld + h * half, f + h * half, pn->ld, g == 0);
+    }
+    if (A->dump) return 1;
+    panel_corr(p, L, sp, A->e, pn);
+    for (int64_t r = 0; r < rows; r++) xs[r] = p->xs[(A->m0 + r) * p->xs_s];
+    isa->swiglu(rows, pn->nc, f, pn->ld, half, pn->corr, xs, A->s + (pn->jc - A->j0), A->lds);
+    return 1;
+}
+
+static void run_block(const block_args *A, uint8_t *sp, const fast_layout *L)
+{
+    const qmoe_gemm_isa *isa = A->isa;
+    const qmoe_gmm_params *p = A->p;
+    qmoe_copyq local_q, *q = A->ctx->copyq;
+    if (!q) {
+        qmoe_copyq_init(&local_q);
+        q = &local_q;
+    }
+    int64_t rows_all = A->m1 - A->m0, ncols_all = A->j1 - A->j0;
+    int32_t *xoff = (int32_t *)(sp + L->xoff);
+    row_offsets(isa, p, L, sp, A->m0, rows_all, xoff);
+
+    panel pn;
+    pn.ld = 2 * QMOE_PK_UNIT * L->U;
+    pn.wp = sp + L->wp;
+    pn.wsg = (float *)(sp + L->wsg);
+    pn.corr = (float *)(sp + L->corr);
+    int32_t *acc = (int32_t *)(sp + L->acc);
+    float *f = (float *)(sp + L->f), *xs = (float *)(sp + L->xs);
+    int8_t *xpack = (int8_t *)(sp + L->xpack);
+    int64_t half = pn.ld / 2;
+
+    for (pn.jc = A->j0; pn.jc < A->j1; pn.jc += half) {
+        pn.nc = A->j1 - pn.jc < half ? A->j1 - pn.jc : half;
+        pn.nu = (pn.nc + QMOE_PK_UNIT - 1) / QMOE_PK_UNIT;
+        pn.wstep = pn.nu * QMOE_PK_STEP;
+        pn.blk = (L->Kp / 4) * pn.wstep;
+        if (rows_all <= IN_PLACE_ROWS && isa->gemm_nz && L->direct_x &&
+            rows_all <= MC && direct_panel(A, q, sp, L, &pn, xoff))
+            continue;
+        QMOE_TRACE_START(A->ctx->trace, QMOE_EV_COPY, pn.jc / QMOE_PK_UNIT);
+        pack_panel(isa, p, q, L, sp, A->e, rows_all <= IN_PLACE_ROWS, &pn);
+        QMOE_TRACE_STOP(A->ctx->trace, QMOE_EV_COPY, pn.jc / QMOE_PK_UNIT);
+
+        for (int64_t mb = A->m0; mb < A->m1; mb += MC) {
+            int64_t rows = A->m1 - mb < MC ? A->m1 - mb : MC;
+            const int8_t *x = p->x + mb * p->x_s[0];
+            int64_t ldx = p->x_s[0];
+            if (!L->direct_x) {
+                pack_x(p, L, mb, rows, xpack);
+                x = xpack;
+                ldx = L->Kp;
+            }
+            const int32_t *xo = xoff + (mb - A->m0) * p->G;
+            for (int64_t g = 0; g < p->G; g++) {
+                if (L->gk == 0) memset(acc, 0, sizeof(int32_t) * (size_t)(rows * pn.ld)); /* K = 0 */
+                for (int64_t a = 0; a < L->gk; a += KC) {
+                    int64_t n = L->gk - a < KC ? L->gk - a : KC;
+                    tile_chunk(isa, &pn, x, ldx, rows, g * L->gkp + a, (n + 3) / 4, acc, a != 0);
+                }
+                if (A->dump) {
+                    for (int64_t r = 0; r < rows; r++)
+                        for (int64_t h = 0; h < 2; h++)
+                            for (int64_t c = 0; c < pn.nc; c++) {
+                                int64_t at = ((mb - A->m0 + r) * p->G + g) * 2 * ncols_all +
+                                             h * ncols_all + (pn.jc - A->j0) + c;
+                                A->dump[at] = acc[r * pn.ld + h * half + c] - xo[r * p->G + g];
+                            }
+                    continue;
+                }
+                for (int64_t h = 0; h < 2; h++)
+                    isa->fold(rows, pn.nu * QMOE_PK_UNIT, acc + h * half, pn.ld, xo + g, p->G,
+                              pn.wsg + g * pn.ld + h * half, f + h * half, pn.ld, g == 0);
+            }
+            if (A->dump) continue;
+            for (int64_t r = 0; r < rows; r++) xs[r] = p->xs[(mb + r) * p->xs_s];
+            isa->swiglu(rows, pn.nc, f, pn.ld, half, pn.corr, xs,
+                        A->s + (mb - A->m0) * A->lds + (pn.jc - A->j0), A->lds);
+        }
+    }
+}
+
+/* Runs the block in the thread's scratchpad, or (callers that did not size one: a transitional
+ * path until every driver plans scratch) in a temporary one. */
+static int with_scratch(const block_args *A)
+{
+    fast_layout L = layout_for(A->p, A->m1 - A->m0, A->j1 - A->j0);
+    if (A->ctx->scratch && A->ctx->scratch_bytes >= L.total) {
+        run_block(A, A->ctx->scratch, &L);
+        return 1;
+    }
+    void *sp = aligned_alloc(64, L.total);
+    if (!sp) return 0;
+    run_block(A, sp, &L);
+    free(sp);
+    return 1;
+}
+
+void qmoe_fast_swiglu_block(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p,
+                            qmoe_thread_ctx *ctx, int64_t e, int64_t m0, int64_t m1, int64_t j0,
+                            int64_t j1, float *s, int64_t lds)
+{
+    if (m1 <= m0 || j1 <= j0) return;
+    block_args A = {isa, p, ctx, e, m0, m1, j0, j1, s, lds, NULL};
+    if (!with_scratch(&A)) qmoe_kernel_reference.swiglu_block(p, ctx, e, m0, m1, j0, j1, s, lds);
+}
+
+void qmoe_fast_acc_block(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p, qmoe_thread_ctx *ctx,
+                         int64_t e, int64_t m0, int64_t m1, int64_t j0, int64_t j1, int32_t *acc)
+{
+    if (m1 <= m0 || j1 <= j0) return;
+    block_args A = {isa, p, ctx, e, m0, m1, j0, j1, NULL, 0, acc};
+    (void)with_scratch(&A);
+}
+
+void qmoe_fast_quantize_rows(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p, const float *s,
+                             int64_t lds, int64_t m0, int64_t m1)
+{
+    for (int64_t m = m0; m < m1; m++)
+        isa->quantize_row(s + (m - m0) * lds, p->N2, p->out + m * p->out_s[0], p->out_s[1],
+                          p->out_scale + m * p->out_scale_s);
+}

@@ -1,0 +1,108 @@
+/*
+ * The fast kernels of GroupedMatmulSwigluQuant: one blocked driver (gmm_fast.c) shared by every
+ * instruction set, and per instruction set a small table of micro-kernels (gemm_s8_<isa>.c,
+ * epilogue_<isa>.c, pack_<isa>.c).
+ *
+ * Packed weights ("units"): 16 weight columns; for every step of 4 k, 16 columns x 4 bytes,
+ * byte (c, t) = W[4q + t][c] + off as uint8, off = 128 (int8 weights) or 8 (int4). That is the
+ * operand order of vpdpbusd (uint8 x int8 -> int32, 4 products per lane): the weights are the
+ * unsigned side and the activations x stay signed, so sum_k x * (W + off) = acc + off * sum_k x,
+ * and the exact acc comes back with one subtraction of off * sum_k x per row (and group).
+ * A block holds up to 4 units, interleaved per step: [q][unit][64 bytes], so a micro-kernel
+ * reads one contiguous stream. Positions past the end of a K group are 0 and x is 0 there.
+ */
+#ifndef QMOE_KERNELS_GMM_FAST_H
+#define QMOE_KERNELS_GMM_FAST_H
+
+#include <stdint.h>
+
+#include "kernels/kernel.h"
+#include "qmoe/qmoe.h"
+
+enum {
+    QMOE_PK_UNIT = 16,  /* columns per unit */
+    QMOE_PK_STEP = 64,  /* bytes per unit per step of 4 k */
+    QMOE_PK_BLOCK = 4,  /* units per block */
+    QMOE_PK_MAX_MR = 8, /* most rows a micro-kernel takes */
+};
+
+typedef struct qmoe_gemm_isa {
+    const char *name;
+    int32_t kernel_id; /* qmoe_kernel */
+    int mr;            /* rows per micro-tile */
+    int nu;            /* units per micro-tile (<= QMOE_PK_BLOCK) */
+
+    /* acc[r * ldacc + c] (= or +=) sum_{q < kq} sum_{t < 4} x[r * ldx + 4q + t] * wp[q * wstep +
+     * 4c + t] for r < mr, c < 16 * nu (unit u at wp + 64u). wstep 0 repeats one step. */
+    void (*gemm)(int mr, int nu, int64_t kq, const int8_t *x, int64_t ldx, const uint8_t *wp,
+                 int64_t wstep, int32_t *acc, int64_t ldacc, int accumulate);
+
+    /* Staged weight rows -> ceil(rows / 4) packed steps of nub units at dst (step stride
+     * wstep); unit u's row r is at src[u] + r * stride[u] (16 int8, or 8 bytes of int4 nibbles);
+     * rows past `rows` in the last step are 0. */
+    void (*rearrange)(const uint8_t *const *src, const int64_t *stride, int64_t rows, int nub,
+                      int int4, uint8_t *dst, int64_t wstep);
+
+    /* f[r][c] = (first ? 0 : f[r][c]) + (float)(acc[r][c] - xoff[r]) * ws[c], r < rows,
+     * c < cols. */
+    void (*fold)(int64_t rows, int64_t cols, const int32_t *acc, int64_t ldacc,
+                 const int32_t *xoff, int64_t xoff_stride, const float *ws, float *f, int64_t ldf,
+                 int first);
+
+    /* s[r][j] = swish(a) * g, a = (f[r][j] + corr[j]) * xs[r], g = (f[r][gate + j] + corr[gate +
+     * j]) * xs[r], for r < rows, j < nc. */
+    void (*swiglu)(int64_t rows, int64_t nc, const float *f, int64_t ldf, int64_t gate,
+                   const float *corr, const float *xs, float *s, int64_t lds);
+
+    /* One S row -> int8 and scale (the spec's step 4). */
+    void (*quantize_row)(const float *s, int64_t n2, int8_t *out, int64_t out_stride,
+                         float *scale);
+
+    /* Optional (NULL: none): acc (and, when cs is given, the column sums of the weight bytes,
+     * as the gemm of a row of ones) for mr rows and nu units read in place from FRACTAL_NZ strip
+     * rows (unit u's row r at src[u] + r * stride[u]), 4 * kq rows. Returns 0, having done
+     * nothing, when it does not take this layout or row count. */
+    int (*gemm_nz)(int mr, int nu, int int4, int64_t kq, const int8_t *x, int64_t ldx,
+                   const uint8_t *const *src, const int64_t *stride, int32_t *acc, int64_t ldacc,
+                   int32_t *cs, int accumulate);
+
+    /* The benchmark's peak: `iters` rounds of the set's int8 dot-product instruction on
+     * independent register accumulators; returns the int8 operations done (2 per multiply-add). */
+    uint64_t (*peak_loop)(uint64_t iters);
+} qmoe_gemm_isa;
+
+extern const qmoe_gemm_isa qmoe_isa_portable;
+#if defined(__x86_64__) || defined(_M_X64)
+extern const qmoe_gemm_isa qmoe_isa_avx2;
+extern const qmoe_gemm_isa qmoe_isa_avx_vnni;
+extern const qmoe_gemm_isa qmoe_isa_avx512_vnni;
+#endif
+
+/* Portable pieces other tables reuse. */
+void qmoe_rearrange_portable(const uint8_t *const *src, const int64_t *stride, int64_t rows,
+                             int nub, int int4, uint8_t *dst, int64_t wstep);
+void qmoe_fold_portable(int64_t rows, int64_t cols, const int32_t *acc, int64_t ldacc,
+                        const int32_t *xoff, int64_t xoff_stride, const float *ws, float *f,
+                        int64_t ldf, int first);
+void qmoe_swiglu_portable(int64_t rows, int64_t nc, const float *f, int64_t ldf, int64_t gate,
+                          const float *corr, const float *xs, float *s, int64_t lds);
+
+/* The driver, for any table. */
+uint64_t qmoe_fast_scratch_bytes(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p,
+                                 int64_t rows, int64_t cols);
+void qmoe_fast_swiglu_block(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p,
+                            qmoe_thread_ctx *ctx, int64_t e, int64_t m0, int64_t m1, int64_t j0,
+                            int64_t j1, float *s, int64_t lds);
+void qmoe_fast_quantize_rows(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p, const float *s,
+                             int64_t lds, int64_t m0, int64_t m1);
+
+/* Test entry point: the exact int32 accumulators of rows [m0, m1), every K group, for the act
+ * columns [j0, j1) followed by the gate columns [N2 + j0, N2 + j1): acc[((m - m0) * G + g) *
+ * 2 * (j1 - j0) + c]. Uses the same packing, micro-kernel and correction as swiglu_block. */
+void qmoe_fast_acc_block(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p, qmoe_thread_ctx *ctx,
+                         int64_t e, int64_t m0, int64_t m1, int64_t j0, int64_t j1, int32_t *acc);
+
+/* The table behind a kernel id; NULL for the reference kernel or one this build lacks. */
+const qmoe_gemm_isa *qmoe_gemm_isa_for(int32_t kernel_id);
+
+#endif

@@ -1,0 +1,41 @@
+/* Pieces of the x86 kernel tables that live in their own per-instruction-set files. */
+#ifndef QMOE_KERNELS_X86_PARTS_H
+#define QMOE_KERNELS_X86_PARTS_H
+
+#include <stdint.h>
+
+/* pack_avx512vnni.c */
+int qmoe_avx512_has_vbmi(void); /* the CPU has AVX-512 VBMI (vpermt2b) */
+/* Units u .. u + count - 1 continue one run of `bytes` per unit with row stride want_stride. */
+int qmoe_units_run(const uint8_t *const *src, const int64_t *stride, int u, int count,
+                   int64_t bytes, int64_t want_stride);
+#ifdef __AVX512F__
+#include <immintrin.h>
+/* vpermt2b index gathering byte 16 * half + i of the four 32-byte rows of A:B into lane i. */
+__m512i qmoe_avx512_strip_index(int half);
+#endif
+int qmoe_gemm_nz_avx512(int mr, int nu, int int4, int64_t kq, const int8_t *x, int64_t ldx,
+                        const uint8_t *const *src, const int64_t *stride, int32_t *acc,
+                        int64_t ldacc, int32_t *cs, int accumulate);
+void qmoe_rearrange_avx512(const uint8_t *const *src, const int64_t *stride, int64_t rows,
+                           int nub, int int4, uint8_t *dst, int64_t wstep);
+
+/* epilogue_avx512vnni.c */
+void qmoe_fold_avx512(int64_t rows, int64_t cols, const int32_t *acc, int64_t ldacc,
+                      const int32_t *xoff, int64_t xoff_stride, const float *ws, float *f,
+                      int64_t ldf, int first);
+void qmoe_swiglu_avx512(int64_t rows, int64_t nc, const float *f, int64_t ldf, int64_t gate,
+                        const float *corr, const float *xs, float *s, int64_t lds);
+void qmoe_quantize_row_avx512(const float *s, int64_t n2, int8_t *out, int64_t out_stride,
+                              float *scale);
+
+/* epilogue_avx2.c (also used by the AVX-VNNI table) */
+void qmoe_fold_avx2(int64_t rows, int64_t cols, const int32_t *acc, int64_t ldacc,
+                    const int32_t *xoff, int64_t xoff_stride, const float *ws, float *f,
+                    int64_t ldf, int first);
+void qmoe_swiglu_avx2(int64_t rows, int64_t nc, const float *f, int64_t ldf, int64_t gate,
+                      const float *corr, const float *xs, float *s, int64_t lds);
+void qmoe_quantize_row_avx2(const float *s, int64_t n2, int8_t *out, int64_t out_stride,
+                            float *scale);
+
+#endif

@@ -1,0 +1,4 @@
+/* The avx512vnni kernel against the reference kernel and exact accumulators (test_kernel_common.h). */
+#include "test_kernel_common.h"
+
+int main(void) { return kernel_test_main(QMOE_KERNEL_AVX512_VNNI, "test_kernel_avx512vnni", 120); }

@@ -1,0 +1,67 @@
+/* Kernel selection: CPU features, QMOE_ISA caps, explicit requests, the ISA list. */
+#define _POSIX_C_SOURCE 200809L
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu_features.h"
+#include "kernels/kernel.h"
+#include "qmoe/qmoe.h"
+#include "support/testlib.h"
+
+/* The best kernel id at or below `cap` that this CPU runs, by the features alone. */
+static int32_t best_at_most(int32_t cap)
+{
+    for (int32_t k = cap; k > QMOE_KERNEL_REFERENCE; k--)
+        if (qmoe_cpu_runs_kernel(k)) return k;
+    return QMOE_KERNEL_REFERENCE;
+}
+
+static int32_t auto_with(const char *isa)
+{
+    if (isa) setenv("QMOE_ISA", isa, 1);
+    else unsetenv("QMOE_ISA");
+    const qmoe_kernel_ops *k = qmoe_kernel_lookup(QMOE_KERNEL_AUTO);
+    return k ? k->id : -1;
+}
+
+int main(void)
+{
+    qmoe_cpu_features f = qmoe_cpu_features_get();
+    CHECK(qmoe_cpu_runs_kernel(QMOE_KERNEL_PORTABLE));
+    CHECK(qmoe_cpu_runs_kernel(QMOE_KERNEL_REFERENCE));
+    CHECK(!f.avx512_vnni || f.avx512);
+    CHECK(!f.avx_vnni || f.avx2);
+
+    CHECK(auto_with(NULL) == best_at_most(QMOE_KERNEL_AVX512_VNNI));
+    CHECK(auto_with(NULL) != QMOE_KERNEL_REFERENCE);
+    CHECK(auto_with("avx512_vnni") == best_at_most(QMOE_KERNEL_AVX512_VNNI));
+    CHECK(auto_with("avx_vnni") == best_at_most(QMOE_KERNEL_AVX_VNNI));
+    CHECK(auto_with("avx2") == best_at_most(QMOE_KERNEL_AVX2));
+    CHECK(auto_with("portable") == QMOE_KERNEL_PORTABLE);
+    CHECK(auto_with("reference") == QMOE_KERNEL_REFERENCE);
+    CHECK(auto_with("no-such-isa") == best_at_most(QMOE_KERNEL_AVX512_VNNI)); /* ignored */
+    unsetenv("QMOE_ISA");
+
+    /* explicit requests: the kernel itself, or NULL when the CPU cannot run it */
+    for (int32_t k = QMOE_KERNEL_REFERENCE; k <= QMOE_KERNEL_AVX512_VNNI; k++) {
+        const qmoe_kernel_ops *ops = qmoe_kernel_lookup(k);
+        CHECK_MSG(qmoe_cpu_runs_kernel(k) ? ops && ops->id == k : ops == NULL, "kernel %d", k);
+        if (ops) CHECK(!strcmp(ops->name, qmoe_kernel_name((qmoe_kernel)k)));
+    }
+    setenv("QMOE_ISA", "portable", 1); /* the cap does not apply to explicit requests */
+    CHECK(qmoe_kernel_lookup(best_at_most(QMOE_KERNEL_AVX512_VNNI))->id ==
+          best_at_most(QMOE_KERNEL_AVX512_VNNI));
+    unsetenv("QMOE_ISA");
+    CHECK(qmoe_kernel_lookup(99) == NULL);
+    CHECK(qmoe_kernel_lookup(-1) == NULL);
+
+    char list[128];
+    size_t len = qmoe_cpu_isa_list(list, sizeof list);
+    CHECK(len == strlen(list));
+    CHECK(strstr(list, "portable") != NULL);
+    CHECK((strstr(list, "avx512_vnni") != NULL) == (f.avx512_vnni != 0));
+    CHECK((strstr(list, "avx2") != NULL) == (f.avx2 != 0));
+    char small[4];
+    CHECK(qmoe_cpu_isa_list(small, sizeof small) == len && strlen(small) == 3);
+    return qt_finish("test_kernel_registry");
+}
