@@ -27,11 +27,18 @@
         CHECK_MSG(aclGetRecentErrMsg()[0] == '\0', "%s: message not cleared", #call);            \
     } while (0)
 
-static int64_t arena[1 << 14]; /* phase one reads no data: every tensor may point here */
+static int64_t arena[1 << 14]; /* phase one reads no data: every input may point here */
+/* ... but outputs may not share memory with inputs or each other (no in-place execution). */
+static int64_t out_arena[1 << 10], os_arena[1 << 10];
+
+static aclTensor *mk_at(const int64_t *shape, uint64_t n, aclDataType dt, aclFormat fmt, void *data)
+{
+    return aclCreateTensor(shape, n, dt, NULL, 0, fmt, shape, n, data);
+}
 
 static aclTensor *mk(const int64_t *shape, uint64_t n, aclDataType dt, aclFormat fmt)
 {
-    return aclCreateTensor(shape, n, dt, NULL, 0, fmt, shape, n, arena);
+    return mk_at(shape, n, dt, fmt, arena);
 }
 
 /* A valid A8W8 NZ problem: E=2, M=4, K=32, N=64, and an A8W4 one with the same shapes. */
@@ -53,8 +60,8 @@ static args valid(int a8w4)
         .ws = mk(sh_en, 2, ACL_FLOAT, ACL_FORMAT_ND),
         .xs = mk(sh_m, 1, ACL_FLOAT, ACL_FORMAT_ND),
         .g = mk(sh_g, 1, ACL_INT64, ACL_FORMAT_ND),
-        .out = mk(sh_out, 2, ACL_INT8, ACL_FORMAT_ND),
-        .os = mk(sh_m, 1, ACL_FLOAT, ACL_FORMAT_ND),
+        .out = mk_at(sh_out, 2, ACL_INT8, ACL_FORMAT_ND, out_arena),
+        .os = mk_at(sh_m, 1, ACL_FLOAT, ACL_FORMAT_ND, os_arena),
     };
     return a;
 }
