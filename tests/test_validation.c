@@ -14,7 +14,7 @@ enum { M = 4, K = 32, N = 64, N2 = 32, E = 2 };
 static const qmoe_status NUL = QMOE_ERR_PARAM_NULLPTR, INV = QMOE_ERR_PARAM_INVALID;
 
 /* Input buffers; phase one never reads them, phase two reads the base ones. */
-static _Alignas(64) uint8_t big[1 << 16];
+static _Alignas(64) uint8_t big[1 << 20]; /* holds the largest view below (weight, N = 10240) */
 static _Alignas(64) int8_t big_out[M * 10240 / 2]; /* outputs may not share memory with inputs */
 static int8_t x_buf[M * K], w_buf[E * K * N];
 static float bias_buf[E * N], ws_buf[E * N], xs_buf[M];
