@@ -69,8 +69,8 @@ qmoe_status qmoe_stream_create(qmoe_device *device, qmoe_stream **stream);
 
 /* A stream on a group of `count` (1..QMOE_MAX_DEVICES, distinct) devices: an operator planned for
  * D devices (options.devices) runs on the first D of them, split by output rows in chunks of
- * whole 128-byte lines (see docs/runtime.md); the devices meet at fences before and after each
- * operator. Executing a plan for more devices than the stream has is QMOE_ERR_PARAM_INVALID. */
+ * whole 128-byte lines (README: "Devices, streams and multi-device runs"); the devices meet at
+ * fences before and after each operator. Executing a plan for more devices than the stream has is QMOE_ERR_PARAM_INVALID. */
 qmoe_status qmoe_stream_create_group(qmoe_device *const *devices, int count,
                                      qmoe_stream **stream);
 
