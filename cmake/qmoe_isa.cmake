@@ -7,7 +7,10 @@ endif()
 
 function(qmoe_apply_isa_flags sources)
   foreach(src ${sources})
-    if(src MATCHES "_avx512vnni\\.c$")
+    if(src MATCHES "_amx\\.c$")
+      set_source_files_properties(${src} PROPERTIES COMPILE_OPTIONS
+        "-mamx-tile;-mamx-int8;-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512vnni;-mfma;-mf16c")
+    elseif(src MATCHES "_avx512vnni\\.c$")
       set_source_files_properties(${src} PROPERTIES COMPILE_OPTIONS
         "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512vnni;-mfma;-mf16c")
     elseif(src MATCHES "_avxvnni\\.c$")

@@ -382,7 +382,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     float *ref_s = xcalloc(c.outs_count, sizeof(float)), *outs = xcalloc(c.outs_count, sizeof(float)),
           *outs1 = xcalloc(c.outs_count, sizeof(float));
     static const qmoe_kernel kernels[] = {QMOE_KERNEL_REFERENCE, QMOE_KERNEL_PORTABLE, QMOE_KERNEL_AVX2,
-                                          QMOE_KERNEL_AVX_VNNI, QMOE_KERNEL_AVX512_VNNI};
+                                          QMOE_KERNEL_AVX_VNNI, QMOE_KERNEL_AVX512_VNNI,
+                                          QMOE_KERNEL_AMX_INT8};
     for (size_t k = 0; k < sizeof kernels / sizeof kernels[0]; k++) {
         const int thread_counts[] = {1, many};
         int available = 1;

@@ -32,25 +32,28 @@ int main(void)
     CHECK(!f.avx512_vnni || f.avx512);
     CHECK(!f.avx_vnni || f.avx2);
 
-    CHECK(auto_with(NULL) == best_at_most(QMOE_KERNEL_AVX512_VNNI));
+    CHECK(!f.amx_int8 || f.avx512_vnni);
+
+    CHECK(auto_with(NULL) == best_at_most(QMOE_KERNEL_AMX_INT8));
     CHECK(auto_with(NULL) != QMOE_KERNEL_REFERENCE);
+    CHECK(auto_with("amx_int8") == best_at_most(QMOE_KERNEL_AMX_INT8));
     CHECK(auto_with("avx512_vnni") == best_at_most(QMOE_KERNEL_AVX512_VNNI));
     CHECK(auto_with("avx_vnni") == best_at_most(QMOE_KERNEL_AVX_VNNI));
     CHECK(auto_with("avx2") == best_at_most(QMOE_KERNEL_AVX2));
     CHECK(auto_with("portable") == QMOE_KERNEL_PORTABLE);
     CHECK(auto_with("reference") == QMOE_KERNEL_REFERENCE);
-    CHECK(auto_with("no-such-isa") == best_at_most(QMOE_KERNEL_AVX512_VNNI)); /* ignored */
+    CHECK(auto_with("no-such-isa") == best_at_most(QMOE_KERNEL_AMX_INT8)); /* ignored */
     unsetenv("QMOE_ISA");
 
     /* explicit requests: the kernel itself, or NULL when the CPU cannot run it */
-    for (int32_t k = QMOE_KERNEL_REFERENCE; k <= QMOE_KERNEL_AVX512_VNNI; k++) {
+    for (int32_t k = QMOE_KERNEL_REFERENCE; k <= QMOE_KERNEL_AMX_INT8; k++) {
         const qmoe_kernel_ops *ops = qmoe_kernel_lookup(k);
         CHECK_MSG(qmoe_cpu_runs_kernel(k) ? ops && ops->id == k : ops == NULL, "kernel %d", k);
         if (ops) CHECK(!strcmp(ops->name, qmoe_kernel_name((qmoe_kernel)k)));
     }
     setenv("QMOE_ISA", "portable", 1); /* the cap does not apply to explicit requests */
-    CHECK(qmoe_kernel_lookup(best_at_most(QMOE_KERNEL_AVX512_VNNI))->id ==
-          best_at_most(QMOE_KERNEL_AVX512_VNNI));
+    CHECK(qmoe_kernel_lookup(best_at_most(QMOE_KERNEL_AMX_INT8))->id ==
+          best_at_most(QMOE_KERNEL_AMX_INT8));
     unsetenv("QMOE_ISA");
     CHECK(qmoe_kernel_lookup(99) == NULL);
     CHECK(qmoe_kernel_lookup(-1) == NULL);
@@ -61,6 +64,7 @@ int main(void)
     CHECK(strstr(list, "portable") != NULL);
     CHECK((strstr(list, "avx512_vnni") != NULL) == (f.avx512_vnni != 0));
     CHECK((strstr(list, "avx2") != NULL) == (f.avx2 != 0));
+    CHECK((strstr(list, "amx_int8") != NULL) == (f.amx_int8 != 0));
     char small[4];
     CHECK(qmoe_cpu_isa_list(small, sizeof small) == len && strlen(small) == 3);
     return qt_finish("test_kernel_registry");

@@ -103,6 +103,7 @@ typedef enum qmoe_kernel {
     QMOE_KERNEL_AVX2 = 3,
     QMOE_KERNEL_AVX_VNNI = 4,
     QMOE_KERNEL_AVX512_VNNI = 5,
+    QMOE_KERNEL_AMX_INT8 = 6,  /* AMX tiles; AVX-512 VNNI for blocks of few rows */
 } qmoe_kernel;
 
 /* Options of phase one. Zero-initialise, then set what you need: all-zero means the vendor's

@@ -41,6 +41,7 @@ KERNELS = {
     "avx2": 3,
     "avx_vnni": 4,
     "avx512_vnni": 5,
+    "amx_int8": 6,
 }
 
 MAX_DIMS = 8

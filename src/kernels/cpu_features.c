@@ -1,5 +1,7 @@
 /* CPU feature detection for the kernel registry: CPUID for the instructions, XGETBV for the
- * register state the OS saves (AVX-512 needs the mask and upper-zmm state too). */
+ * register state the OS saves (AVX-512 needs the mask and upper-zmm state too; AMX the tile
+ * state, which Linux in addition hands out per process on request). */
+#define _GNU_SOURCE /* syscall() */
 #include "kernels/cpu_features.h"
 
 #include <stdint.h>
@@ -10,6 +12,30 @@
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <cpuid.h>
+#if defined(__linux__)
+#include <pthread.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+enum { ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18 };
+
+static int amx_permitted;
+
+static void request_amx(void)
+{
+    amx_permitted = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+}
+
+/* Linux (5.16+) lets a process use the 8 KB tile state only after asking for it, once. */
+static int amx_allowed(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, request_amx);
+    return amx_permitted;
+}
+#else
+static int amx_allowed(void) { return 0; }
+#endif
 
 static uint64_t xgetbv0(void)
 {
@@ -43,7 +69,11 @@ static qmoe_cpu_features detect(void)
                ((b7 >> 30) & 1) /* BW */ && ((b7 >> 31) & 1) /* VL */;
     f.avx512_vnni = f.avx512 && ((c7 >> 11) & 1);
     f.avx512_vbmi = f.avx512 && ((c7 >> 1) & 1);
-    f.amx_int8 = (d7 >> 25) & 1;
+    /* AMX: tile and int8 instructions, XTILECFG and XTILEDATA state (XCR0 bits 17, 18), the OS's
+     * permission, and AVX-512 VNNI for the blocks the tiles do not take. */
+    int tiles_ok = ((xcr0 >> 17) & 3) == 3;
+    f.amx_int8 = f.avx512_vnni && tiles_ok && ((d7 >> 24) & 1) /* AMX-TILE */ &&
+                 ((d7 >> 25) & 1) /* AMX-INT8 */ && amx_allowed();
     return f;
 }
 #else
@@ -84,6 +114,7 @@ int qmoe_cpu_runs_kernel(int kernel)
     case QMOE_KERNEL_AVX2: return f.avx2;
     case QMOE_KERNEL_AVX_VNNI: return f.avx_vnni;
     case QMOE_KERNEL_AVX512_VNNI: return f.avx512_vnni;
+    case QMOE_KERNEL_AMX_INT8: return f.amx_int8;
     }
     return 0;
 }
@@ -92,11 +123,11 @@ size_t qmoe_cpu_isa_list(char *buf, size_t size)
 {
     qmoe_cpu_features f = qmoe_cpu_features_get();
     char list[128] = "";
+    if (f.amx_int8) strcat(list, "amx_int8,");
     if (f.avx512_vnni) strcat(list, "avx512_vnni,");
     if (f.avx_vnni) strcat(list, "avx_vnni,");
     if (f.avx2) strcat(list, "avx2,");
     strcat(list, "portable");
-    if (f.amx_int8) strcat(list, ",amx_int8 (unused)");
     if (size) snprintf(buf, size, "%s", list);
     return strlen(list);
 }

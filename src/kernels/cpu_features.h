@@ -10,7 +10,7 @@ typedef struct qmoe_cpu_features {
     unsigned avx512 : 1;      /* F, BW, VL, DQ with the OS saving zmm and mask state */
     unsigned avx512_vnni : 1; /* EVEX vpdpbusd (and avx512) */
     unsigned avx512_vbmi : 1;
-    unsigned amx_int8 : 1;    /* detected only: no kernel uses AMX yet */
+    unsigned amx_int8 : 1;    /* AMX tiles + int8, state enabled and permitted (and avx512_vnni) */
 } qmoe_cpu_features;
 
 /* The features of this CPU (detected at the first call; thread-safe). */
@@ -20,7 +20,7 @@ qmoe_cpu_features qmoe_cpu_features_get(void);
 int qmoe_cpu_runs_kernel(int kernel);
 
 /* The instruction sets this CPU offers to qmoe's kernels, fastest first, comma-separated, e.g.
- * "avx512_vnni,avx_vnni,avx2,portable" (plus "amx_int8 (unused)" when present). Writes at most
+ * "amx_int8,avx512_vnni,avx_vnni,avx2,portable". Writes at most
  * `size` bytes including the terminating NUL; returns the length of the full list. */
 size_t qmoe_cpu_isa_list(char *buf, size_t size);
 

@@ -5,9 +5,11 @@
  * 64 output columns, i.e. up to 4 units of act weight columns and the 4 matching units of gate
  * columns (j + N/2). Its weights are streamed, chunk of K by chunk, through the copy queue into
  * a staging buffer of the scratchpad and rearranged there once into the micro-kernel's order
- * (gmm_fast.h); then every row of the block reuses them. Rows go in blocks of MC, K in chunks
+ * (gmm_fast.h); then every row of the block reuses them. Rows go in blocks of mc, K in chunks
  * that never cross a scale group, so the int32 accumulators of one group are exact, are folded
  * into float with that group's scale, and the float tile ends in the fused SwiGLU epilogue.
+ * Micro-kernels with a gemm_xt (AMX) also get x copied once per call in tile order, so each
+ * A tile is one contiguous kilobyte instead of 16 rows K bytes apart, for every column panel.
  * A8W4 uses C = (sum_g acc_g * ws_g + corr) * xs with corr = bias - 8 * sum_g ws_g * colsum_g, the
  * vendor's high/low nibble formula rewritten exactly (in real numbers), honouring any bias.
  */
@@ -21,7 +23,7 @@
 #include "runtime/trace.h"
 
 enum {
-    MC = 48,          /* rows per block of the accumulator tile */
+    MC = 48,          /* rows per block of the accumulator tile (unless the isa says) */
     KC = 512,         /* K positions per chunk (multiple of 16) */
     STAGE_ROW = 64,   /* staging bytes per K row: at most 4 units of int8 */
     PANEL_BUDGET = 1280 * 1024, /* packed panel bytes kept in L2 */
@@ -32,8 +34,11 @@ typedef struct fast_layout {
     int64_t gk, gkp, Kp; /* group size, padded to 4, padded K */
     int64_t U;           /* units per half of a panel (<= 4) */
     int64_t rows;        /* row capacity of xoff */
+    int64_t mc;          /* rows per accumulator block */
     int direct_x;        /* x rows are read in place */
-    uint64_t wp, wsg, corr, csum, cs, stage, ones, onesw, tmp, xoff, xs, xpack, acc, f, total;
+    int tiled_x;         /* x is also packed in tile order for gemm_xt (xt, Kt bytes a row) */
+    int64_t Kt;
+    uint64_t wp, wsg, corr, csum, cs, stage, ones, onesw, tmp, xoff, xs, xpack, xt, acc, f, total;
 } fast_layout;
 
 static uint64_t take(uint64_t *off, uint64_t bytes)
@@ -55,16 +60,24 @@ static int64_t units_for(const qmoe_gmm_params *p, int64_t Kp, int64_t cols)
 
 /* The scratchpad of one call. Sizes cannot overflow: every term is bounded by a validated shape
  * (K < 65536, N <= 10240, G <= K, rows <= M, and M * K bytes of x exist). */
-static fast_layout layout_for(const qmoe_gmm_params *p, int64_t rows, int64_t cols)
+static fast_layout layout_for(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p, int64_t rows,
+                              int64_t cols)
 {
     fast_layout L;
+    L.mc = isa->mc > 0 ? isa->mc : MC;
     L.gk = p->group_k;
     L.gkp = (L.gk + 3) & ~(int64_t)3;
     L.Kp = L.gkp * p->G;
     L.U = units_for(p, L.Kp, cols);
     L.rows = rows;
     L.direct_x = p->x_s[1] == 1 && L.gk == L.gkp;
-    uint64_t cols2 = (uint64_t)(2 * QMOE_PK_UNIT * L.U), mc = (uint64_t)(rows < MC ? rows : MC);
+    /* Tile-ordered x: every chunk starts at a multiple of 64 when the group size is one. Blocks
+     * of up to IN_PLACE_ROWS rows take the in-place path instead. */
+    L.tiled_x = isa->gemm_xt && L.direct_x && L.gk > 0 && L.gk % 64 == 0 &&
+                rows > IN_PLACE_ROWS && L.mc % 16 == 0;
+    L.Kt = L.tiled_x ? L.Kp : 0;
+    uint64_t cols2 = (uint64_t)(2 * QMOE_PK_UNIT * L.U);
+    uint64_t mc = (uint64_t)(rows < L.mc ? rows : L.mc);
     uint64_t off = 0;
     L.wp = take(&off, cols2 * (uint64_t)L.Kp);
     L.wsg = take(&off, cols2 * (uint64_t)p->G * sizeof(float));
@@ -78,6 +91,7 @@ static fast_layout layout_for(const qmoe_gmm_params *p, int64_t rows, int64_t co
     L.xoff = take(&off, (uint64_t)rows * (uint64_t)p->G * sizeof(int32_t));
     L.xs = take(&off, mc * sizeof(float));
     L.xpack = take(&off, L.direct_x ? 0 : mc * (uint64_t)L.Kp);
+    L.xt = take(&off, (uint64_t)(rows / 16 * 16) * (uint64_t)L.Kt);
     L.acc = take(&off, mc * cols2 * sizeof(int32_t));
     L.f = take(&off, mc * cols2 * sizeof(float));
     L.total = off;
@@ -87,8 +101,7 @@ static fast_layout layout_for(const qmoe_gmm_params *p, int64_t rows, int64_t co
 uint64_t qmoe_fast_scratch_bytes(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p,
                                  int64_t rows, int64_t cols)
 {
-    (void)isa;
-    return layout_for(p, rows < 1 ? 1 : rows, cols).total;
+    return layout_for(isa, p, rows < 1 ? 1 : rows, cols).total;
 }
 
 /* ---------------------------------------------------------------- weight staging ----------- */
@@ -371,12 +384,44 @@ static void pack_x(const qmoe_gmm_params *p, const fast_layout *L, int64_t m, in
         }
 }
 
+/* x rows [m, m + rows) (rows a multiple of 16) in tile order: group of 16 rows i at
+ * xt + i * 16 * Kt, its k block t (64 k) at + 1024 t, row r of it at + 64 r. Read once per call
+ * so every A tile is one contiguous kilobyte for all column panels. */
+static void pack_xt(const qmoe_gmm_params *p, const fast_layout *L, int64_t m, int64_t rows,
+                    int8_t *xt)
+{
+    int64_t kb = L->Kt / 64;
+    for (int64_t r = 0; r < rows; r++) {
+        const int8_t *src = p->x + (m + r) * p->x_s[0];
+        int8_t *dst = xt + (r / 16) * 16 * L->Kt + (r % 16) * 64;
+        for (int64_t t = 0; t < kb; t++) memcpy(dst + t * 1024, src + t * 64, 64);
+    }
+}
+
 /* ---------------------------------------------------------------- the block ---------------- */
 
-/* One K chunk of the accumulator tile: rows x (both halves of the panel). */
-static void tile_chunk(const qmoe_gemm_isa *isa, const panel *pn, const int8_t *x, int64_t ldx,
-                       int64_t rows, int64_t pos, int64_t kq, int32_t *acc, int accumulate)
+/* One K chunk of the accumulator tile: rows x (both halves of the panel). xt: the block's
+ * rows in tile order for gemm_xt (pos is then a multiple of 64), or NULL. */
+static void tile_chunk(const qmoe_gemm_isa *isa, const fast_layout *L, const panel *pn,
+                       const int8_t *x, int64_t ldx, const int8_t *xt, int64_t rows, int64_t pos,
+                       int64_t kq, int32_t *acc, int accumulate)
 {
+    if (xt) {
+        for (int64_t r = 0; r < rows; r += isa->mr) {
+            int mr = (int)(rows - r < isa->mr ? rows - r : isa->mr);
+            for (int64_t h = 0; h < 2; h++)
+                for (int64_t u0 = 0; u0 < pn->nu; u0 += isa->nu) {
+                    int nu = (int)(pn->nu - u0 < isa->nu ? pn->nu - u0 : isa->nu);
+                    const uint8_t *w =
+                        pn->wp + h * pn->blk + (pos / 4) * pn->wstep + u0 * QMOE_PK_STEP;
+                    int32_t *c = acc + r * pn->ld + h * (pn->ld / 2) + u0 * QMOE_PK_UNIT;
+                    isa->gemm_xt(mr, nu, kq, x + r * ldx + pos, ldx,
+                                 xt + (r / 16) * 16 * L->Kt + (pos / 64) * 1024, 16 * L->Kt, w,
+                                 pn->wstep, c, pn->ld, accumulate);
+                }
+        }
+        return;
+    }
     for (int64_t r = 0; r < rows; r += isa->mr) {
         int mr = (int)(rows - r < isa->mr ? rows - r : isa->mr);
         for (int64_t h = 0; h < 2; h++)
@@ -469,6 +514,8 @@ static void run_block(const block_args *A, uint8_t *sp, const fast_layout *L)
     int64_t rows_all = A->m1 - A->m0, ncols_all = A->j1 - A->j0;
     int32_t *xoff = (int32_t *)(sp + L->xoff);
     row_offsets(isa, p, L, sp, A->m0, rows_all, xoff);
+    int8_t *xt = L->tiled_x ? (int8_t *)(sp + L->xt) : NULL;
+    if (xt) pack_xt(p, L, A->m0, rows_all / 16 * 16, xt);
 
     panel pn;
     pn.ld = 2 * QMOE_PK_UNIT * L->U;
@@ -486,14 +533,14 @@ static void run_block(const block_args *A, uint8_t *sp, const fast_layout *L)
         pn.wstep = pn.nu * QMOE_PK_STEP;
         pn.blk = (L->Kp / 4) * pn.wstep;
         if (rows_all <= IN_PLACE_ROWS && isa->gemm_nz && L->direct_x &&
-            rows_all <= MC && direct_panel(A, q, sp, L, &pn, xoff))
+            rows_all <= L->mc && direct_panel(A, q, sp, L, &pn, xoff))
             continue;
         QMOE_TRACE_START(A->ctx->trace, QMOE_EV_COPY, pn.jc / QMOE_PK_UNIT);
         pack_panel(isa, p, q, L, sp, A->e, rows_all <= IN_PLACE_ROWS, &pn);
         QMOE_TRACE_STOP(A->ctx->trace, QMOE_EV_COPY, pn.jc / QMOE_PK_UNIT);
 
-        for (int64_t mb = A->m0; mb < A->m1; mb += MC) {
-            int64_t rows = A->m1 - mb < MC ? A->m1 - mb : MC;
+        for (int64_t mb = A->m0; mb < A->m1; mb += L->mc) {
+            int64_t rows = A->m1 - mb < L->mc ? A->m1 - mb : L->mc;
             const int8_t *x = p->x + mb * p->x_s[0];
             int64_t ldx = p->x_s[0];
             if (!L->direct_x) {
@@ -506,7 +553,11 @@ static void run_block(const block_args *A, uint8_t *sp, const fast_layout *L)
                 if (L->gk == 0) memset(acc, 0, sizeof(int32_t) * (size_t)(rows * pn.ld)); /* K = 0 */
                 for (int64_t a = 0; a < L->gk; a += KC) {
                     int64_t n = L->gk - a < KC ? L->gk - a : KC;
-                    tile_chunk(isa, &pn, x, ldx, rows, g * L->gkp + a, (n + 3) / 4, acc, a != 0);
+                    /* rows of xt start at multiples of 16: mb - m0 is a multiple of mc */
+                    const int8_t *xb =
+                        xt && rows >= 16 ? xt + (mb - A->m0) / 16 * 16 * L->Kt : NULL;
+                    tile_chunk(isa, L, &pn, x, ldx, xb, rows, g * L->gkp + a, (n + 3) / 4, acc,
+                               a != 0);
                 }
                 if (A->dump) {
                     for (int64_t r = 0; r < rows; r++)
@@ -534,7 +585,7 @@ static void run_block(const block_args *A, uint8_t *sp, const fast_layout *L)
  * path until every driver plans scratch) in a temporary one. */
 static int with_scratch(const block_args *A)
 {
-    fast_layout L = layout_for(A->p, A->m1 - A->m0, A->j1 - A->j0);
+    fast_layout L = layout_for(A->isa, A->p, A->m1 - A->m0, A->j1 - A->j0);
     if (A->ctx->scratch && A->ctx->scratch_bytes >= L.total) {
         run_block(A, A->ctx->scratch, &L);
         return 1;

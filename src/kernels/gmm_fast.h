@@ -31,6 +31,7 @@ typedef struct qmoe_gemm_isa {
     int32_t kernel_id; /* qmoe_kernel */
     int mr;            /* rows per micro-tile */
     int nu;            /* units per micro-tile (<= QMOE_PK_BLOCK) */
+    int mc;            /* rows per accumulator block of the driver (0: its default) */
 
     /* acc[r * ldacc + c] (= or +=) sum_{q < kq} sum_{t < 4} x[r * ldx + 4q + t] * wp[q * wstep +
      * 4c + t] for r < mr, c < 16 * nu (unit u at wp + 64u). wstep 0 repeats one step. */
@@ -58,6 +59,15 @@ typedef struct qmoe_gemm_isa {
     void (*quantize_row)(const float *s, int64_t n2, int8_t *out, int64_t out_stride,
                          float *scale);
 
+    /* Optional (NULL: none): gemm with x also given in tile order: xt holds the rows in groups
+     * of 16, each group as K / 64 blocks of 16 rows x 64 k (a contiguous 1 KB A tile), group
+     * stride xt_ld; xt points at the first row's group and the block of the call's first k
+     * (a multiple of 64). kq is a multiple of 16; rows past the last multiple of 16 come from
+     * x. The driver uses it when every K chunk starts at a multiple of 64. */
+    void (*gemm_xt)(int mr, int nu, int64_t kq, const int8_t *x, int64_t ldx, const int8_t *xt,
+                    int64_t xt_ld, const uint8_t *wp, int64_t wstep, int32_t *acc, int64_t ldacc,
+                    int accumulate);
+
     /* Optional (NULL: none): acc (and, when cs is given, the column sums of the weight bytes,
      * as the gemm of a row of ones) for mr rows and nu units read in place from FRACTAL_NZ strip
      * rows (unit u's row r at src[u] + r * stride[u]), 4 * kq rows. Returns 0, having done
@@ -76,6 +86,7 @@ extern const qmoe_gemm_isa qmoe_isa_portable;
 extern const qmoe_gemm_isa qmoe_isa_avx2;
 extern const qmoe_gemm_isa qmoe_isa_avx_vnni;
 extern const qmoe_gemm_isa qmoe_isa_avx512_vnni;
+extern const qmoe_gemm_isa qmoe_isa_amx_int8;
 #endif
 
 /* Portable pieces other tables reuse. */

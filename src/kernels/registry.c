@@ -2,10 +2,10 @@
  * Kernel selection by request and CPU features.
  *
  * QMOE_KERNEL_AUTO picks the fastest kernel this CPU runs. The environment variable QMOE_ISA
- * (avx512_vnni | avx_vnni | avx2 | portable | reference) caps that choice, so every lower kernel
- * can be exercised on one machine; a cap the CPU cannot run falls to the best kernel below it,
- * and an unknown value is ignored (AUTO stays the fastest). Explicit requests ignore QMOE_ISA and
- * return NULL when the CPU cannot run the kernel.
+ * (amx_int8 | avx512_vnni | avx_vnni | avx2 | portable | reference) caps that choice, so every
+ * lower kernel can be exercised on one machine; a cap the CPU cannot run falls to the best kernel
+ * below it, and an unknown value is ignored (AUTO stays the fastest). Explicit requests ignore
+ * QMOE_ISA and return NULL when the CPU cannot run the kernel.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +13,7 @@
 #include "kernels/cpu_features.h"
 #include "kernels/gmm_fast.h"
 #include "kernels/kernel.h"
+#include "kernels/x86_parts.h"
 #include "qmoe/qmoe.h"
 
 #define FAST_OPS(sym, isa, kid, kname)                                                           \
@@ -46,6 +47,45 @@ FAST_OPS(ops_portable, qmoe_isa_portable, QMOE_KERNEL_PORTABLE, "portable")
 FAST_OPS(ops_avx2, qmoe_isa_avx2, QMOE_KERNEL_AVX2, "avx2")
 FAST_OPS(ops_avx_vnni, qmoe_isa_avx_vnni, QMOE_KERNEL_AVX_VNNI, "avx_vnni")
 FAST_OPS(ops_avx512_vnni, qmoe_isa_avx512_vnni, QMOE_KERNEL_AVX512_VNNI, "avx512_vnni")
+
+/* AMX-INT8: tiles pay off from 16 rows up (a C tile is 16 rows); smaller blocks (decode) take the
+ * AVX-512 VNNI table, whose in-place NZ path streams the weights once. Both tables share the
+ * packing and epilogue, so results do not depend on which one a block took. */
+enum { AMX_MIN_ROWS = 16 };
+
+static uint64_t ops_amx_scratch(const qmoe_gmm_params *p, int64_t rows, int64_t cols)
+{
+    uint64_t a = qmoe_fast_scratch_bytes(&qmoe_isa_amx_int8, p, rows, cols);
+    uint64_t v = qmoe_fast_scratch_bytes(&qmoe_isa_avx512_vnni, p, rows, cols);
+    return a > v ? a : v;
+}
+
+static void ops_amx_block(const qmoe_gmm_params *p, qmoe_thread_ctx *ctx, int64_t e, int64_t m0,
+                          int64_t m1, int64_t j0, int64_t j1, float *s, int64_t lds)
+{
+    if (m1 - m0 < AMX_MIN_ROWS) {
+        qmoe_fast_swiglu_block(&qmoe_isa_avx512_vnni, p, ctx, e, m0, m1, j0, j1, s, lds);
+        return;
+    }
+    qmoe_fast_swiglu_block(&qmoe_isa_amx_int8, p, ctx, e, m0, m1, j0, j1, s, lds);
+    qmoe_amx_release();
+}
+
+static void ops_amx_quant(const qmoe_gmm_params *p, const float *s, int64_t lds, int64_t m0,
+                          int64_t m1)
+{
+    qmoe_fast_quantize_rows(&qmoe_isa_amx_int8, p, s, lds, m0, m1);
+}
+
+static const qmoe_kernel_ops ops_amx_int8 = {
+    .id = QMOE_KERNEL_AMX_INT8,
+    .name = "amx_int8",
+    .row_block = 512,
+    .col_align = QMOE_PK_UNIT,
+    .scratch_bytes = ops_amx_scratch,
+    .swiglu_block = ops_amx_block,
+    .quantize_rows = ops_amx_quant,
+};
 #endif
 
 const qmoe_gemm_isa *qmoe_gemm_isa_for(int32_t kernel_id)
@@ -56,6 +96,7 @@ const qmoe_gemm_isa *qmoe_gemm_isa_for(int32_t kernel_id)
     case QMOE_KERNEL_AVX2: return &qmoe_isa_avx2;
     case QMOE_KERNEL_AVX_VNNI: return &qmoe_isa_avx_vnni;
     case QMOE_KERNEL_AVX512_VNNI: return &qmoe_isa_avx512_vnni;
+    case QMOE_KERNEL_AMX_INT8: return &qmoe_isa_amx_int8;
 #endif
     }
     return NULL;
@@ -70,6 +111,7 @@ static const qmoe_kernel_ops *ops_for(int32_t kernel)
     case QMOE_KERNEL_AVX2: return &ops_avx2;
     case QMOE_KERNEL_AVX_VNNI: return &ops_avx_vnni;
     case QMOE_KERNEL_AVX512_VNNI: return &ops_avx512_vnni;
+    case QMOE_KERNEL_AMX_INT8: return &ops_amx_int8;
 #endif
     }
     return NULL;
@@ -79,15 +121,16 @@ static const qmoe_kernel_ops *ops_for(int32_t kernel)
 static int32_t isa_cap(void)
 {
     static const struct { const char *name; int32_t id; } names[] = {
-        {"avx512_vnni", QMOE_KERNEL_AVX512_VNNI}, {"avx_vnni", QMOE_KERNEL_AVX_VNNI},
-        {"avx2", QMOE_KERNEL_AVX2}, {"portable", QMOE_KERNEL_PORTABLE},
+        {"amx_int8", QMOE_KERNEL_AMX_INT8}, {"avx512_vnni", QMOE_KERNEL_AVX512_VNNI},
+        {"avx_vnni", QMOE_KERNEL_AVX_VNNI}, {"avx2", QMOE_KERNEL_AVX2},
+        {"portable", QMOE_KERNEL_PORTABLE},
         {"reference", QMOE_KERNEL_REFERENCE},
     };
     const char *v = getenv("QMOE_ISA");
     if (v)
         for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
             if (!strcmp(v, names[i].name)) return names[i].id;
-    return QMOE_KERNEL_AVX512_VNNI;
+    return QMOE_KERNEL_AMX_INT8;
 }
 
 const qmoe_kernel_ops *qmoe_kernel_lookup(int32_t requested)
@@ -110,6 +153,7 @@ const char *qmoe_kernel_name(qmoe_kernel kernel)
     case QMOE_KERNEL_AVX2: return "avx2";
     case QMOE_KERNEL_AVX_VNNI: return "avx_vnni";
     case QMOE_KERNEL_AVX512_VNNI: return "avx512_vnni";
+    case QMOE_KERNEL_AMX_INT8: return "amx_int8";
     }
     return "unknown";
 }

@@ -20,6 +20,10 @@ int qmoe_gemm_nz_avx512(int mr, int nu, int int4, int64_t kq, const int8_t *x, i
 void qmoe_rearrange_avx512(const uint8_t *const *src, const int64_t *stride, int64_t rows,
                            int nub, int int4, uint8_t *dst, int64_t wstep);
 
+/* gemm_s8_amx.c: releases this thread's tile state if the AMX kernel configured it (the end of
+ * every AMX kernel call). */
+void qmoe_amx_release(void);
+
 /* epilogue_avx512vnni.c */
 void qmoe_fold_avx512(int64_t rows, int64_t cols, const int32_t *acc, int64_t ldacc,
                       const int32_t *xoff, int64_t xoff_stride, const float *ws, float *f,

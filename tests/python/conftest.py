@@ -8,7 +8,7 @@ import pytest
 import qmoe
 import vendor_ref as vr
 
-KERNELS = ["reference", "auto", "portable", "avx2", "avx_vnni", "avx512_vnni"]
+KERNELS = ["reference", "auto", "portable", "avx2", "avx_vnni", "avx512_vnni", "amx_int8"]
 
 
 @functools.lru_cache(maxsize=None)

@@ -1,0 +1,238 @@
+/*
+ * AMX-INT8 micro-kernel (Sapphire Rapids tile matmul, TDPBSUD: signed x times unsigned weights).
+ *
+ * The packed weights of gmm_fast.h are already in the B-tile order: one step of 4 k of a unit is
+ * 16 columns x 4 bytes = one 64-byte tile row, and steps follow each other at `wstep`, so 16
+ * steps of one unit load as one B tile (64 k x 16 columns) with stride wstep. A tiles are 16
+ * rows of x x 64 k at the x row stride; C tiles 16 rows x 16 int32 columns of acc. Blocks of 32
+ * rows x 2 units use 4 C tiles, 2 A and 2 B (all 8 tile registers). Rows past the last multiple
+ * of 16, the K tail past the last multiple of 64 and the driver's special calls (a repeated step,
+ * a broadcast row of ones) go to the AVX-512 VNNI micro-kernel, which has the same contract, so
+ * the int32 results are exact either way.
+ *
+ * Tiles are configured lazily per thread (all 8 as 16 rows x 64 bytes) and released by
+ * qmoe_amx_release() at the end of a kernel call, so a thread does not keep the 8 KB tile state
+ * alive between calls.
+ */
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+#include <stdalign.h>
+#include <string.h>
+
+#include "kernels/cpu_features.h"
+#include "kernels/gmm_fast.h"
+#include "kernels/x86_parts.h"
+
+/* Rows per call from the driver, which are also its accumulator block: 32 rows (two C tiles
+ * high) measured fastest; 64 or 128 rows (a unit pair's weights reused by every 32 rows) were
+ * 5-15% slower in bench_kernel; K chunks of 256 were slower and of 1024-2048 no faster than the
+ * driver's 512; software prefetch of the next weight or x tile, and issuing each tile load
+ * right after the last product that reads its register, did not help. */
+enum { MR = 32 };
+
+static _Thread_local int tiles_ready;
+
+static void tiles_config(void)
+{
+    if (tiles_ready) return;
+    /* The first detection also asks the OS for the tile state (callers reach this table
+     * through detection anyway; this keeps a direct caller from faulting). */
+    (void)qmoe_cpu_features_get();
+    alignas(64) uint8_t cfg[64];
+    memset(cfg, 0, sizeof cfg);
+    cfg[0] = 1; /* palette 1 */
+    for (int t = 0; t < 8; t++) {
+        uint16_t colsb = 64;
+        memcpy(cfg + 16 + 2 * t, &colsb, 2);
+        cfg[48 + t] = 16;
+    }
+    _tile_loadconfig(cfg);
+    tiles_ready = 1;
+}
+
+void qmoe_amx_release(void)
+{
+    if (!tiles_ready) return;
+    _tile_release();
+    tiles_ready = 0;
+}
+
+/* The VNNI kernel in blocks of its own row count. */
+static void vnni_rows(int mr, int nu, int64_t kq, const int8_t *x, int64_t ldx, const uint8_t *wp,
+                      int64_t wstep, int32_t *acc, int64_t ldacc, int accumulate)
+{
+    const qmoe_gemm_isa *v = &qmoe_isa_avx512_vnni;
+    for (int r = 0; r < mr; r += v->mr) {
+        int n = mr - r < v->mr ? mr - r : v->mr;
+        v->gemm(n, nu, kq, x + r * ldx, ldx, wp, wstep, acc + r * ldacc, ldacc, accumulate);
+    }
+}
+
+/* Where the A tiles are: rows 16 i .. 16 i + 15 at k block t (64 k) start at
+ * p + i * group + t * step, one row `stride` bytes after the other. */
+typedef struct asrc {
+    const int8_t *p;
+    int64_t stride, step, group;
+} asrc;
+
+/* 32 rows x units u, u + 1 (two == 0: unit u only) over kt tiles of 64 k. */
+static void block32(int two, int64_t kt, asrc a, const uint8_t *wp, int64_t wstep, int32_t *acc,
+                    int64_t ldacc, int accumulate)
+{
+    int64_t lda = ldacc * 4, ldb = wstep;
+    int32_t *c1 = acc + 16 * ldacc;
+    if (accumulate) {
+        _tile_loadd(0, acc, lda);
+        _tile_loadd(2, c1, lda);
+        if (two) {
+            _tile_loadd(1, acc + 16, lda);
+            _tile_loadd(3, c1 + 16, lda);
+        }
+    } else {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+    }
+    const int8_t *x0 = a.p, *x1 = a.p + a.group;
+    for (int64_t t = 0; t < kt; t++) {
+        const uint8_t *b = wp + 16 * t * wstep;
+        _tile_loadd(4, x0 + a.step * t, a.stride);
+        _tile_loadd(6, b, ldb);
+        _tile_loadd(5, x1 + a.step * t, a.stride);
+        _tile_dpbsud(0, 4, 6);
+        _tile_dpbsud(2, 5, 6);
+        if (two) {
+            _tile_loadd(7, b + 64, ldb);
+            _tile_dpbsud(1, 4, 7);
+            _tile_dpbsud(3, 5, 7);
+        }
+    }
+    _tile_stored(0, acc, lda);
+    _tile_stored(2, c1, lda);
+    if (two) {
+        _tile_stored(1, acc + 16, lda);
+        _tile_stored(3, c1 + 16, lda);
+    }
+}
+
+/* 16 rows x units u, u + 1 (two == 0: unit u only). */
+static void block16(int two, int64_t kt, asrc a, const uint8_t *wp, int64_t wstep, int32_t *acc,
+                    int64_t ldacc, int accumulate)
+{
+    int64_t lda = ldacc * 4, ldb = wstep;
+    if (accumulate) {
+        _tile_loadd(0, acc, lda);
+        if (two) _tile_loadd(1, acc + 16, lda);
+    } else {
+        _tile_zero(0);
+        _tile_zero(1);
+    }
+    for (int64_t t = 0; t < kt; t++) {
+        const uint8_t *b = wp + 16 * t * wstep;
+        _tile_loadd(4, a.p + a.step * t, a.stride);
+        _tile_loadd(6, b, ldb);
+        _tile_dpbsud(0, 4, 6);
+        if (two) {
+            _tile_loadd(7, b + 64, ldb);
+            _tile_dpbsud(1, 4, 7);
+        }
+    }
+    _tile_stored(0, acc, lda);
+    if (two) _tile_stored(1, acc + 16, lda);
+}
+
+/* The rows [0, mr & ~15) x kt tiles of 64 k from `a`; the K tail and the remaining rows from the
+ * row-major x through the VNNI kernel. */
+static void gemm_tiles(int mr, int nu, int64_t kq, asrc a, const int8_t *x, int64_t ldx,
+                       const uint8_t *wp, int64_t wstep, int32_t *acc, int64_t ldacc,
+                       int accumulate)
+{
+    int64_t kt = kq / 16;
+    tiles_config();
+    /* Units outer, rows inner: a unit pair's weights come from L2 once per call. */
+    int tiled = mr & ~15;
+    for (int u = 0; u < nu; u += 2)
+        for (int r = 0; r < tiled; r += 32) {
+            asrc ar = {a.p + (r / 16) * a.group, a.stride, a.step, a.group};
+            const uint8_t *wu = wp + u * QMOE_PK_STEP;
+            int32_t *cr = acc + r * ldacc + u * QMOE_PK_UNIT;
+            if (r + 32 <= tiled) block32(u + 1 < nu, kt, ar, wu, wstep, cr, ldacc, accumulate);
+            else block16(u + 1 < nu, kt, ar, wu, wstep, cr, ldacc, accumulate);
+        }
+    if (kq > 16 * kt) /* K tail of the tiled rows */
+        vnni_rows(tiled, nu, kq - 16 * kt, x + 64 * kt, ldx, wp + 16 * kt * wstep, wstep, acc,
+                  ldacc, 1);
+    if (tiled < mr)
+        vnni_rows(mr - tiled, nu, kq, x + tiled * ldx, ldx, wp, wstep, acc + tiled * ldacc, ldacc,
+                  accumulate);
+}
+
+static void gemm_amx(int mr, int nu, int64_t kq, const int8_t *x, int64_t ldx, const uint8_t *wp,
+                     int64_t wstep, int32_t *acc, int64_t ldacc, int accumulate)
+{
+    /* ldx/wstep 0 are the driver's broadcast calls; tiles want real rows. */
+    if (kq < 16 || mr < 16 || ldx == 0 || wstep == 0) {
+        vnni_rows(mr, nu, kq, x, ldx, wp, wstep, acc, ldacc, accumulate);
+        return;
+    }
+    asrc a = {x, ldx, 64, 16 * ldx};
+    gemm_tiles(mr, nu, kq, a, x, ldx, wp, wstep, acc, ldacc, accumulate);
+}
+
+static void gemm_xt_amx(int mr, int nu, int64_t kq, const int8_t *x, int64_t ldx,
+                        const int8_t *xt, int64_t xt_ld, const uint8_t *wp, int64_t wstep,
+                        int32_t *acc, int64_t ldacc, int accumulate)
+{
+    if (mr < 16) {
+        gemm_amx(mr, nu, kq, x, ldx, wp, wstep, acc, ldacc, accumulate);
+        return;
+    }
+    asrc a = {xt, 64, 1024, xt_ld};
+    gemm_tiles(mr, nu, kq, a, x, ldx, wp, wstep, acc, ldacc, accumulate);
+}
+
+/* TDPBSUD on 6 independent C tiles (its latency is several times its issue interval). */
+static uint64_t peak_amx(uint64_t iters)
+{
+    tiles_config();
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    _tile_zero(4);
+    _tile_zero(5);
+    _tile_zero(6);
+    _tile_zero(7);
+    for (uint64_t i = 0; i < iters; i++) {
+        _tile_dpbsud(0, 6, 7);
+        _tile_dpbsud(1, 6, 7);
+        _tile_dpbsud(2, 6, 7);
+        _tile_dpbsud(3, 6, 7);
+        _tile_dpbsud(4, 6, 7);
+        _tile_dpbsud(5, 6, 7);
+    }
+    alignas(64) int32_t sink[16 * 16];
+    _tile_stored(0, sink, 64);
+    volatile int32_t keep = sink[0];
+    (void)keep;
+    qmoe_amx_release();
+    return iters * 6 * 16 * 16 * 64 * 2;
+}
+
+const qmoe_gemm_isa qmoe_isa_amx_int8 = {
+    .name = "amx_int8",
+    .kernel_id = QMOE_KERNEL_AMX_INT8,
+    .mr = MR,
+    .nu = 4,
+    .mc = MR,
+    .gemm = gemm_amx,
+    .gemm_xt = gemm_xt_amx,
+    .rearrange = qmoe_rearrange_avx512,
+    .fold = qmoe_fold_avx512,
+    .swiglu = qmoe_swiglu_avx512,
+    .quantize_row = qmoe_quantize_row_avx512,
+    .gemm_nz = qmoe_gemm_nz_avx512,
+    .peak_loop = peak_amx,
+};
+#endif
