@@ -100,6 +100,24 @@ static qmoe_status check_options(const qmoe_device_options *o, int cores)
     return QMOE_OK;
 }
 
+/* Releases what create made, whether it got all the way or failed part-way (the arrays are
+ * calloc'ed, so unset trace buffers are NULL). The command thread must already be stopped. */
+static void free_device(qmoe_device *dev)
+{
+    qmoe_workq_destroy(dev->wq);
+    if (dev->trace)
+        for (int t = 0; t < dev->threads; t++) qmoe_trace_buf_destroy(dev->trace[t]);
+    free(dev->arena);
+    free(dev->ctx);
+    free(dev->copyq);
+    free(dev->stageq);
+    free(dev->trace);
+    free(dev->cpus);
+    pthread_mutex_destroy(&dev->mu);
+    pthread_cond_destroy(&dev->cv);
+    free(dev);
+}
+
 qmoe_status qmoe_device_create(const qmoe_device_options *options, qmoe_device **device)
 {
     static const qmoe_device_options defaults;
@@ -143,16 +161,7 @@ qmoe_status qmoe_device_create(const qmoe_device_options *options, qmoe_device *
     qmoe_clear_error();
     return QMOE_OK;
 fail:
-    qmoe_workq_destroy(dev->wq);
-    free(dev->arena);
-    free(dev->ctx);
-    free(dev->copyq);
-    free(dev->stageq);
-    free(dev->trace);
-    free(dev->cpus);
-    pthread_mutex_destroy(&dev->mu);
-    pthread_cond_destroy(&dev->cv);
-    free(dev);
+    free_device(dev);
     return st;
 }
 
@@ -164,17 +173,7 @@ void qmoe_device_destroy(qmoe_device *dev)
     pthread_cond_broadcast(&dev->cv);
     pthread_mutex_unlock(&dev->mu);
     pthread_join(dev->cmd_thread, NULL);
-    qmoe_workq_destroy(dev->wq);
-    for (int t = 0; t < dev->threads; t++) qmoe_trace_buf_destroy(dev->trace[t]);
-    free(dev->arena);
-    free(dev->ctx);
-    free(dev->copyq);
-    free(dev->stageq);
-    free(dev->trace);
-    free(dev->cpus);
-    pthread_mutex_destroy(&dev->mu);
-    pthread_cond_destroy(&dev->cv);
-    free(dev);
+    free_device(dev);
 }
 
 int qmoe_device_threads(const qmoe_device *dev) { return dev->threads; }
