@@ -4,7 +4,7 @@
  * the input, never allocate more than the file can back; an accepted array is self-consistent
  * and survives a write (npy_save) and re-read unchanged.
  */
-#define _DEFAULT_SOURCE /* mkstemp, getpid */
+#define _DEFAULT_SOURCE /* getpid under -std=c11 */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -20,20 +20,23 @@ has_fuzzer() {
 }
 has_fuzzer && exit 0
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-  v=$(clang --version 2>/dev/null | sed -n 's/.*clang version \([0-9][0-9]*\).*/\1/p' | head -1)
-  pkgs=(clang)
-  if [ -n "$v" ]; then
-    pkgs+=("libclang-rt-$v-dev")
-  else
-    pkgs+=(libclang-rt-dev)
-  fi
-  echo "qmoe: installing ${pkgs[*]} for libFuzzer" >&2
   DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  # The compiler first: the runtime's package is named by its major version.
+  if ! command -v "$CC_FUZZ" >/dev/null 2>&1; then
+    echo "qmoe: installing clang for libFuzzer" >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang >/dev/null
+  fi
+  v=$("$CC_FUZZ" --version 2>/dev/null | sed -n 's/.*clang version \([0-9][0-9]*\).*/\1/p' | head -1)
+  if [ -z "$v" ]; then
+    echo "qmoe: cannot tell the clang version of '$CC_FUZZ' (is it clang?)" >&2
+    exit 1
+  fi
+  echo "qmoe: installing libclang-rt-$v-dev for libFuzzer" >&2
   # Older Debian releases ship the runtime in libclang-common-N-dev instead.
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${pkgs[@]}" >/dev/null 2>&1 ||
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang "libclang-common-$v-dev" >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "libclang-rt-$v-dev" >/dev/null 2>&1 ||
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "libclang-common-$v-dev" >/dev/null
   has_fuzzer && exit 0
-  echo "qmoe: clang still cannot link -fsanitize=fuzzer after installing ${pkgs[*]}" >&2
+  echo "qmoe: $CC_FUZZ still cannot link -fsanitize=fuzzer after installing clang $v's runtime" >&2
   exit 1
 fi
 echo "qmoe: the fuzz harnesses need clang with libFuzzer (clang -fsanitize=fuzzer)." >&2

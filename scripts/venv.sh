@@ -13,7 +13,15 @@ if [ -z "$py" ]; then
     echo "qmoe: python3 is missing — install python3 and python3-venv" >&2; exit 1
   fi
 fi
-if [ ! -x "$venv/bin/python" ]; then
+# Only a virtual environment (or nothing) is ever removed below.
+if [ -e "$venv" ] && [ ! -f "$venv/pyvenv.cfg" ] && [ -n "$(ls -A "$venv" 2>/dev/null)" ]; then
+  echo "qmoe: $venv exists and is not a virtual environment; remove it or choose another VENV" >&2
+  exit 1
+fi
+# A venv without pip is broken (python3 -m venv without python3-venv on Debian leaves one behind):
+# it is made again rather than trusted.
+if ! "$venv/bin/python" -m pip --version >/dev/null 2>&1; then
+  rm -rf "$venv"
   if ! "$py" -m venv "$venv" 2>/dev/null; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
       ver=$("$py" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
@@ -22,6 +30,7 @@ if [ ! -x "$venv/bin/python" ]; then
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
       rm -rf "$venv"; "$py" -m venv "$venv"
     else
+      rm -rf "$venv"
       echo "qmoe: python3 cannot create a virtual environment — install python3-venv" >&2; exit 1
     fi
   fi

@@ -33,6 +33,17 @@ int main(void)
     CHECK(!f.avx_vnni || f.avx2);
 
     CHECK(!f.amx_int8 || f.avx512_vnni);
+#if defined(__x86_64__) || defined(__i386__)
+    /* No false positives against the compiler's own CPUID reading (an independent one): a
+     * feature qmoe reports must be there, or its kernel would die of SIGILL. qmoe may demand
+     * more (FMA, F16C, BW/VL/DQ), so the other direction is not required. */
+    __builtin_cpu_init();
+    CHECK(!f.avx2 || (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")));
+    CHECK(!f.avx512 || (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")));
+    CHECK(!f.avx512_vnni || __builtin_cpu_supports("avx512vnni"));
+    CHECK(!f.avx512_vbmi || __builtin_cpu_supports("avx512vbmi"));
+#endif
 
     CHECK(auto_with(NULL) == best_at_most(QMOE_KERNEL_AMX_INT8));
     CHECK(auto_with(NULL) != QMOE_KERNEL_REFERENCE);

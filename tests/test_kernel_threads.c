@@ -14,22 +14,6 @@ enum { MAX_T = 4, MAX_D = 2 };
 static qmoe_device *devs[MAX_T + 1][MAX_D];
 static qmoe_stream *streams[MAX_T + 1][MAX_D + 1];
 
-static qmoe_status run_on(rt_case *c, int threads, int devices, qmoe_kernel kernel,
-                          qmoe_stream *s)
-{
-    qmoe_executor *ex = NULL;
-    uint64_t wsb = 0;
-    qmoe_status st = rt_case_plan(c, threads, devices, kernel, &ex, &wsb);
-    if (st) return st;
-    void *ws = wsb ? rt_alloc((size_t)wsb) : NULL;
-    rt_case_reset_outputs(c);
-    st = qmoe_gmm_swiglu_quant(ws, wsb, ex, s);
-    qmoe_executor_destroy(ex);
-    if (!st && s) st = qmoe_stream_synchronize(s);
-    free(ws);
-    return st;
-}
-
 /* Outputs within +-1 of the reference and scales within 1e-6 relative; counts identical ones. */
 static int64_t near_reference(const rt_case *c, const int8_t *ro, const float *rs, int64_t *same)
 {
@@ -83,7 +67,7 @@ int main(void)
             rt_expected(&c, (qmoe_kernel)k, eo, es);
             for (int t = 1; t <= MAX_T; t++)
                 for (int d = 1; d <= MAX_D; d++) {
-                    qmoe_status st = run_on(&c, t, d, (qmoe_kernel)k, streams[t][d]);
+                    qmoe_status st = rt_case_run(&c, t, d, (qmoe_kernel)k, streams[t][d]);
                     CHECK_MSG(st == QMOE_OK && rt_same_outputs(&c, eo, es),
                               "case %d %s M=%lld K=%lld N=%lld E=%lld a8w4=%d: threads %d "
                               "devices %d: %s %s",

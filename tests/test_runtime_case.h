@@ -114,6 +114,25 @@ static void rt_case_reset_outputs(rt_case *c)
     memset(c->out_scale, RT_SENTINEL, (size_t)c->M * sizeof(float));
 }
 
+/* Plans, resets the outputs to the sentinel, runs on stream s (NULL: synchronous) and waits for
+ * it. The executor is destroyed right after the launch: a queued operator holds its own copy of
+ * the plan. Inline: not every test that includes this file uses it. */
+static inline qmoe_status rt_case_run(rt_case *c, int threads, int devices, qmoe_kernel kernel,
+                                      qmoe_stream *s)
+{
+    qmoe_executor *ex = NULL;
+    uint64_t wsb = 0;
+    qmoe_status st = rt_case_plan(c, threads, devices, kernel, &ex, &wsb);
+    if (st) return st;
+    void *ws = wsb ? rt_alloc((size_t)wsb) : NULL;
+    rt_case_reset_outputs(c);
+    st = qmoe_gmm_swiglu_quant(ws, wsb, ex, s);
+    qmoe_executor_destroy(ex);
+    if (!st && s) st = qmoe_stream_synchronize(s);
+    free(ws);
+    return st;
+}
+
 /* The expected outputs: the sentinel, then, for every row of every expert, the kernel called on
  * the calling thread for that one row and all columns. */
 static void rt_expected(rt_case *c, qmoe_kernel kernel, int8_t *out, float *scale)

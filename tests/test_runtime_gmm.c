@@ -14,22 +14,6 @@ static qmoe_device *devs[MAX_T + 1][MAX_D]; /* devs[t]: devices of t threads */
 static qmoe_stream *streams[MAX_T + 1][MAX_D + 1];
 static int split4_cases, fallback_cases; /* coverage: real 4-way splits, forced fallbacks */
 
-static qmoe_status run_on(rt_case *c, int threads, int devices, qmoe_kernel kernel,
-                          qmoe_stream *s)
-{
-    qmoe_executor *ex = NULL;
-    uint64_t wsb = 0;
-    qmoe_status st = rt_case_plan(c, threads, devices, kernel, &ex, &wsb);
-    if (st) return st;
-    void *ws = wsb ? rt_alloc((size_t)wsb) : NULL;
-    rt_case_reset_outputs(c);
-    st = qmoe_gmm_swiglu_quant(ws, wsb, ex, s);
-    qmoe_executor_destroy(ex); /* the queued operator holds its own copy of the plan */
-    if (!st && s) st = qmoe_stream_synchronize(s);
-    free(ws);
-    return st;
-}
-
 static void sweep_case(qt_rng *r, int index)
 {
     rt_case c;
@@ -51,7 +35,7 @@ static void sweep_case(qt_rng *r, int index)
     rt_expected(&c, QMOE_KERNEL_REFERENCE, eo, es);
     for (int t = 1; t <= MAX_T; t++)
         for (int d = 1; d <= MAX_D; d++) {
-            qmoe_status st = run_on(&c, t, d, QMOE_KERNEL_REFERENCE, streams[t][d]);
+            qmoe_status st = rt_case_run(&c, t, d, QMOE_KERNEL_REFERENCE, streams[t][d]);
             CHECK_MSG(st == QMOE_OK && rt_same_outputs(&c, eo, es),
                       "case %d M=%lld K=%lld N=%lld E=%lld rows=%lld a8w4=%d misalign=%d: "
                       "threads %d devices %d: %s %s",
@@ -60,13 +44,13 @@ static void sweep_case(qt_rng *r, int index)
                       qmoe_last_error());
         }
     /* 4 parts on 1- and 2-thread devices: parts shared round-robin, column phase as two jobs */
-    CHECK(run_on(&c, 4, 2, QMOE_KERNEL_REFERENCE, streams[2][2]) == QMOE_OK &&
+    CHECK(rt_case_run(&c, 4, 2, QMOE_KERNEL_REFERENCE, streams[2][2]) == QMOE_OK &&
           rt_same_outputs(&c, eo, es));
-    CHECK(run_on(&c, 3, 1, QMOE_KERNEL_REFERENCE, streams[1][1]) == QMOE_OK &&
+    CHECK(rt_case_run(&c, 3, 1, QMOE_KERNEL_REFERENCE, streams[1][1]) == QMOE_OK &&
           rt_same_outputs(&c, eo, es));
     /* the default device group, synchronously */
     if (index % 4 == 0) {
-        CHECK(run_on(&c, 0, 1 + index % 3, QMOE_KERNEL_REFERENCE, NULL) == QMOE_OK &&
+        CHECK(rt_case_run(&c, 0, 1 + index % 3, QMOE_KERNEL_REFERENCE, NULL) == QMOE_OK &&
               rt_same_outputs(&c, eo, es));
     }
     /* the fastest kernel: split-invariant too */
@@ -74,7 +58,7 @@ static void sweep_case(qt_rng *r, int index)
         rt_expected(&c, QMOE_KERNEL_AUTO, eo, es);
         for (int t = 1; t <= MAX_T; t += 3)
             for (int d = 1; d <= MAX_D; d += 2) {
-                qmoe_status st = run_on(&c, t, d, QMOE_KERNEL_AUTO, streams[t][d]);
+                qmoe_status st = rt_case_run(&c, t, d, QMOE_KERNEL_AUTO, streams[t][d]);
                 CHECK_MSG(st == QMOE_OK && rt_same_outputs(&c, eo, es),
                           "case %d M=%lld K=%lld N=%lld a8w4=%d: fastest kernel, threads %d "
                           "devices %d: %s %s",

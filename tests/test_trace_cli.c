@@ -1,8 +1,8 @@
 /*
  * The trace through the command line: `qmoe gen` writes a case, `qmoe run --threads 2 --trace F`
  * runs it; F parses as JSON and both threads of the device have compute slices (the case has
- * enough row blocks for both). The output equals a single-threaded run's. Skipped (with a
- * message) only in builds without the qmoe program.
+ * enough row blocks for both). The output equals a single-threaded run's. Skipped (reported
+ * as such by ctest) only in builds without the qmoe program.
  */
 #define _DEFAULT_SOURCE
 #include <limits.h>
@@ -36,13 +36,21 @@ static int run_case(const char *tag, const char *extra)
     return system(cmd);
 }
 
-static int same_file(const char *a, const char *b)
+/* Byte-identical .npy files whose data is not all zero, so that an operator that wrote nothing
+ * cannot pass. */
+static int same_nonzero_npy(const char *a, const char *b)
 {
-    char *x = slurp(a), *y = slurp(b);
-    int same = x && y && strlen(x) == strlen(y) && !memcmp(x, y, strlen(x));
+    size_t nx = 0, ny = 0;
+    char *x = slurp_n(a, &nx), *y = slurp_n(b, &ny);
+    int same = x && y && nx == ny && !memcmp(x, y, nx), nonzero = 0;
+    /* qmoe writes version 1.0: the data starts after 10 bytes and the 2-byte header length */
+    size_t data = nx >= 10 ? 10 + (unsigned char)x[8] + ((size_t)(unsigned char)x[9] << 8) : nx;
+    for (size_t i = data; same && i < nx; i++) nonzero |= x[i] != 0;
+    CHECK_MSG(same, "%s and %s differ (%zu and %zu bytes)", a, b, nx, ny);
+    CHECK_MSG(nonzero, "%s holds no data or only zeros", a);
     free(x);
     free(y);
-    return same;
+    return same && nonzero;
 }
 
 int main(void)
@@ -54,10 +62,7 @@ int main(void)
     self[n] = '\0';
     *strrchr(self, '/') = '\0';
     fmt(qmoe_bin, sizeof qmoe_bin, "%s/../tools/qmoe", self);
-    if (access(qmoe_bin, X_OK)) {
-        printf("test_trace_cli: skipped, no %s in this build\n", qmoe_bin);
-        return 0;
-    }
+    if (access(qmoe_bin, X_OK)) return qt_skip("test_trace_cli", "no qmoe program in this build");
     fmt(dir, sizeof dir, "%s/trace_cli_case", self);
     char cmd[4 * PATH_MAX], path[PATH_MAX + 32], other[PATH_MAX + 32];
     fmt(cmd, sizeof cmd, "'%s' gen --out '%s' --E 2 --M 160 --K 64 --N 128 --mode a8w8 > /dev/null",
@@ -71,8 +76,11 @@ int main(void)
     CHECK(text && json_valid(text));
     CHECK(text && count_compute(text, 0, 0) >= 1 && count_compute(text, 0, 1) >= 1);
     free(text);
-    fmt(path, sizeof path, "%s/out1.npy", dir);
-    fmt(other, sizeof other, "%s/out2.npy", dir);
-    CHECK(same_file(path, other));
+    for (int i = 0; i < 2; i++) { /* the output, then the output scale */
+        const char *name = i ? "out_scale" : "out";
+        fmt(path, sizeof path, "%s/%s1.npy", dir, name);
+        fmt(other, sizeof other, "%s/%s2.npy", dir, name);
+        same_nonzero_npy(path, other);
+    }
     return qt_finish("test_trace_cli");
 }

@@ -89,19 +89,24 @@ static int json_valid(const char *text)
     return p.ok && *p.s == '\0';
 }
 
-static char *slurp(const char *path)
+/* The whole file, NUL-terminated (the terminator is not counted in *len); NULL if unreadable.
+ * Binary files hold NULs: compare them with *len, not strlen. */
+static char *slurp_n(const char *path, size_t *len)
 {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    size_t got = fread(buf, 1, (size_t)n, f);
-    buf[got] = '\0';
+    long n = fseek(f, 0, SEEK_END) ? -1 : ftell(f);
+    char *buf = n >= 0 && !fseek(f, 0, SEEK_SET) ? malloc((size_t)n + 1) : NULL;
+    if (buf) {
+        size_t got = fread(buf, 1, (size_t)n, f);
+        buf[got] = '\0';
+        if (len) *len = got;
+    }
     fclose(f);
     return buf;
 }
+
+static char *slurp(const char *path) { return slurp_n(path, NULL); }
 
 /* Compute start events per (device, thread) in the exported file. */
 static int count_compute(const char *text, int device, int thread)

@@ -6,6 +6,7 @@
  * on every thread), each probed before and after the timed runs, the higher value kept.
  */
 #define _POSIX_C_SOURCE 200809L
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -93,6 +94,21 @@ static int parse_i64(const char *opt, const char *text, int64_t lo, int64_t hi, 
     return 0;
 }
 
+/* "E,M,K,N": four integers (strtoll, so an out-of-range one is caught, unlike with sscanf). */
+static int parse_dims(const char *text, int64_t d[4])
+{
+    const char *p = text;
+    for (int i = 0; i < 4; i++) {
+        char *end;
+        errno = 0;
+        long long v = strtoll(p, &end, 10);
+        if (end == p || errno || *end != (i < 3 ? ',' : '\0')) return -1;
+        d[i] = v;
+        p = end + 1;
+    }
+    return 0;
+}
+
 /* Returns 0 to go on, 1 after --help, -1 after an error message. */
 static int parse(int argc, char **argv, bench_args *a)
 {
@@ -126,15 +142,13 @@ static int parse(int argc, char **argv, bench_args *a)
         const char *v = argv[i + 1];
         int64_t n;
         if (!strcmp(o, "--shape")) {
-            long long e, m, k, nn;
-            char tail;
-            if (sscanf(v, "%lld,%lld,%lld,%lld%c", &e, &m, &k, &nn, &tail) != 4 || e < 1 ||
-                m < 0 || k < 1 || nn < 2 || e > 4096 || m > (1ll << 24) || k > 65535 ||
-                nn > 10240) {
+            int64_t d[4];
+            if (parse_dims(v, d) || d[0] < 1 || d[1] < 0 || d[2] < 1 || d[3] < 2 || d[0] > 4096 ||
+                d[1] > (1ll << 24) || d[2] > 65535 || d[3] > 10240) {
                 fprintf(stderr, "qmoe bench: --shape needs E,M,K,N (E>=1, K<65536, N<=10240)\n");
                 return -1;
             }
-            if (add_shape(a, (bench_shape){"custom", e, m, k, nn, 0})) return -1;
+            if (add_shape(a, (bench_shape){"custom", d[0], d[1], d[2], d[3], 0})) return -1;
         } else if (!strcmp(o, "--mode")) {
             if (strcmp(v, "a8w8") && strcmp(v, "a8w4")) {
                 fprintf(stderr, "qmoe bench: --mode is a8w8 or a8w4, got '%s'\n", v);
@@ -305,15 +319,12 @@ static int bench_case(const bench_args *a, const bench_shape *s, int threads, do
         case_free(&c);
         return 1;
     }
-    case_exec ex;
+    case_exec ex = {0};
     int rc = 1;
     double *ms = calloc((size_t)a->repeat, sizeof(double));
     if (!ms || case_plan(&c, &opt, &ex, err)) {
         fprintf(stderr, "qmoe bench: %s\n", ms ? err : "out of memory");
-        free(ms);
-        cli_runtime_end(&rt);
-        case_free(&c);
-        return 1;
+        goto done; /* case_plan may have allocated the outputs */
     }
     qmoe_kernel kid = qmoe_executor_kernel(ex.executor);
     const qmoe_gemm_isa *isa = qmoe_gemm_isa_for(kid);
@@ -326,8 +337,10 @@ static int bench_case(const bench_args *a, const bench_shape *s, int threads, do
     }
     for (int r = -1; r < a->repeat; r++) {
         double t0 = now();
+        qmoe_status sync = QMOE_OK;
         if (case_launch(&c, &ex, stream, err) ||
-            (stream && qmoe_stream_synchronize(stream) != QMOE_OK)) {
+            (stream && (sync = qmoe_stream_synchronize(stream)) != QMOE_OK)) {
+            if (sync) case_error(&c, sync, err); /* a launch failure has set err already */
             fprintf(stderr, "qmoe bench: %s\n", err);
             goto done;
         }

@@ -58,6 +58,10 @@ static int make_dirs(const char *dir, char *err)
 {
     char path[PATH_LEN];
     struct stat st;
+    if (!*dir) {
+        snprintf(err, CASE_ERR_LEN, "--out: the folder name is empty");
+        return -1;
+    }
     if (snprintf(path, sizeof path, "%s", dir) >= PATH_LEN) {
         snprintf(err, CASE_ERR_LEN, "%s: path too long", dir);
         return -1;
@@ -81,38 +85,24 @@ static int make_dirs(const char *dir, char *err)
     return 0;
 }
 
-static int join(const char *dir, const char *file, char *path, char *err)
-{
-    if (snprintf(path, PATH_LEN, "%s/%s", dir, file) >= PATH_LEN) {
-        snprintf(err, CASE_ERR_LEN, "%s: path too long", dir);
-        return -1;
-    }
-    return 0;
-}
-
 static int write_case(const op_case *c, const char *dir, char *err)
 {
-    npy_staged staged[CASE_INPUTS] = {{0}};
-    char path[PATH_LEN], why[NPY_ERR_LEN];
-    int rc = 0;
-    for (int i = 0; i < CASE_INPUTS && !rc; i++) {
-        if (!c->in[i].data) continue;
-        rc = join(dir, case_inputs[i].file, path, err);
-        if (!rc && npy_stage(path, &c->in[i], &staged[i], why)) {
-            snprintf(err, CASE_ERR_LEN, "%s/%s: %s", dir, case_inputs[i].file, why);
-            rc = -1;
-        }
-    }
+    char paths[CASE_INPUTS][PATH_LEN], why[NPY_ERR_LEN];
+    const char *path_of[CASE_INPUTS];
+    const npy_array *arrays[CASE_INPUTS];
+    int n = 0, failed = 0;
     for (int i = 0; i < CASE_INPUTS; i++) {
-        if (!staged[i].tmp_path) continue;
-        if (rc)
-            npy_discard(&staged[i]);
-        else if (npy_commit(&staged[i], why)) {
-            snprintf(err, CASE_ERR_LEN, "%s/%s: %s", dir, case_inputs[i].file, why);
-            rc = -1;
+        if (!c->in[i].data) continue; /* no bias for A8W8 */
+        if (snprintf(paths[n], PATH_LEN, "%s/%s", dir, case_inputs[i].file) >= PATH_LEN) {
+            snprintf(err, CASE_ERR_LEN, "%s: path too long", dir);
+            return -1;
         }
+        path_of[n] = paths[n];
+        arrays[n++] = &c->in[i];
     }
-    return rc;
+    if (!npy_save_all(path_of, arrays, n, &failed, why)) return 0;
+    snprintf(err, CASE_ERR_LEN, "%s: %s", path_of[failed], why);
+    return -1;
 }
 
 static void print_command(const op_case *c, const gen_params *p, const char *dir)

@@ -114,28 +114,12 @@ static int parse(int argc, char **argv, run_args *a)
 /* Both outputs appear together or not at all. */
 static int write_outputs(const run_args *a, const case_exec *ex, char *err)
 {
-    npy_staged q, qs;
+    const char *paths[2] = {a->out, a->out_scale};
+    const npy_array *arrays[2] = {&ex->out, &ex->out_scale};
     char why[NPY_ERR_LEN];
-    const char *failed = a->out;
-    if (npy_stage(a->out, &ex->out, &q, why)) goto fail;
-    failed = a->out_scale;
-    if (npy_stage(a->out_scale, &ex->out_scale, &qs, why)) {
-        npy_discard(&q);
-        goto fail;
-    }
-    failed = a->out;
-    if (npy_commit(&q, why)) {
-        npy_discard(&qs);
-        goto fail;
-    }
-    failed = a->out_scale;
-    if (npy_commit(&qs, why)) {
-        remove(a->out);
-        goto fail;
-    }
-    return 0;
-fail:
-    snprintf(err, CASE_ERR_LEN, "%s: %s", failed, why);
+    int failed = 0;
+    if (!npy_save_all(paths, arrays, 2, &failed, why)) return 0;
+    snprintf(err, CASE_ERR_LEN, "%s: %s", paths[failed], why);
     return -1;
 }
 

@@ -487,19 +487,6 @@ int npy_stage(const char *path, const npy_array *a, npy_staged *staged, char *er
     return rc;
 }
 
-int npy_commit(npy_staged *staged, char *err)
-{
-    int rc = 0;
-    if (rename(staged->tmp_path, staged->path)) {
-        rc = fail(err, "cannot rename the finished file into place: %s", strerror(errno));
-        remove(staged->tmp_path);
-    }
-    free(staged->tmp_path);
-    free(staged->path);
-    staged->tmp_path = staged->path = NULL;
-    return rc;
-}
-
 void npy_discard(npy_staged *staged)
 {
     if (staged->tmp_path) remove(staged->tmp_path);
@@ -510,7 +497,40 @@ void npy_discard(npy_staged *staged)
 
 int npy_save(const char *path, const npy_array *a, char *err)
 {
-    npy_staged staged;
-    if (npy_stage(path, a, &staged, err)) return -1;
-    return npy_commit(&staged, err);
+    int failed;
+    return npy_save_all(&path, &a, 1, &failed, err);
+}
+
+int npy_save_all(const char *const *paths, const npy_array *const *arrays, int n, int *failed,
+                 char *err)
+{
+    npy_staged *staged = calloc((size_t)(n > 0 ? n : 1), sizeof *staged);
+    if (!staged) {
+        *failed = 0;
+        return fail(err, "out of memory");
+    }
+    int rc = 0, renamed = 0;
+    for (int i = 0; i < n && !rc; i++)
+        if (npy_stage(paths[i], arrays[i], &staged[i], err)) {
+            *failed = i;
+            rc = -1;
+        }
+    while (!rc && renamed < n) {
+        if (rename(staged[renamed].tmp_path, staged[renamed].path)) {
+            *failed = renamed;
+            rc = fail(err, "cannot rename the finished file into place: %s", strerror(errno));
+        } else {
+            renamed++;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        if (i < renamed) {
+            if (rc) remove(staged[i].path); /* roll back: no partial set of files */
+            free(staged[i].tmp_path);
+            staged[i].tmp_path = NULL;
+        }
+        npy_discard(&staged[i]); /* removes what is still staged, frees the names */
+    }
+    free(staged);
+    return rc;
 }

@@ -63,18 +63,23 @@ npy_array npy_view(const npy_array *a);
 
 void npy_free(npy_array *a); /* a zeroed or view array is a no-op */
 
-/* Writing in two steps so that several outputs appear together or not at all: npy_stage writes
- * a temporary file next to `path`; npy_commit renames it into place; npy_discard removes it. */
+/* Writing in two steps so that several outputs appear together or not at all (npy_save_all):
+ * npy_stage writes a temporary file next to `path`; npy_discard removes it. */
 typedef struct npy_staged {
     char *tmp_path;
     char *path;
 } npy_staged;
 
 int npy_stage(const char *path, const npy_array *a, npy_staged *staged, char *err);
-int npy_commit(npy_staged *staged, char *err);
-void npy_discard(npy_staged *staged); /* also frees what npy_stage allocated; safe after commit */
+void npy_discard(npy_staged *staged); /* also frees what npy_stage allocated */
 
-/* Stage + commit of one array. */
+/* One array, written whole or not at all (npy_save_all of one). */
 int npy_save(const char *path, const npy_array *a, char *err);
+
+/* n arrays that appear together or not at all: all are staged, then all renamed into place; on
+ * a failure the files already renamed are removed again (files they replaced stay gone) and
+ * *failed is the index of the path that failed. */
+int npy_save_all(const char *const *paths, const npy_array *const *arrays, int n, int *failed,
+                 char *err);
 
 #endif

@@ -35,7 +35,8 @@ typedef enum qmoe_status {
 } qmoe_status;
 
 /* Last error of the calling thread in words: which argument, which rule, which value.
- * Never NULL; "" after a success that followed no error. Valid until the thread's next call. */
+ * Never NULL; "" after a call that returned QMOE_OK (accessors and destroy functions leave it
+ * as it was). Valid until the thread's next call. */
 const char *qmoe_last_error(void);
 
 /* A fixed name for a status code, e.g. "QMOE_ERR_PARAM_INVALID". */
@@ -67,8 +68,9 @@ typedef struct qmoe_tensor qmoe_tensor;
  * packed int4: int32 words) and may be NULL for row-major contiguous. Strides must be >= 0.
  * The memory is not copied or owned: it must outlive every executor planned with the tensor.
  * `data` may be NULL only for a tensor with zero elements.
- * Returns QMOE_ERR_PARAM_INVALID for a bad rank, dtype, format, negative size or stride, or a
- * byte extent that overflows; QMOE_ERR_INNER when out of memory. */
+ * Returns QMOE_ERR_PARAM_NULLPTR when `out` is NULL, `shape` is NULL with ndim > 0, or `data` is
+ * NULL with elements; QMOE_ERR_PARAM_INVALID for a bad rank, dtype, format, negative size or
+ * stride, or a byte extent that overflows; QMOE_ERR_INNER when out of memory. */
 qmoe_status qmoe_tensor_create(const int64_t *shape, int ndim, const int64_t *strides,
                                qmoe_dtype dtype, qmoe_format format, void *data,
                                qmoe_tensor **out);
@@ -141,11 +143,13 @@ qmoe_status qmoe_gmm_swiglu_quant_workspace_size(
 /*
  * Phase two: check the groupList values (decreasing, negative or past M is QMOE_ERR_PARAM_INVALID
  * with both outputs untouched), then compute. `workspace` must hold at least the size phase one
- * returned (it may be NULL when that size is 0). `stream` NULL runs synchronously on the
- * process-wide default device (see qmoe/runtime.h); otherwise the operator is queued and its status
+ * returned (it may be NULL when that size is 0) and be aligned for float (64 bytes is best;
+ * QMOE_ERR_PARAM_INVALID otherwise). `stream` NULL runs synchronously on the process-wide
+ * default device (see qmoe/runtime.h); otherwise the operator is queued and its status
  * is also reported by qmoe_stream_synchronize(); the workspace and the tensors' memory must then
- * stay valid until the stream is synchronized, while the executor may be destroyed at once. A native executor may be executed any number of times (the data its
- * tensors point to may change between runs) and must be destroyed with qmoe_executor_destroy().
+ * stay valid until the stream is synchronized, while the executor may be destroyed at once.
+ * A native executor may be executed any number of times (the data its tensors point to may
+ * change between runs) and must be destroyed with qmoe_executor_destroy().
  */
 qmoe_status qmoe_gmm_swiglu_quant(void *workspace, uint64_t workspace_size,
                                   qmoe_executor *executor, qmoe_stream *stream);

@@ -51,6 +51,7 @@ qmoe_status qmoe_device_create(const qmoe_device_options *options, qmoe_device *
  * use a device before the device. NULL is a no-op. */
 void qmoe_device_destroy(qmoe_device *device);
 
+/* Accessors; for a NULL device they return -1 (scratch bytes: 0). */
 int qmoe_device_threads(const qmoe_device *device);
 uint64_t qmoe_device_scratch_bytes(const qmoe_device *device); /* whole arena, all threads */
 int qmoe_device_id(const qmoe_device *device); /* process-unique; the trace's process id */
@@ -70,7 +71,8 @@ qmoe_status qmoe_stream_create(qmoe_device *device, qmoe_stream **stream);
 /* A stream on a group of `count` (1..QMOE_MAX_DEVICES, distinct) devices: an operator planned for
  * D devices (options.devices) runs on the first D of them, split by output rows in chunks of
  * whole 128-byte lines (README: "Devices, streams and multi-device runs"); the devices meet at
- * fences before and after each operator. Executing a plan for more devices than the stream has is QMOE_ERR_PARAM_INVALID. */
+ * fences before and after each operator. Executing a plan for more devices than the stream has
+ * is QMOE_ERR_PARAM_INVALID. */
 qmoe_status qmoe_stream_create_group(qmoe_device *const *devices, int count,
                                      qmoe_stream **stream);
 
@@ -84,9 +86,9 @@ void qmoe_stream_destroy(qmoe_stream *stream);
 
 /* ---------------------------------------------------------------- tracing --------------------- */
 
-/* Starts recording (events_per_thread > 0, per thread; 0 means 1<<16) or stops it
- * (enable == 0). Call while no operator is in flight on the device. Enabling clears the
- * events recorded so far. */
+/* Starts recording (enable != 0; events_per_thread per thread, 0 means 1<<16; events past that
+ * are dropped) or stops it (enable == 0). Either way the events recorded so far are discarded,
+ * so call qmoe_trace_write() before stopping. Call while no operator is in flight on the device. */
 qmoe_status qmoe_device_trace(qmoe_device *device, int enable, uint32_t events_per_thread);
 
 /* Writes the recorded events of the devices as a Chrome trace-event JSON file that
@@ -96,7 +98,8 @@ qmoe_status qmoe_device_trace(qmoe_device *device, int enable, uint32_t events_p
  * written. */
 qmoe_status qmoe_trace_write(const char *path, qmoe_device *const *devices, int count);
 
-/* The default device (stream NULL), created on first use; NULL when it cannot be created. */
+/* The default device (stream NULL), created on first use; NULL when it cannot be created. The
+ * library owns it: streams may be created on it, but it must not be destroyed. */
 qmoe_device *qmoe_default_device(void);
 
 /* ---------------------------------------------------------------- test hooks ------------------ */

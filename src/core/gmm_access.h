@@ -61,10 +61,7 @@ static inline float qmoe_ws_get(const qmoe_gmm_params *p, int64_t e, int64_t g, 
     case QMOE_SCALE_U64_F32: {
         uint64_t word;
         memcpy(&word, (const uint8_t *)p->ws + 8 * i, sizeof word);
-        uint32_t bits = (uint32_t)word;
-        float f;
-        memcpy(&f, &bits, sizeof f);
-        return f;
+        return qmoe_bits_to_f32((uint32_t)word);
     }
     }
     return 0.0f;

@@ -2,10 +2,12 @@
 #include <stdlib.h>
 
 #include "core/checked.h"
+#include "core/gmm_access.h" /* qmoe_nibble, qmoe_word_nibble: the kernels' int4 decoding */
 #include "core/status.h"
 #include "qmoe/qmoe.h"
 
-/* Checks E, K, N >= 0, the NZ alignment (k_align, n_align; 1 = none) and that E*K*N fits. */
+/* Checks E, K, N >= 0, the NZ alignment (k_align, n_align; 1 = none) and that E*K*N fits, with
+ * room to spare: the element indices below (nibbles for int4) are then free of overflow. */
 static qmoe_status check_ekn(const char *fn, int64_t E, int64_t K, int64_t N, int64_t k_align,
                              int64_t n_align, int64_t *total)
 {
@@ -42,12 +44,6 @@ static inline void put_nibble(uint8_t *bytes, int64_t i, int v)
     bytes[i >> 1] = (uint8_t)((bytes[i >> 1] & ~(0xF << shift)) | ((v & 0xF) << shift));
 }
 
-static inline int get_nibble(const uint8_t *bytes, int64_t i)
-{
-    int v = (bytes[i >> 1] >> ((i & 1) * 4)) & 0xF;
-    return v >= 8 ? v - 16 : v;
-}
-
 /* Every successful return clears the last error, including the early ones for empty sizes. */
 static qmoe_status succeed(void)
 {
@@ -80,7 +76,7 @@ static qmoe_status relayout(const char *fn, const char *src_name, const char *ds
                 if (!int4 && to_nz) ((int8_t *)dst)[nz_i] = ((const int8_t *)src)[nd_i];
                 else if (!int4) ((int8_t *)dst)[nd_i] = ((const int8_t *)src)[nz_i];
                 else if (to_nz) put_nibble(dst, nz_i, ((const int8_t *)src)[nd_i]);
-                else ((int8_t *)dst)[nd_i] = (int8_t)get_nibble(src, nz_i);
+                else ((int8_t *)dst)[nd_i] = (int8_t)qmoe_nibble(src, nz_i);
             }
     return succeed();
 }
@@ -107,22 +103,27 @@ qmoe_status qmoe_nz_to_nd_int4(const uint8_t *nz_packed, int64_t E, int64_t K, i
     return relayout("nz_to_nd_int4", "nz_packed", "nd_values", nz_packed, nd_values, E, K, N, 1, 0);
 }
 
-static qmoe_status check_count(const char *fn, int64_t count, int64_t multiple)
+/* The count and buffers of a pack/unpack call; the buffers may be NULL only when count is 0.
+ * The INT64_MAX / 2 cap keeps (count + 1) / 2 and the nibble indices clear of overflow. */
+static qmoe_status check_io(const char *fn, int64_t count, int64_t multiple, const void *in,
+                            const char *in_name, const void *out, const char *out_name)
 {
     if (count < 0 || count % multiple || count > INT64_MAX / 2)
         return qmoe_fail(QMOE_ERR_PARAM_INVALID, "%s: count %lld must be >= 0%s", fn,
                          (long long)count, multiple == 8 ? " and a multiple of 8" : "");
+    if (count > 0) {
+        REQUIRE(in, fn, in_name);
+        REQUIRE(out, fn, out_name);
+    }
     return QMOE_OK;
 }
 
 qmoe_status qmoe_pack_int4(const int8_t *values, int64_t count, uint8_t *packed)
 {
-    qmoe_status st = check_count("pack_int4", count, 1);
-    if (st) return st;
-    if (count == 0) return succeed();
-    REQUIRE(values, "pack_int4", "values");
-    REQUIRE(packed, "pack_int4", "packed");
-    if ((st = check_values("pack_int4", values, count))) return st;
+    qmoe_status st;
+    if ((st = check_io("pack_int4", count, 1, values, "values", packed, "packed")) ||
+        (st = check_values("pack_int4", values, count)))
+        return st;
     for (int64_t i = 0; i < count; i += 2) {
         int lo = values[i] & 0xF, hi = i + 1 < count ? values[i + 1] & 0xF : 0;
         packed[i / 2] = (uint8_t)(lo | hi << 4);
@@ -132,23 +133,18 @@ qmoe_status qmoe_pack_int4(const int8_t *values, int64_t count, uint8_t *packed)
 
 qmoe_status qmoe_unpack_int4(const uint8_t *packed, int64_t count, int8_t *values)
 {
-    qmoe_status st = check_count("unpack_int4", count, 1);
+    qmoe_status st = check_io("unpack_int4", count, 1, packed, "packed", values, "values");
     if (st) return st;
-    if (count == 0) return succeed();
-    REQUIRE(packed, "unpack_int4", "packed");
-    REQUIRE(values, "unpack_int4", "values");
-    for (int64_t i = 0; i < count; i++) values[i] = (int8_t)get_nibble(packed, i);
+    for (int64_t i = 0; i < count; i++) values[i] = (int8_t)qmoe_nibble(packed, i);
     return succeed();
 }
 
 qmoe_status qmoe_pack_int4_int32(const int8_t *values, int64_t count, int32_t *words)
 {
-    qmoe_status st = check_count("pack_int4_int32", count, 8);
-    if (st) return st;
-    if (count == 0) return succeed();
-    REQUIRE(values, "pack_int4_int32", "values");
-    REQUIRE(words, "pack_int4_int32", "words");
-    if ((st = check_values("pack_int4_int32", values, count))) return st;
+    qmoe_status st;
+    if ((st = check_io("pack_int4_int32", count, 8, values, "values", words, "words")) ||
+        (st = check_values("pack_int4_int32", values, count)))
+        return st;
     for (int64_t w = 0; w < count / 8; w++) {
         uint32_t word = 0;
         for (int j = 0; j < 8; j++) word |= (uint32_t)(values[8 * w + j] & 0xF) << (4 * j);
@@ -159,15 +155,10 @@ qmoe_status qmoe_pack_int4_int32(const int8_t *values, int64_t count, int32_t *w
 
 qmoe_status qmoe_unpack_int4_int32(const int32_t *words, int64_t count, int8_t *values)
 {
-    qmoe_status st = check_count("unpack_int4_int32", count, 8);
+    qmoe_status st = check_io("unpack_int4_int32", count, 8, words, "words", values, "values");
     if (st) return st;
-    if (count == 0) return succeed();
-    REQUIRE(words, "unpack_int4_int32", "words");
-    REQUIRE(values, "unpack_int4_int32", "values");
-    for (int64_t i = 0; i < count; i++) {
-        int v = (int)(((uint32_t)words[i / 8] >> (4 * (i % 8))) & 0xFu);
-        values[i] = (int8_t)(v >= 8 ? v - 16 : v);
-    }
+    for (int64_t i = 0; i < count; i++)
+        values[i] = (int8_t)qmoe_word_nibble(words, i / 8, (int)(i % 8));
     return succeed();
 }
 
@@ -193,7 +184,7 @@ qmoe_status qmoe_weight_assist_matrix(const int8_t *nd_values, int64_t E, int64_
         REQUIRE(nd_values, "weight_assist_matrix", "nd_values");
         if ((st = check_values("weight_assist_matrix", nd_values, total))) return st;
     }
-    int64_t G = groups ? groups : 1, per = G ? K / G : 0;
+    int64_t G = groups ? groups : 1, per = K / G;
     for (int64_t e = 0; e < E; e++)
         for (int64_t n = 0; n < N; n++) {
             double acc = 0.0;

@@ -79,17 +79,17 @@ qmoe_status qmoe_tensor_create(const int64_t *shape, int ndim, const int64_t *st
         if (!strides && !qmoe_mul_i64(stride, shape[i] ? shape[i] : 1, &stride))
             return qmoe_fail(QMOE_ERR_PARAM_INVALID, "tensor_create: stride overflows");
     }
-    /* The byte extent (highest element's byte + 1) must be representable. */
+    /* The extent in bits (highest element + 1, times the element width) must be representable
+     * with room to spare, so byte_span() below needs no checks of its own. */
     if (numel > 0) {
         int64_t last = 0, term;
         for (int i = 0; i < ndim; i++) {
             if (!qmoe_mul_i64(shape[i] - 1, t.strides[i], &term) || !qmoe_add_i64(last, term, &last))
                 return qmoe_fail(QMOE_ERR_PARAM_INVALID, "tensor_create: extent overflows");
         }
-        int64_t bytes;
-        int bits = qmoe_dtype_bits(dtype);
-        if (!qmoe_add_i64(last, 1, &last) || !qmoe_mul_i64(last, bits, &bytes) ||
-            bytes > INT64_MAX / 2)
+        int64_t extent_bits;
+        if (!qmoe_add_i64(last, 1, &last) ||
+            !qmoe_mul_i64(last, qmoe_dtype_bits(dtype), &extent_bits) || extent_bits > INT64_MAX / 2)
             return qmoe_fail(QMOE_ERR_PARAM_INVALID, "tensor_create: byte extent overflows");
         if (!data)
             return qmoe_fail(QMOE_ERR_PARAM_NULLPTR,

@@ -9,7 +9,7 @@ enum {
     LINE = 128,
     MAX_THREADS = 4096,
     ROW_BLOCK = 32,             /* rows per swiglu_block call when the kernel has no preference */
-    STAGE_BYTES = 4 << 20,      /* cap on one staged x block */
+    STAGE_BYTES = 16 << 20,     /* cap on one staged x block (2048 AMX rows at K = 7168) */
     COL_BLOCK = 64,             /* column split granularity: whole NZ int4 column tiles */
     COL_MAX_ROWS = 256,         /* column split only for small row counts (S rows in workspace) */
 };

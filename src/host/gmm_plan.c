@@ -179,13 +179,17 @@ static qmoe_status expect_no_alias(const qmoe_tensor *x, const qmoe_tensor *weig
                                    const qmoe_tensor *x_scale, const qmoe_tensor *group_list,
                                    const qmoe_tensor *output, const qmoe_tensor *output_scale)
 {
+    /* outputScale is last: output is checked against it, outputScale not against itself. The
+     * skip goes by position, not by pointer, so one tensor object passed as both xScale and
+     * outputScale is still refused. */
     const struct { const qmoe_tensor *t; const char *name; } inputs[] = {
         {x, "x"}, {weight, "weight"}, {bias, "bias"}, {weight_scale, "weightScale"},
         {x_scale, "xScale"}, {group_list, "groupList"}, {output_scale, "outputScale"},
     };
-    for (size_t i = 0; i < sizeof inputs / sizeof inputs[0]; i++) {
+    const size_t n = sizeof inputs / sizeof inputs[0];
+    for (size_t i = 0; i < n; i++) {
         if (!inputs[i].t) continue; /* bias is optional */
-        if (inputs[i].t != output_scale && qmoe_tensor_overlaps(output_scale, inputs[i].t))
+        if (i != n - 1 && qmoe_tensor_overlaps(output_scale, inputs[i].t))
             return INVALID("outputScale overlaps %s in memory; in-place execution is not supported",
                            inputs[i].name);
         if (qmoe_tensor_overlaps(output, inputs[i].t))

@@ -3,7 +3,7 @@
 #include "core/checked.h"
 #include "core/status.h"
 
-qmoe_status qmoe_gmm_check_groups(const qmoe_gmm_params *p, int64_t *ends)
+qmoe_status qmoe_gmm_check_groups(const qmoe_gmm_params *p)
 {
     int64_t end = 0;
     for (int64_t e = 0; e < p->E_groups; e++) {
@@ -27,7 +27,6 @@ qmoe_status qmoe_gmm_check_groups(const qmoe_gmm_params *p, int64_t *ends)
                                  (long long)e, (long long)v, (long long)p->M);
             end = v;
         }
-        if (ends) ends[e] = end;
     }
     return QMOE_OK;
 }

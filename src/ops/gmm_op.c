@@ -1,4 +1,6 @@
 /* The public two-phase entry points of GroupedMatmulSwigluQuant. */
+#include <stdalign.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "core/status.h"
@@ -40,7 +42,11 @@ qmoe_status qmoe_gmm_swiglu_quant(void *workspace, uint64_t workspace_size,
                          (unsigned long long)workspace_size, (unsigned long long)p->workspace_bytes);
     if (!workspace && p->workspace_bytes)
         return qmoe_fail(QMOE_ERR_PARAM_NULLPTR, "workspace is a null pointer");
-    qmoe_status st = qmoe_gmm_check_groups(p, NULL);
+    /* the driver keeps float S rows there: a misaligned float pointer is undefined behaviour */
+    if (p->workspace_bytes && (uintptr_t)workspace % alignof(float))
+        return qmoe_fail(QMOE_ERR_PARAM_INVALID, "workspace %p is not aligned for float",
+                         workspace);
+    qmoe_status st = qmoe_gmm_check_groups(p);
     if (st) return st;
     st = qmoe_gmm_run(p, workspace, stream);
     if (st == QMOE_OK) qmoe_clear_error();

@@ -33,7 +33,9 @@ qmoe_status qmoe_device_reserve(qmoe_device *dev, uint64_t bytes)
 {
     if (bytes <= dev->slice_bytes) return QMOE_OK;
     uint64_t slice = (bytes + ALIGN - 1) & ~(uint64_t)(ALIGN - 1), total;
-    if (__builtin_mul_overflow(slice, (uint64_t)dev->threads, &total) || total > SIZE_MAX)
+    /* bytes may come from options.scratch_bytes: a round-up that wraps to 0 is refused too */
+    if (bytes > UINT64_MAX - (ALIGN - 1) ||
+        __builtin_mul_overflow(slice, (uint64_t)dev->threads, &total) || total > SIZE_MAX)
         return qmoe_fail(QMOE_ERR_INNER, "device %d: scratchpad of %llu bytes per thread is too large",
                          dev->id, (unsigned long long)bytes);
     void *arena = aligned_alloc(ALIGN, (size_t)total);
@@ -176,14 +178,15 @@ void qmoe_device_destroy(qmoe_device *dev)
     free_device(dev);
 }
 
-int qmoe_device_threads(const qmoe_device *dev) { return dev->threads; }
+/* Accessors answer -1 / 0 for a NULL device rather than crash, like the tensor accessors. */
+int qmoe_device_threads(const qmoe_device *dev) { return dev ? dev->threads : -1; }
 
 uint64_t qmoe_device_scratch_bytes(const qmoe_device *dev)
 {
-    return dev->slice_bytes * (uint64_t)dev->threads;
+    return dev ? dev->slice_bytes * (uint64_t)dev->threads : 0;
 }
 
-int qmoe_device_id(const qmoe_device *dev) { return dev->id; }
+int qmoe_device_id(const qmoe_device *dev) { return dev ? dev->id : -1; }
 
 const char *qmoe_device_isa(const qmoe_device *dev)
 {
@@ -200,14 +203,16 @@ qmoe_status qmoe_device_trace(qmoe_device *dev, int enable, uint32_t events_per_
         qmoe_trace_buf_destroy(dev->trace[t]);
         dev->trace[t] = NULL;
     }
-    if (!enable) return QMOE_OK;
-    for (int t = 0; t < dev->threads; t++) {
-        if (!(dev->trace[t] = qmoe_trace_buf_create(cap, dev->id, t))) {
-            qmoe_device_trace(dev, 0, 0);
-            return qmoe_fail(QMOE_ERR_INNER, "out of memory for trace buffers");
+    if (enable) {
+        for (int t = 0; t < dev->threads; t++) {
+            if (!(dev->trace[t] = qmoe_trace_buf_create(cap, dev->id, t))) {
+                qmoe_device_trace(dev, 0, 0);
+                return qmoe_fail(QMOE_ERR_INNER, "out of memory for trace buffers");
+            }
+            dev->ctx[t].trace = dev->trace[t];
         }
-        dev->ctx[t].trace = dev->trace[t];
     }
+    qmoe_clear_error();
     return QMOE_OK;
 }
 
@@ -216,8 +221,10 @@ qmoe_status qmoe_trace_write(const char *path, qmoe_device *const *devices, int 
     if (!path || (!devices && count)) return qmoe_fail(QMOE_ERR_PARAM_NULLPTR, "path or devices is NULL");
     if (count < 0) return qmoe_fail(QMOE_ERR_PARAM_INVALID, "count = %d is negative", count);
     int n = 0;
-    for (int d = 0; d < count; d++)
+    for (int d = 0; d < count; d++) {
+        if (!devices[d]) return qmoe_fail(QMOE_ERR_PARAM_NULLPTR, "devices[%d] is NULL", d);
         for (int t = 0; t < devices[d]->threads; t++) n += devices[d]->trace[t] != NULL;
+    }
     qmoe_trace_buf **bufs = calloc((size_t)n + 1, sizeof *bufs);
     if (!bufs) return qmoe_fail(QMOE_ERR_INNER, "out of memory");
     n = 0;
@@ -241,6 +248,7 @@ qmoe_status qmoe_device_inject_failure(qmoe_device *dev, uint64_t op_count)
 {
     if (!dev) return qmoe_fail(QMOE_ERR_PARAM_NULLPTR, "device is a null pointer");
     atomic_store(&dev->inject_at, op_count ? atomic_load(&dev->ops_run) + op_count : 0);
+    qmoe_clear_error();
     return QMOE_OK;
 }
 

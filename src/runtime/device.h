@@ -46,8 +46,9 @@ typedef qmoe_status (*qmoe_op_run_fn)(const void *op, qmoe_device *dev, int inde
 
 /*
  * Queues an operator on the first `ndev` devices of `stream` (NULL: the default group for ndev,
- * synchronously). `op` (op_bytes, copied into the queued job) is what run() receives;
- * `slice_bytes` is the per-thread scratchpad slice it needs. Asynchronous: returns QMOE_OK once
+ * synchronously). `ndev` is a plan's device count, already in 1..QMOE_MAX_DEVICES (phase one);
+ * more than the stream has is QMOE_ERR_PARAM_INVALID. `op` (op_bytes, copied into the queued
+ * job) is what run() receives; `slice_bytes` is the per-thread scratchpad slice it needs. Asynchronous: returns QMOE_OK once
  * queued (errors come at synchronize); synchronous: returns the operator's status.
  */
 qmoe_status qmoe_stream_submit(qmoe_stream *stream, int ndev, qmoe_op_run_fn run, const void *op,

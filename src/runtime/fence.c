@@ -60,7 +60,9 @@ static uint64_t default_timeout_ns(void)
 {
     const char *env = getenv("QMOE_FENCE_TIMEOUT_MS");
     long long ms = env ? atoll(env) : 0;
-    return (uint64_t)(ms > 0 ? ms : 60000) * 1000000u;
+    if (ms <= 0) ms = 60000;
+    if (ms > INT64_MAX / 1000000) ms = INT64_MAX / 1000000; /* neither this nor the deadline wraps */
+    return (uint64_t)ms * 1000000u;
 }
 
 qmoe_status qmoe_fence_barrier(qmoe_fence_slot *slots, int self, int count, uint32_t seq,

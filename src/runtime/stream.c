@@ -194,9 +194,6 @@ static qmoe_stream *default_stream(int ndev)
 qmoe_status qmoe_stream_submit(qmoe_stream *stream, int ndev, qmoe_op_run_fn run, const void *op,
                                size_t op_bytes, uint64_t slice_bytes)
 {
-    if (ndev < 1 || ndev > QMOE_MAX_DEVICES)
-        return qmoe_fail(QMOE_ERR_PARAM_INVALID, "a plan for %d devices; 1..%d are supported",
-                         ndev, QMOE_MAX_DEVICES);
     int sync = stream == NULL;
     qmoe_stream *s = sync ? default_stream(ndev) : stream;
     if (!s) return qmoe_fail(QMOE_ERR_INNER, "cannot create the default device group of %d", ndev);

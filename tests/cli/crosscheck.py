@@ -398,6 +398,8 @@ def part_failures(work):
         ("group list past M", lambda c: save(j(c, "group_list.npy"), np.array([9, 17], np.int64)), "groupList"),
         ("missing bias for A8W4", lambda c: os.remove(j(c, "bias.npy")), "bias"),
         ("out folder missing", lambda c: ["--out", j(c, "nowhere", "q.npy")], "nowhere"),
+        # out.npy could be written, out_scale.npy not: neither may appear
+        ("out-scale folder missing", lambda c: ["--out-scale", j(c, "nowhere", "qs.npy")], "nowhere"),
         ("unknown kernel", lambda c: ["--kernel", "fastest"], "--kernel"),
         ("bf16 flag on f32", lambda c: ["--weight-scale-bf16"], "weight_scale.npy"),
     ]
@@ -416,7 +418,10 @@ def part_failures(work):
     p = run_qmoe(["gen", "--out", j(work, "badgen"), "--mode", "a8w4", "--N", "96", "--K", "32"], check=False)
     assert p.returncode != 0 and len(p.stderr.strip().splitlines()) == 1, "gen accepted N=96 for NZ int4"
     assert not os.path.exists(j(work, "badgen")), "gen wrote a folder for a refused case"
-    print("ok   failed runs keep old outputs; gen refuses NZ int4 with N % 64 != 0")
+    p = run_qmoe(["gen", "--out", ""], check=False)
+    assert p.returncode == 1 and p.stderr.strip().splitlines() == ["qmoe gen: --out: the folder name is empty"], \
+        f"gen --out '': {p.returncode} {p.stderr!r}"
+    print("ok   failed runs keep old outputs; gen refuses NZ int4 with N % 64 != 0 and an empty --out")
 
 
 # ---------------------------------------------------------------- part: demo -----------------

@@ -118,6 +118,7 @@ def test_results_do_not_depend_on_threads_or_devices(rng, kernel):
     p = Problem(rng, M=64, K=64, N=128, E=4, group_list=[5, 30, 30, 61], int4=True)
     w = vr.words_from_nibbles(p.w)
     base = run(p, w, kernel)
+    assert_accepted(base[0], base[1], *p.expected())
     for threads, devices in ((1, 1), (2, 1), (3, 2), (None, 2)):
         out, scale, _ = run(p, w, kernel, threads=threads, devices=devices)
         np.testing.assert_array_equal(out, base[0])

@@ -5,8 +5,19 @@ int qt_checks;
 
 int qt_finish(const char *suite)
 {
+    if (qt_checks == 0) {
+        printf("%s: 0 passed, 1 failed (no check ran)\n", suite);
+        return 1;
+    }
     printf("%s: %d passed, %d failed\n", suite, qt_checks - qt_failures, qt_failures);
     return qt_failures ? 1 : 0;
+}
+
+int qt_skip(const char *suite, const char *why)
+{
+    printf("%s: skipped: %s; %d passed, %d failed\n", suite, why, qt_checks - qt_failures,
+           qt_failures);
+    return qt_failures ? 1 : QT_SKIP;
 }
 
 uint64_t qt_next(qt_rng *r)

@@ -28,8 +28,14 @@ extern int qt_checks;
         }                                                                                        \
     } while (0)
 
-/* Prints "N passed, N failed" and returns the process exit code. */
+/* Prints "N passed, N failed" and returns the process exit code. A suite that ran no check at
+ * all fails: it tested nothing. */
 int qt_finish(const char *suite);
+
+/* For a suite that cannot run here (e.g. the CPU lacks the instruction set): says why and
+ * returns QT_SKIP, which ctest reports as skipped (SKIP_RETURN_CODE), or 1 if a check failed. */
+#define QT_SKIP 77
+int qt_skip(const char *suite, const char *why);
 
 /* splitmix64: deterministic, seedable. */
 typedef struct { uint64_t s; } qt_rng;
