@@ -55,6 +55,15 @@ int main(void)
     CHECK(qmoe_device_create(NULL, NULL) == QMOE_ERR_PARAM_NULLPTR);
     CHECK(d2 == NULL);
     CHECK(qmoe_trace_write(NULL, &dev, 1) == QMOE_ERR_PARAM_NULLPTR);
+    CHECK(qmoe_trace_write("unused.json", (qmoe_device *[]){dev, NULL}, 2) ==
+          QMOE_ERR_PARAM_NULLPTR);
+    /* a scratchpad size that would wrap when rounded up is refused, not made 0 bytes */
+    qmoe_device_options huge = {.threads = 1, .scratch_bytes = UINT64_MAX - 10};
+    CHECK(qmoe_device_create(&huge, &d2) == QMOE_ERR_INNER);
+    CHECK(d2 == NULL);
+    /* accessors on NULL answer instead of crashing */
+    CHECK(qmoe_device_threads(NULL) == -1);
+    CHECK(qmoe_device_scratch_bytes(NULL) == 0);
 
     /* a CPU set: one thread per CPU by default, pinned; the operator still exact */
     qmoe_device_options pinned = {.cpus = (int[]){0, 0}, .ncpus = 2};

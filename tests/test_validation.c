@@ -326,6 +326,11 @@ static void test_outputs(void)
     plan_fails("outputScale format", &a, INV, "outputScale");
     a = base(0), a.oscale = mk_strided(QMOE_DTYPE_FLOAT32, ND, big, DIMS(M), (int64_t[]){0});
     plan_fails("outputScale stride 0", &a, INV, "outputScale");
+    /* no in-place execution: one tensor object as an input and an output is refused too */
+    a = base(0), a.oscale = a.xs;
+    plan_fails("xScale object as outputScale", &a, INV, "outputScale");
+    a = base(0), a.out = MK(QMOE_DTYPE_INT8, ND, x_buf, M, N2); /* K == N/2: x's exact bytes */
+    plan_fails("x memory as output", &a, INV, "output");
 }
 
 /* tensor_create is where shapes, strides and byte extents are first checked. */
@@ -479,6 +484,11 @@ static void test_workspace(void)
     CHECK(names(qmoe_last_error(), "workspaceSize"));
     CHECK(qmoe_gmm_swiglu_quant(NULL, size, ex, NULL) == NUL);
     CHECK(names(qmoe_last_error(), "workspace"));
+    /* the driver keeps float rows there: a misaligned workspace is refused */
+    char *odd = malloc(size + 1);
+    CHECK(qmoe_gmm_swiglu_quant(odd + 1, size, ex, NULL) == INV);
+    CHECK(names(qmoe_last_error(), "workspace"));
+    free(odd);
     CHECK(is_sentinel(wout, sizeof wout) && is_sentinel(wscale, sizeof wscale));
     /* the same executor then runs with the full workspace */
     CHECK(qmoe_gmm_swiglu_quant(work, size, ex, NULL) == QMOE_OK);
