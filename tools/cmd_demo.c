@@ -28,9 +28,10 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: qmoe demo [options]\n\n"
-            "Builds the vendor sample's workload, runs it with the fastest kernel, prints the\n"
-            "execute time and int8 GOPS (2*M*K*N / time), and verifies sampled rows against the\n"
-            "reference kernel (output within +-1, outputScale within 1e-6 relative).\n\n%s"
+            "Builds the vendor sample's workload, runs it with the fastest kernel (once untimed,\n"
+            "then timed), prints the execute time and int8 GOPS (2*M*K*N / time), and verifies\n"
+            "sampled rows against the reference kernel (output within +-1, outputScale within\n"
+            "1e-6 relative).\n\n%s"
             "  --verify-rows R           rows to verify, spread over the experts (default 16)\n"
             "  --kernel NAME             kernel to time (default auto)\n%s",
             gen_args_help(), cli_runtime_help());
@@ -172,9 +173,15 @@ static int run_timed(demo_args *a, const op_case *c, case_exec *ex, char *err)
     }
     fprintf(stderr, "qmoe demo: executing with the %s kernel\n",
             qmoe_kernel_name(qmoe_executor_kernel(ex->executor)));
-    double t0 = now_seconds();
+    /* An untimed run first: the device sizes its scratchpad and the pages are touched once, as
+     * in any real use where the operator runs layer after layer. Then the timed run. */
     int rc = case_launch(c, ex, stream, err);
     qmoe_status st = stream && !rc ? qmoe_stream_synchronize(stream) : QMOE_OK;
+    double t0 = now_seconds();
+    if (!rc && !st) {
+        rc = case_launch(c, ex, stream, err);
+        st = stream && !rc ? qmoe_stream_synchronize(stream) : QMOE_OK;
+    }
     double seconds = now_seconds() - t0;
     qmoe_status end = cli_runtime_end(&a->rt); /* after the timing: it may write a trace */
     if (!rc && (st || end)) {

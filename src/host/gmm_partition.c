@@ -9,6 +9,8 @@ enum {
     LINE = 128,
     MAX_THREADS = 4096,
     ROW_BLOCK = 32,             /* rows per swiglu_block call when the kernel has no preference */
+    BLOCKS_PER_PART = 4,
+    BALANCE_FLOOR = 256,
     STAGE_BYTES = 16 << 20,     /* cap on one staged x block (2048 AMX rows at K = 7168) */
     COL_BLOCK = 64,             /* column split granularity: whole NZ int4 column tiles */
     COL_MAX_ROWS = 256,         /* column split only for small row counts (S rows in workspace) */
@@ -75,6 +77,12 @@ qmoe_status qmoe_gmm_plan_execution(qmoe_gmm_params *p, const qmoe_kernel_ops *k
     /* Large blocks: the kernel packs a weight panel once per call and reuses it for each row. */
     int64_t rb = k->row_block > 0 ? k->row_block : ROW_BLOCK;
     if (p->K > 0 && rb * p->K > STAGE_BYTES) rb = STAGE_BYTES / p->K;
+    /* Parts take contiguous runs of blocks, and experts are uneven: keep about BLOCKS_PER_PART
+     * blocks per part so the split still balances (never below BALANCE_FLOOR rows per block). */
+    int64_t parts = (int64_t)p->threads * p->devices * BLOCKS_PER_PART;
+    int64_t balanced = (p->M + parts - 1) / parts;
+    if (balanced < BALANCE_FLOOR) balanced = BALANCE_FLOOR;
+    if (rb > balanced) rb = balanced;
     if (rb > p->M) rb = p->M;
     if (rb < 1) rb = 1;
     p->row_block = (int32_t)rb;
