@@ -11,7 +11,11 @@
  * Micro-kernels with a gemm_xt (AMX) also get x copied once per call in tile order, so each
  * A tile is one contiguous kilobyte instead of 16 rows K bytes apart, for every column panel.
  * A8W4 uses C = (sum_g acc_g * ws_g + corr) * xs with corr = bias - 8 * sum_g ws_g * colsum_g, the
- * vendor's high/low nibble formula rewritten exactly (in real numbers), honouring any bias.
+ * vendor's high/low nibble formula rewritten exactly (in real numbers), honouring any bias; xScale
+ * comes last, as in the vendor formula. A8W8 multiplies in the spec's order, acc * xScale * ws
+ * (per group, summed in group order), so xScale goes into the fold and swiglu gets none: the same
+ * float operations as the reference kernel, which keeps a weight scale near FLT_MAX from
+ * overflowing acc * ws where the spec's product is finite.
  */
 #include "kernels/gmm_fast.h"
 
@@ -459,6 +463,8 @@ static int direct_panel(const block_args *A, qmoe_copyq *q, uint8_t *sp, const f
     float *f = (float *)(sp + L->f), *xs = (float *)(sp + L->xs);
     const int8_t *x = p->x + A->m0 * p->x_s[0];
     panel_scales(p, L, sp, A->e, pn);
+    for (int64_t r = 0; r < rows && !A->dump; r++) xs[r] = p->xs[(A->m0 + r) * p->xs_s];
+    const float *xs_fold = int4 ? NULL : xs, *xs_swiglu = int4 ? xs : NULL; /* header comment */
     for (int64_t g = 0; g < p->G; g++) {
         if (L->gk == 0) { /* K = 0: acc and column sums are 0 */
             memset(acc, 0, sizeof(int32_t) * (size_t)(rows * pn->ld));
@@ -493,12 +499,12 @@ static int direct_panel(const block_args *A, qmoe_copyq *q, uint8_t *sp, const f
         if (int4) panel_colsums(p, L, sp, pn, g);
         for (int64_t h = 0; h < 2; h++)
             isa->fold(rows, pn->nu * QMOE_PK_UNIT, acc + h * half, pn->ld, xoff + g, p->G,
-                      pn->wsg + g * pn->ld + h * half, f + h * half, pn->ld, g == 0);
+                      xs_fold, pn->wsg + g * pn->ld + h * half, f + h * half, pn->ld, g == 0);
     }
     if (A->dump) return 1;
     panel_corr(p, L, sp, A->e, pn);
-    for (int64_t r = 0; r < rows; r++) xs[r] = p->xs[(A->m0 + r) * p->xs_s];
-    isa->swiglu(rows, pn->nc, f, pn->ld, half, pn->corr, xs, A->s + (pn->jc - A->j0), A->lds);
+    isa->swiglu(rows, pn->nc, f, pn->ld, half, pn->corr, xs_swiglu, A->s + (pn->jc - A->j0),
+                A->lds);
     return 1;
 }
 
@@ -526,6 +532,7 @@ static void run_block(const block_args *A, uint8_t *sp, const fast_layout *L)
     float *f = (float *)(sp + L->f), *xs = (float *)(sp + L->xs);
     int8_t *xpack = (int8_t *)(sp + L->xpack);
     int64_t half = pn.ld / 2;
+    int a8w4 = p->mode == QMOE_MODE_A8W4; /* where xScale goes: see the header comment */
 
     for (pn.jc = A->j0; pn.jc < A->j1; pn.jc += half) {
         pn.nc = A->j1 - pn.jc < half ? A->j1 - pn.jc : half;
@@ -549,6 +556,7 @@ static void run_block(const block_args *A, uint8_t *sp, const fast_layout *L)
                 ldx = L->Kp;
             }
             const int32_t *xo = xoff + (mb - A->m0) * p->G;
+            for (int64_t r = 0; r < rows && !A->dump; r++) xs[r] = p->xs[(mb + r) * p->xs_s];
             for (int64_t g = 0; g < p->G; g++) {
                 if (L->gk == 0) memset(acc, 0, sizeof(int32_t) * (size_t)(rows * pn.ld)); /* K = 0 */
                 /* rows of xt start at multiples of 16: mb - m0 is a multiple of mc */
@@ -574,11 +582,11 @@ static void run_block(const block_args *A, uint8_t *sp, const fast_layout *L)
                 }
                 for (int64_t h = 0; h < 2; h++)
                     isa->fold(rows, pn.nu * QMOE_PK_UNIT, acc + h * half, pn.ld, xo + g, p->G,
-                              pn.wsg + g * pn.ld + h * half, f + h * half, pn.ld, g == 0);
+                              a8w4 ? NULL : xs, pn.wsg + g * pn.ld + h * half, f + h * half,
+                              pn.ld, g == 0);
             }
             if (A->dump) continue;
-            for (int64_t r = 0; r < rows; r++) xs[r] = p->xs[(mb + r) * p->xs_s];
-            isa->swiglu(rows, pn.nc, f, pn.ld, half, pn.corr, xs,
+            isa->swiglu(rows, pn.nc, f, pn.ld, half, pn.corr, a8w4 ? xs : NULL,
                         A->s + (mb - A->m0) * A->lds + (pn.jc - A->j0), A->lds);
         }
     }

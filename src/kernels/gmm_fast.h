@@ -44,14 +44,15 @@ typedef struct qmoe_gemm_isa {
     void (*rearrange)(const uint8_t *const *src, const int64_t *stride, int64_t rows, int nub,
                       int int4, uint8_t *dst, int64_t wstep);
 
-    /* f[r][c] = (first ? 0 : f[r][c]) + (float)(acc[r][c] - xoff[r]) * ws[c], r < rows,
-     * c < cols. */
+    /* f[r][c] = (first ? v : f[r][c] + v), v = (float)(acc[r][c] - xoff[r]) * xs[r] * ws[c]
+     * evaluated left to right (the spec's order), r < rows, c < cols; xs NULL: no xs factor
+     * (A8W4, whose xScale comes last, in swiglu). */
     void (*fold)(int64_t rows, int64_t cols, const int32_t *acc, int64_t ldacc,
-                 const int32_t *xoff, int64_t xoff_stride, const float *ws, float *f, int64_t ldf,
-                 int first);
+                 const int32_t *xoff, int64_t xoff_stride, const float *xs, const float *ws,
+                 float *f, int64_t ldf, int first);
 
     /* s[r][j] = swish(a) * g, a = (f[r][j] + corr[j]) * xs[r], g = (f[r][gate + j] + corr[gate +
-     * j]) * xs[r], for r < rows, j < nc. */
+     * j]) * xs[r], for r < rows, j < nc; xs NULL: no xs factor (A8W8 folded it in already). */
     void (*swiglu)(int64_t rows, int64_t nc, const float *f, int64_t ldf, int64_t gate,
                    const float *corr, const float *xs, float *s, int64_t lds);
 
@@ -93,8 +94,8 @@ extern const qmoe_gemm_isa qmoe_isa_amx_int8;
 void qmoe_rearrange_portable(const uint8_t *const *src, const int64_t *stride, int64_t rows,
                              int nub, int int4, uint8_t *dst, int64_t wstep);
 void qmoe_fold_portable(int64_t rows, int64_t cols, const int32_t *acc, int64_t ldacc,
-                        const int32_t *xoff, int64_t xoff_stride, const float *ws, float *f,
-                        int64_t ldf, int first);
+                        const int32_t *xoff, int64_t xoff_stride, const float *xs,
+                        const float *ws, float *f, int64_t ldf, int first);
 void qmoe_swiglu_portable(int64_t rows, int64_t nc, const float *f, int64_t ldf, int64_t gate,
                           const float *corr, const float *xs, float *s, int64_t lds);
 
