@@ -1,0 +1,76 @@
+/* Finalize routing rows: each token's K expert rows, weighted and summed in float32 in choice
+ * order after the skip inputs, rounded once to the output dtype. */
+#include "core/status.h"
+#include "ops/moe_exec.h"
+
+static int64_t row_of(const moe_finalize_plan *p, int64_t i, int64_t j)
+{
+    int64_t f = p->mode == 0 ? j * p->N + i : i * p->K + j;
+    return ((const int32_t *)p->row_idx.data)[f * p->row_idx.st[0]];
+}
+
+static int32_t expert_of(const moe_finalize_plan *p, int64_t i, int64_t j)
+{
+    return ((const int32_t *)p->idx.data)[i * p->idx.st[0] + j * p->idx.st[1]];
+}
+
+qmoe_status moe_finalize_check_data(const moe_finalize_plan *p)
+{
+    for (int64_t i = 0; i < p->N; i++)
+        for (int64_t j = 0; j < p->K; j++) {
+            int64_t r = row_of(p, i, j);
+            if (r < -1 || r >= p->A)
+                return qmoe_fail(QMOE_ERR_PARAM_INVALID,
+                                 "MoeFinalizeRoutingV2: expandedRowIdx for token %lld, choice %lld is "
+                                 "%lld; expected -1 or a row of expandedX [0, %lld)",
+                                 (long long)i, (long long)j, (long long)r, (long long)p->A);
+            if (p->bias.data && r >= 0) {
+                int32_t e = expert_of(p, i, j);
+                if (e < 0 || e >= p->E)
+                    return qmoe_fail(QMOE_ERR_PARAM_INVALID,
+                                     "MoeFinalizeRoutingV2: expertIdx[%lld][%lld] = %d is not a row of "
+                                     "bias [0, %lld)", (long long)i, (long long)j, e, (long long)p->E);
+            }
+        }
+    return QMOE_OK;
+}
+
+void moe_finalize_rows(const moe_finalize_plan *p, int64_t r0, int64_t r1, float *acc)
+{
+    int64_t H = p->H;
+    for (int64_t i = r0; i < r1; i++) {
+        for (int64_t h = 0; h < H; h++) {
+            float a = 0.0f;
+            if (p->x1.data) a += moe_load(&p->x1, i * p->x1.st[0] + h * p->x1.st[1]);
+            if (p->x2.data) a += moe_load(&p->x2, i * p->x2.st[0] + h * p->x2.st[1]);
+            acc[h] = a;
+        }
+        for (int64_t j = 0; j < p->K; j++) {
+            int64_t r = row_of(p, i, j);
+            if (r < 0) continue; /* routed to no local expert */
+            float w = p->scales.data
+                          ? moe_load(&p->scales, i * p->scales.st[0] + j * p->scales.st[1])
+                          : 1.0f;
+            int64_t eo = r * p->ex.st[0], es = p->ex.st[1];
+            if (p->bias.data) {
+                int64_t bo = expert_of(p, i, j) * p->bias.st[0], bs = p->bias.st[1];
+                for (int64_t h = 0; h < H; h++)
+                    acc[h] += w * (moe_load(&p->ex, eo + h * es) + moe_load(&p->bias, bo + h * bs));
+            } else if (p->ex.dtype == QMOE_DTYPE_FLOAT32 && es == 1) {
+                const float *src = (const float *)p->ex.data + eo;
+                for (int64_t h = 0; h < H; h++) acc[h] += w * src[h];
+            } else {
+                for (int64_t h = 0; h < H; h++) acc[h] += w * moe_load(&p->ex, eo + h * es);
+            }
+        }
+        int64_t oo = i * p->out.st[0], os = p->out.st[1];
+        for (int64_t h = 0; h < H; h++) moe_store(&p->out, oo + h * os, acc[h]);
+    }
+}
+
+qmoe_status qmoe_moe_finalize_routing(void *workspace, uint64_t workspace_size,
+                                      qmoe_moe_executor *executor, qmoe_stream *stream)
+{
+    return moe_execute("MoeFinalizeRoutingV2", MOE_FINALIZE, workspace, workspace_size, executor,
+                       stream);
+}
