@@ -43,6 +43,10 @@ typedef struct op_case {
 
 void case_free(op_case *c);
 
+/* Reads the header of every input whose source is set (shapes and dtypes, no data: in[i].data
+ * stays NULL), checking each file's size against its header; err: "FILE: reason". */
+int case_load_headers(op_case *c, char *err);
+
 /* Loads every input whose source is set (the bias is optional); err: "FILE: reason". */
 int case_load(op_case *c, char *err);
 
@@ -63,6 +67,12 @@ typedef struct case_exec {
     npy_array out;       /* int8 [M, N/2], zero-filled before the run */
     npy_array out_scale; /* float32 [M], zero-filled before the run */
 } case_exec;
+
+/* Phase one on the shapes alone (the inputs may be headers only, see case_load_headers): every
+ * rule that needs no data is checked before any input is read or output allocated, so a refused
+ * case costs no memory. The tensors point into an inaccessible address-space reservation the size
+ * of the real arrays, which phase one never reads. */
+int case_check(const op_case *c, const qmoe_op_options *options, char *err);
 
 /* Phase one: allocates the zeroed outputs, builds the tensors, plans with `options` (its
  * group_list_type is taken from the case) and allocates the workspace. */

@@ -396,7 +396,12 @@ static int bench_case(const bench_args *a, const bench_shape *s, int threads, do
 done:
     free(ms);
     case_exec_free(&ex);
-    if (cli_runtime_end(&rt) != QMOE_OK && rc == 0) rc = 1;
+    if (rc) {
+        cli_runtime_free(&rt); /* a failed run writes no trace */
+    } else if (cli_runtime_end(&rt) != QMOE_OK) {
+        fprintf(stderr, "qmoe bench: %s\n", qmoe_last_error());
+        rc = 1;
+    }
     case_free(&c);
     return rc;
 }

@@ -168,7 +168,7 @@ static int run_timed(demo_args *a, const op_case *c, case_exec *ex, char *err)
     if (cli_runtime_begin(&a->rt, &o, &stream)) return -2; /* message already printed */
     o.kernel = a->kernel;
     if (case_plan(c, &o, ex, err)) {
-        cli_runtime_end(&a->rt);
+        cli_runtime_free(&a->rt); /* a failed run writes no trace */
         return -1;
     }
     fprintf(stderr, "qmoe demo: executing with the %s kernel\n",
@@ -183,7 +183,9 @@ static int run_timed(demo_args *a, const op_case *c, case_exec *ex, char *err)
         st = stream && !rc ? qmoe_stream_synchronize(stream) : QMOE_OK;
     }
     double seconds = now_seconds() - t0;
-    qmoe_status end = cli_runtime_end(&a->rt); /* after the timing: it may write a trace */
+    qmoe_status end = QMOE_OK;
+    if (!rc && !st) end = cli_runtime_end(&a->rt); /* after the timing: it may write a trace */
+    else cli_runtime_free(&a->rt);                  /* a failed run writes no trace */
     if (!rc && (st || end)) {
         case_error(c, st ? st : end, err);
         rc = -1;
