@@ -136,9 +136,10 @@ void qmoe_job_run_on_device(qmoe_cmd *cmd, qmoe_device *dev)
     if (!st) st = qmoe_device_reserve(dev, job->slice_bytes);
     qmoe_trace_buf *tr = dev->ctx[0].trace;
     qmoe_status own = st; /* an error of this device, not one adopted from a peer */
-    if (n > 1) st = qmoe_fence_barrier(job->fence, k, n, job->seq + 1, st, 0, tr);
+    qmoe_fence_watch watch = {qmoe_device_progress_of, job->devs}; /* busy peers are not late */
+    if (n > 1) st = qmoe_fence_barrier(job->fence, k, n, job->seq + 1, st, 0, tr, &watch);
     if (!st) own = st = job->run(job->op, dev, k, n);
-    if (n > 1) st = qmoe_fence_barrier(job->fence, k, n, job->seq + 2, st, 0, tr);
+    if (n > 1) st = qmoe_fence_barrier(job->fence, k, n, job->seq + 2, st, 0, tr, &watch);
     if (st && !qmoe_last_error()[0])
         qmoe_fail(st, "device %d: a peer device of the group failed", dev->id);
     atomic_store(&dev->last_status, (int)st);
