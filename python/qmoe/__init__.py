@@ -21,7 +21,7 @@ from ._layout import (nd_to_nz, nz_to_nd, pack_int4, pack_int4_int32, unpack_int
                       unpack_int4_int32, weight_assist_matrix)
 from ._op import grouped_matmul_swiglu_quant, npu_grouped_matmul_swiglu_quant, reference
 
-__version__ = "0.1.0"
+__version__ = _lib.package_version()
 
 ERR_PARAM_NULLPTR = _lib.ERR_PARAM_NULLPTR
 ERR_PARAM_INVALID = _lib.ERR_PARAM_INVALID

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import os
-from ctypes import POINTER, c_char_p, c_int, c_int64, c_uint64, c_void_p
+from ctypes import POINTER, c_char_p, c_int, c_int64, c_uint32, c_uint64, c_void_p
 
 from ._errors import QmoeError
 
@@ -48,9 +48,10 @@ MAX_DIMS = 8
 
 
 class OpOptions(ctypes.Structure):
-    """struct qmoe_op_options (C enums are int-sized)."""
+    """struct qmoe_op_options (C enums are int-sized); struct_size 0 means the 0.2 layout."""
 
     _fields_ = [
+        ("struct_size", c_uint32),
         ("group_list_type", c_int),
         ("force_weight_nz", c_int),
         ("kernel", c_int),
@@ -141,6 +142,20 @@ def check(status: int) -> None:
 
 def version() -> str:
     return lib.qmoe_version().decode()
+
+
+def package_version() -> str:
+    """The installed distribution's version (pyproject.toml takes it from CMakeLists.txt's
+    project(VERSION), as the library does); the library's when running from a source tree."""
+    try:
+        from importlib.metadata import PackageNotFoundError
+        from importlib.metadata import version as dist_version
+    except ImportError:  # Python < 3.8 has no importlib.metadata
+        return version()
+    try:
+        return dist_version("qmoe")
+    except PackageNotFoundError:
+        return version()
 
 
 def kernel_name(kernel: int) -> str:

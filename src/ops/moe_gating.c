@@ -13,6 +13,7 @@ static int beats(float v, float old) { return v > old || (isnan(old) && !isnan(v
 static int64_t top_k(const float *v, int64_t n, const unsigned char *mask, int64_t k, int32_t *ids)
 {
     int64_t cnt = 0;
+    if (k <= 0) return 0;
     for (int64_t e = 0; e < n; e++) {
         if (mask && !mask[e]) continue;
         if (cnt == k && !beats(v[e], v[ids[cnt - 1]])) continue;
