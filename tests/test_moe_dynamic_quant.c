@@ -202,6 +202,18 @@ static void check_validation(void)
     /* y over x's memory: no in-place execution */
     qmoe_tensor *ty_on_x = mt_tensor(x, QMOE_DTYPE_INT8, 2, xs, NULL);
     MT_EXPECT_FAIL(qmoe_dynamic_quant_workspace_size(tx, tsm, ty_on_x, ts, NULL, &ws, &ex), INV);
+    CHECK(qmoe_last_error_info()->rule == QMOE_RULE_OVERLAP);
+    CHECK(strcmp(qmoe_last_error_info()->arg, "y") == 0);
+    MT_EXPECT_FAIL(qmoe_dynamic_quant_workspace_size(tx, NULL, ty, NULL, NULL, &ws, &ex), NUL);
+    CHECK(qmoe_last_error_info()->rule == QMOE_RULE_NULL);
+    CHECK(strcmp(qmoe_last_error_info()->arg, "scale") == 0);
+    qmoe_moe_options grown = {.struct_size = 3};
+    MT_EXPECT_FAIL(qmoe_dynamic_quant_workspace_size(tx, tsm, ty, ts, &grown, &ws, &ex), INV);
+    CHECK(qmoe_last_error_info()->rule == QMOE_RULE_OPTION);
+    qmoe_moe_options init = QMOE_MOE_OPTIONS_INIT;
+    CHECK(qmoe_dynamic_quant_workspace_size(tx, tsm, ty, ts, &init, &ws, &ex) == QMOE_OK);
+    qmoe_moe_executor_destroy(ex);
+    ex = NULL;
     qmoe_moe_options neg = {.threads = -1};
     MT_EXPECT_FAIL(qmoe_dynamic_quant_workspace_size(tx, tsm, ty, ts, &neg, &ws, &ex), INV);
     CHECK(ex == NULL);

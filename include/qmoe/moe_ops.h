@@ -30,10 +30,14 @@ extern "C" {
 
 typedef struct qmoe_moe_executor qmoe_moe_executor;
 
-/* Options of phase one; NULL or all-zero: all threads of the device that runs the operator. */
+/* Options of phase one; NULL or all-zero: rows split into as many parts as there are online
+ * cores. struct_size is sizeof(qmoe_moe_options) as the caller was compiled (0: this layout). */
 typedef struct qmoe_moe_options {
-    int threads; /* parts the rows are split into (0: the online cores) */
+    uint32_t struct_size;
+    int threads; /* parts the rows are split into (0: the online cores), at most 4096 */
 } qmoe_moe_options;
+
+#define QMOE_MOE_OPTIONS_INIT {(uint32_t)sizeof(qmoe_moe_options), 0}
 
 QMOE_API void qmoe_moe_executor_destroy(qmoe_moe_executor *executor); /* NULL is a no-op */
 

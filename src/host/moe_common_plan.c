@@ -29,7 +29,7 @@ qmoe_status moe_check_float(const char *op, const char *name, const qmoe_tensor 
 {
     if (t->dtype != QMOE_DTYPE_FLOAT32 && t->dtype != QMOE_DTYPE_FLOAT16 &&
         t->dtype != QMOE_DTYPE_BFLOAT16)
-        return qmoe_fail(QMOE_ERR_PARAM_INVALID,
+        return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_DTYPE, name,
                          "%s: %s dtype is %s; expected float32, float16 or bfloat16", op, name,
                          qmoe_dtype_name(t->dtype));
     return QMOE_OK;
@@ -39,7 +39,8 @@ qmoe_status moe_check_dtype(const char *op, const char *name, const qmoe_tensor 
                             qmoe_dtype dtype)
 {
     if (t->dtype != dtype)
-        return qmoe_fail(QMOE_ERR_PARAM_INVALID, "%s: %s dtype is %s; expected %s", op, name,
+        return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_DTYPE, name,
+                             "%s: %s dtype is %s; expected %s", op, name,
                          qmoe_dtype_name(t->dtype), qmoe_dtype_name(dtype));
     return QMOE_OK;
 }
@@ -48,14 +49,16 @@ qmoe_status moe_check_shape(const char *op, const char *name, const qmoe_tensor 
                             const int64_t *shape)
 {
     if (t->format != QMOE_FORMAT_ND)
-        return qmoe_fail(QMOE_ERR_PARAM_INVALID, "%s: %s format is %s; expected ND", op, name,
+        return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_FORMAT, name,
+                             "%s: %s format is %s; expected ND", op, name,
                          qmoe_format_name(t->format));
     if (t->ndim != nd)
-        return qmoe_fail(QMOE_ERR_PARAM_INVALID, "%s: %s has rank %d; expected %d", op, name,
+        return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_RANK, name,
+                             "%s: %s has rank %d; expected %d", op, name,
                          t->ndim, nd);
     for (int d = 0; d < nd; d++)
         if (shape[d] >= 0 && t->shape[d] != shape[d])
-            return qmoe_fail(QMOE_ERR_PARAM_INVALID,
+            return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_SHAPE, name,
                              "%s: %s dim %d is %lld; expected %lld", op, name, d,
                              (long long)t->shape[d], (long long)shape[d]);
     return QMOE_OK;
@@ -69,12 +72,13 @@ qmoe_status moe_check_aliasing(const char *op, const qmoe_tensor *const *outs,
         if (!outs[o]) continue;
         for (int i = 0; i < nin; i++)
             if (ins[i] && qmoe_tensor_overlaps(outs[o], ins[i]))
-                return qmoe_fail(QMOE_ERR_PARAM_INVALID,
+                return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_OVERLAP, out_names[o],
                                  "%s: output %s shares memory with input %s (no in-place "
                                  "execution)", op, out_names[o], in_names[i]);
         for (int p = o + 1; p < nout; p++)
             if (outs[p] && qmoe_tensor_overlaps(outs[o], outs[p]))
-                return qmoe_fail(QMOE_ERR_PARAM_INVALID, "%s: outputs %s and %s share memory", op,
+                return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_OVERLAP, out_names[p],
+                                     "%s: outputs %s and %s share memory", op,
                                  out_names[o], out_names[p]);
     }
     return QMOE_OK;
@@ -82,10 +86,14 @@ qmoe_status moe_check_aliasing(const char *op, const qmoe_tensor *const *outs,
 
 qmoe_status moe_threads(const char *op, const qmoe_moe_options *options, int32_t *threads)
 {
+    if (options && options->struct_size && options->struct_size != sizeof *options)
+        return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_OPTION, "options",
+                             "%s: options.struct_size = %u; expected 0 or %u", op,
+                             options->struct_size, (unsigned)sizeof *options);
     int t = options ? options->threads : 0;
-    if (t < 0) return qmoe_fail(QMOE_ERR_PARAM_INVALID, "%s: options.threads = %d is negative", op, t);
-    if (t > 4096)
-        return qmoe_fail(QMOE_ERR_PARAM_INVALID, "%s: options.threads = %d exceeds 4096", op, t);
+    if (t < 0 || t > 4096)
+        return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_OPTION, "options",
+                             "%s: options.threads = %d; expected 0 to 4096", op, t);
     if (t == 0) t = qmoe_online_cores();
     *threads = t > 0 ? t : 1;
     return QMOE_OK;

@@ -15,14 +15,14 @@ qmoe_status qmoe_moe_finalize_routing_workspace_size(
     const qmoe_tensor *expert_idx, int64_t drop_pad_mode, const qmoe_tensor *out,
     const qmoe_moe_options *options, uint64_t *workspace_size, qmoe_moe_executor **executor)
 {
-    if (!expanded_x) return qmoe_fail(QMOE_ERR_PARAM_NULLPTR, OP ": expandedX is a null pointer");
+    if (!expanded_x) return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "expandedX", OP ": expandedX is a null pointer");
     if (!expanded_row_idx)
-        return qmoe_fail(QMOE_ERR_PARAM_NULLPTR, OP ": expandedRowIdx is a null pointer");
-    if (!out) return qmoe_fail(QMOE_ERR_PARAM_NULLPTR, OP ": out is a null pointer");
+        return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "expandedRowIdx", OP ": expandedRowIdx is a null pointer");
+    if (!out) return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "out", OP ": out is a null pointer");
     if (bias && !expert_idx)
-        return qmoe_fail(QMOE_ERR_PARAM_NULLPTR, OP ": expertIdx is a null pointer; bias needs it");
-    if (!workspace_size) return qmoe_fail(QMOE_ERR_PARAM_NULLPTR, OP ": workspaceSize is a null pointer");
-    if (!executor) return qmoe_fail(QMOE_ERR_PARAM_NULLPTR, OP ": executor is a null pointer");
+        return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "expertIdx", OP ": expertIdx is a null pointer; bias needs it");
+    if (!workspace_size) return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "workspaceSize", OP ": workspaceSize is a null pointer");
+    if (!executor) return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "executor", OP ": executor is a null pointer");
     if (drop_pad_mode != 0 && drop_pad_mode != 2)
         return INVALID("dropPadMode = %lld; expected 0 or 2 (dropless; drop/pad modes 1 and 3 are "
                        "not supported)", (long long)drop_pad_mode);

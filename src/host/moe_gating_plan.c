@@ -11,8 +11,8 @@ static qmoe_status out_pointers(const char *op, uint64_t *workspace_size,
                                 qmoe_moe_executor **executor)
 {
     if (!workspace_size)
-        return qmoe_fail(QMOE_ERR_PARAM_NULLPTR, "%s: workspaceSize is a null pointer", op);
-    if (!executor) return qmoe_fail(QMOE_ERR_PARAM_NULLPTR, "%s: executor is a null pointer", op);
+        return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "workspaceSize", "%s: workspaceSize is a null pointer", op);
+    if (!executor) return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "executor", "%s: executor is a null pointer", op);
     return QMOE_OK;
 }
 
@@ -22,10 +22,10 @@ qmoe_status qmoe_moe_gating_top_k_softmax_workspace_size(
     uint64_t *workspace_size, qmoe_moe_executor **executor)
 {
     static const char *op = "MoeGatingTopKSoftmax";
-    if (!x) return qmoe_fail(QMOE_ERR_PARAM_NULLPTR, "%s: x is a null pointer", op);
-    if (!y) return qmoe_fail(QMOE_ERR_PARAM_NULLPTR, "%s: yOut is a null pointer", op);
-    if (!expert_idx) return qmoe_fail(QMOE_ERR_PARAM_NULLPTR, "%s: expertIdxOut is a null pointer", op);
-    if (!row_idx) return qmoe_fail(QMOE_ERR_PARAM_NULLPTR, "%s: rowIdxOut is a null pointer", op);
+    if (!x) return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "x", "%s: x is a null pointer", op);
+    if (!y) return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "yOut", "%s: yOut is a null pointer", op);
+    if (!expert_idx) return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "expertIdxOut", "%s: expertIdxOut is a null pointer", op);
+    if (!row_idx) return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "rowIdxOut", "%s: rowIdxOut is a null pointer", op);
     qmoe_status st = out_pointers(op, workspace_size, executor);
     if (st || (st = moe_check_float(op, "x", x))) return st;
     int nd = x->ndim;
@@ -85,12 +85,12 @@ qmoe_status qmoe_moe_gating_top_k_workspace_size(
     const qmoe_moe_options *options, uint64_t *workspace_size, qmoe_moe_executor **executor)
 {
     static const char *op = "MoeGatingTopK";
-    if (!x) return qmoe_fail(QMOE_ERR_PARAM_NULLPTR, "%s: x is a null pointer", op);
-    if (!attrs) return qmoe_fail(QMOE_ERR_PARAM_NULLPTR, "%s: attrs is a null pointer", op);
-    if (!y) return qmoe_fail(QMOE_ERR_PARAM_NULLPTR, "%s: yOut is a null pointer", op);
-    if (!expert_idx) return qmoe_fail(QMOE_ERR_PARAM_NULLPTR, "%s: expertIdxOut is a null pointer", op);
+    if (!x) return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "x", "%s: x is a null pointer", op);
+    if (!attrs) return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "attrs", "%s: attrs is a null pointer", op);
+    if (!y) return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "yOut", "%s: yOut is a null pointer", op);
+    if (!expert_idx) return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "expertIdxOut", "%s: expertIdxOut is a null pointer", op);
     if (attrs->out_flag && !out)
-        return qmoe_fail(QMOE_ERR_PARAM_NULLPTR, "%s: outOut is a null pointer with outFlag set", op);
+        return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "outOut", "%s: outOut is a null pointer with outFlag set", op);
     qmoe_status st = out_pointers(op, workspace_size, executor);
     if (st || (st = moe_check_float(op, "x", x))) return st;
     int64_t any2[2] = {-1, -1};

@@ -14,12 +14,12 @@ qmoe_status qmoe_dynamic_quant_workspace_size(const qmoe_tensor *x, const qmoe_t
                                               uint64_t *workspace_size,
                                               qmoe_moe_executor **executor)
 {
-    if (!x) return qmoe_fail(QMOE_ERR_PARAM_NULLPTR, OP ": x is a null pointer");
-    if (!y) return qmoe_fail(QMOE_ERR_PARAM_NULLPTR, OP ": y is a null pointer");
-    if (!scale) return qmoe_fail(QMOE_ERR_PARAM_NULLPTR, OP ": scale is a null pointer");
+    if (!x) return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "x", OP ": x is a null pointer");
+    if (!y) return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "y", OP ": y is a null pointer");
+    if (!scale) return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "scale", OP ": scale is a null pointer");
     if (!workspace_size)
-        return qmoe_fail(QMOE_ERR_PARAM_NULLPTR, OP ": workspaceSize is a null pointer");
-    if (!executor) return qmoe_fail(QMOE_ERR_PARAM_NULLPTR, OP ": executor is a null pointer");
+        return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "workspaceSize", OP ": workspaceSize is a null pointer");
+    if (!executor) return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "executor", OP ": executor is a null pointer");
     qmoe_moe_executor ex;
     memset(&ex, 0, sizeof ex);
     qmoe_status st = moe_threads(OP, options, &ex.threads);

@@ -41,20 +41,20 @@ qmoe_status qmoe_moe_init_routing_workspace_size(
     const qmoe_tensor *expanded_scale, const qmoe_moe_options *options, uint64_t *workspace_size,
     qmoe_moe_executor **executor)
 {
-    if (!x) return qmoe_fail(QMOE_ERR_PARAM_NULLPTR, OP ": x is a null pointer");
-    if (!expert_idx) return qmoe_fail(QMOE_ERR_PARAM_NULLPTR, OP ": expertIdx is a null pointer");
-    if (!attrs) return qmoe_fail(QMOE_ERR_PARAM_NULLPTR, OP ": attrs is a null pointer");
-    if (!expanded_x) return qmoe_fail(QMOE_ERR_PARAM_NULLPTR, OP ": expandedXOut is a null pointer");
+    if (!x) return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "x", OP ": x is a null pointer");
+    if (!expert_idx) return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "expertIdx", OP ": expertIdx is a null pointer");
+    if (!attrs) return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "attrs", OP ": attrs is a null pointer");
+    if (!expanded_x) return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "expandedXOut", OP ": expandedXOut is a null pointer");
     if (!expanded_row_idx)
-        return qmoe_fail(QMOE_ERR_PARAM_NULLPTR, OP ": expandedRowIdxOut is a null pointer");
+        return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "expandedRowIdxOut", OP ": expandedRowIdxOut is a null pointer");
     if (attrs->tokens_mode != QMOE_MOE_TOKENS_NONE && !expert_tokens)
-        return qmoe_fail(QMOE_ERR_PARAM_NULLPTR,
+        return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "expertTokensCountOrCumsumOut",
                          OP ": expertTokensCountOrCumsumOut is a null pointer but requested");
     if (attrs->quant_mode == QMOE_MOE_QUANT_DYNAMIC && !expanded_scale)
-        return qmoe_fail(QMOE_ERR_PARAM_NULLPTR,
+        return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "expandedScaleOut",
                          OP ": expandedScaleOut is a null pointer; dynamic quant writes it");
-    if (!workspace_size) return qmoe_fail(QMOE_ERR_PARAM_NULLPTR, OP ": workspaceSize is a null pointer");
-    if (!executor) return qmoe_fail(QMOE_ERR_PARAM_NULLPTR, OP ": executor is a null pointer");
+    if (!workspace_size) return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "workspaceSize", OP ": workspaceSize is a null pointer");
+    if (!executor) return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "executor", OP ": executor is a null pointer");
     if (offset) return INVALID("offset is for static quant, which is not supported; pass NULL");
     int64_t start = 0, end = 0;
     qmoe_status st = check_attrs(attrs, &start, &end);

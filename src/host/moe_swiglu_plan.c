@@ -11,10 +11,10 @@ qmoe_status qmoe_swiglu_workspace_size(const qmoe_tensor *x, int64_t dim, const 
                                        const qmoe_moe_options *options, uint64_t *workspace_size,
                                        qmoe_moe_executor **executor)
 {
-    if (!x) return qmoe_fail(QMOE_ERR_PARAM_NULLPTR, OP ": x is a null pointer");
-    if (!out) return qmoe_fail(QMOE_ERR_PARAM_NULLPTR, OP ": out is a null pointer");
-    if (!workspace_size) return qmoe_fail(QMOE_ERR_PARAM_NULLPTR, OP ": workspaceSize is a null pointer");
-    if (!executor) return qmoe_fail(QMOE_ERR_PARAM_NULLPTR, OP ": executor is a null pointer");
+    if (!x) return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "x", OP ": x is a null pointer");
+    if (!out) return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "out", OP ": out is a null pointer");
+    if (!workspace_size) return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "workspaceSize", OP ": workspaceSize is a null pointer");
+    if (!executor) return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "executor", OP ": executor is a null pointer");
     qmoe_status st = moe_check_float(OP, "x", x);
     if (st) return st;
     int nd = x->ndim;

@@ -84,19 +84,20 @@ static qmoe_status moe_device_run(const void *opdata, qmoe_device *dev, int inde
 qmoe_status moe_execute(const char *op, int32_t kind, void *workspace, uint64_t workspace_size,
                         qmoe_moe_executor *executor, qmoe_stream *stream)
 {
-    if (!executor) return qmoe_fail(QMOE_ERR_PARAM_NULLPTR, "%s: executor is a null pointer", op);
+    if (!executor) return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "executor", "%s: executor is a null pointer", op);
     if (executor->kind != kind)
-        return qmoe_fail(QMOE_ERR_PARAM_INVALID,
-                         "%s: the executor was planned for another operator", op);
+        return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_VALUE, "executor",
+                             "%s: the executor was planned for another operator", op);
     if (workspace_size < executor->workspace_bytes)
-        return qmoe_fail(QMOE_ERR_PARAM_INVALID,
+        return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_WORKSPACE, "workspaceSize",
                          "%s: workspaceSize = %llu is less than the %llu bytes phase one asked for",
                          op, (unsigned long long)workspace_size,
                          (unsigned long long)executor->workspace_bytes);
     if (!workspace && executor->workspace_bytes)
-        return qmoe_fail(QMOE_ERR_PARAM_NULLPTR, "%s: workspace is a null pointer", op);
+        return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "workspace", "%s: workspace is a null pointer", op);
     if (executor->workspace_bytes && (uintptr_t)workspace % alignof(int64_t))
-        return qmoe_fail(QMOE_ERR_PARAM_INVALID, "%s: workspace %p is not aligned for int64", op,
+        return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_WORKSPACE, "workspace",
+                             "%s: workspace %p is not aligned for int64", op,
                          workspace);
     qmoe_status st = QMOE_OK;
     if (kind == MOE_INIT_ROUTING) st = moe_routing_check_data(&executor->u.routing);

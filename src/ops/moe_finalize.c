@@ -20,14 +20,14 @@ qmoe_status moe_finalize_check_data(const moe_finalize_plan *p)
         for (int64_t j = 0; j < p->K; j++) {
             int64_t r = row_of(p, i, j);
             if (r < -1 || r >= p->A)
-                return qmoe_fail(QMOE_ERR_PARAM_INVALID,
+                return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_VALUE, "expandedRowIdx",
                                  "MoeFinalizeRoutingV2: expandedRowIdx for token %lld, choice %lld is "
                                  "%lld; expected -1 or a row of expandedX [0, %lld)",
                                  (long long)i, (long long)j, (long long)r, (long long)p->A);
             if (p->bias.data && r >= 0) {
                 int32_t e = expert_of(p, i, j);
                 if (e < 0 || e >= p->E)
-                    return qmoe_fail(QMOE_ERR_PARAM_INVALID,
+                    return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_VALUE, "expertIdx",
                                      "MoeFinalizeRoutingV2: expertIdx[%lld][%lld] = %d is not a row of "
                                      "bias [0, %lld)", (long long)i, (long long)j, e, (long long)p->E);
             }

@@ -16,7 +16,7 @@ qmoe_status moe_routing_check_data(const moe_routing_plan *p)
     for (int64_t t = 0; t < p->N * p->K; t++) {
         int32_t e = expert_of(p, t);
         if (e < 0 || e >= p->a.expert_num)
-            return qmoe_fail(QMOE_ERR_PARAM_INVALID,
+            return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_VALUE, "expertIdx",
                              "MoeInitRoutingV2: expertIdx[%lld][%lld] = %d is outside [0, expertNum = %lld)",
                              (long long)(t / p->K), (long long)(t % p->K), e,
                              (long long)p->a.expert_num);
