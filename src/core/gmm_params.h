@@ -85,7 +85,16 @@ typedef struct qmoe_gmm_params {
     qmoe_fastdiv_t threads_div;    /* by threads: blocks per part */
     qmoe_fastdiv_t devices_div;    /* by devices: chunks per device */
     qmoe_fastdiv_t row_block_div;  /* by row_block: blocks per expert segment */
-    uint8_t reserved[116]; /* room to grow without changing the size */
+    /* Per-expert weight lists (src/ops/gmm_list_op.c). swiglu_limit > 0 clamps C before
+     * SwiGLU: activated half to <= limit, linear half to [-limit, limit] (docs/ops/). With
+     * w_list set, expert e's weight starts at w_list[e] and its scale at ws_list[e] (the expert
+     * strides w_s[0], ws_s[0] are unused); phase two copies the tables into the workspace at
+     * list_table_offset, so a queued operator never reads the executor. */
+    float swiglu_limit;
+    const void *const *w_list;
+    const void *const *ws_list;
+    uint64_t list_table_offset;
+    uint8_t reserved[88]; /* room to grow without changing the size */
 } qmoe_gmm_params;
 
 _Static_assert(sizeof(qmoe_gmm_params) == 512, "qmoe_gmm_params is a fixed-size plan");

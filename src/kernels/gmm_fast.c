@@ -117,6 +117,10 @@ static int unit_source(const qmoe_gmm_params *p, int64_t e, int64_t n, const uin
 {
     const int64_t *s = p->w_s;
     const uint8_t *w = p->w;
+    if (p->w_list) { /* per-expert weight list: the expert's own base, no expert stride */
+        w = p->w_list[e];
+        e = 0;
+    }
     switch ((qmoe_wlayout)p->w_layout) {
     case QMOE_W_INT8_NZ:
         if (s[4] != 1 || n % 16) return 0;

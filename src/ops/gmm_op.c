@@ -7,6 +7,7 @@
 #include "host/gmm_plan.h"
 #include "kernels/kernel.h"
 #include "ops/gmm_groups.h"
+#include "ops/gmm_list.h"
 #include "ops/gmm_run.h"
 
 qmoe_status qmoe_gmm_swiglu_quant_workspace_size(
@@ -56,7 +57,9 @@ qmoe_status qmoe_gmm_swiglu_quant(void *workspace, uint64_t workspace_size,
                              "workspace %p is not aligned for float", workspace);
     qmoe_status st = qmoe_gmm_check_groups(p);
     if (st) return st;
-    st = qmoe_gmm_run(p, workspace, stream);
+    qmoe_gmm_params run = *p;
+    qmoe_gmm_list_bind(&run, workspace); /* weight-list plans: tables into the workspace */
+    st = qmoe_gmm_run(&run, workspace, stream);
     if (st == QMOE_OK) qmoe_clear_error();
     return st;
 }
