@@ -313,7 +313,7 @@ def npu_moe_gating_top_k_softmax(x: ArrayLike, finished: ArrayLike = None,
 
 def npu_moe_gating_top_k(x: ArrayLike, k: int, *, bias: ArrayLike = None, k_group: int = 1,
                          group_count: int = 1, group_select_mode: int = 0, renorm: int = 0,
-                         norm_type: int = 0, out_flag: bool = False,
+                         norm_type: int = 1, out_flag: bool = False,
                          routed_scaling_factor: float = 1.0,
                          eps: float = 1e-20) -> Tuple[Any, Any, Any]:
     """DeepSeek-style gating: softmax (norm_type 0) or sigmoid (1), plus bias for the selection,
