@@ -19,6 +19,7 @@
  */
 #include "kernels/gmm_fast.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -596,8 +597,8 @@ static void run_block(const block_args *A, uint8_t *sp, const fast_layout *L)
     }
 }
 
-/* Runs the block in the thread's scratchpad, or (callers that did not size one: a transitional
- * path until every driver plans scratch) in a temporary one. */
+/* The test entry point's scratch: the caller's when large enough, otherwise a temporary one
+ * (tests call it without planning a scratchpad; the operator never comes here). */
 static int with_scratch(const block_args *A)
 {
     fast_layout L = layout_for(A->isa, A->p, A->m1 - A->m0, A->j1 - A->j0);
@@ -618,7 +619,19 @@ void qmoe_fast_swiglu_block(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p,
 {
     if (m1 <= m0 || j1 <= j0) return;
     block_args A = {isa, p, ctx, e, m0, m1, j0, j1, s, lds, NULL};
-    if (!with_scratch(&A)) qmoe_kernel_reference.swiglu_block(p, ctx, e, m0, m1, j0, j1, s, lds);
+    /* Phase one sized the thread's slice with qmoe_fast_scratch_bytes for the plan's largest
+     * block, so every block fits: no allocation and no other kernel here. The checked build
+     * verifies the contract. */
+    fast_layout L = layout_for(isa, p, m1 - m0, j1 - j0);
+#ifdef QMOE_CHECKED
+    if (!ctx->scratch || ctx->scratch_bytes < L.total) {
+        fprintf(stderr, "qmoe: %s block of %lld x %lld needs %llu scratch bytes, the plan gave "
+                "%llu\n", isa->name, (long long)(m1 - m0), (long long)(j1 - j0),
+                (unsigned long long)L.total, (unsigned long long)ctx->scratch_bytes);
+        abort();
+    }
+#endif
+    run_block(&A, ctx->scratch, &L);
 }
 
 void qmoe_fast_acc_block(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p, qmoe_thread_ctx *ctx,
