@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import os
-from ctypes import POINTER, c_char_p, c_int, c_int64, c_uint32, c_uint64, c_void_p
+from ctypes import POINTER, c_char_p, c_float, c_int, c_int64, c_uint32, c_uint64, c_void_p
 
 from ._errors import QmoeError
 
@@ -107,6 +107,9 @@ def _declare(lib: ctypes.CDLL) -> None:
        _P_TENSOR, _P_TENSOR, _P_TENSOR, POINTER(OpOptions), POINTER(c_uint64),
        POINTER(_P_EXECUTOR))
     fn("qmoe_gmm_swiglu_quant", c_int, c_void_p, c_uint64, _P_EXECUTOR, c_void_p)
+    fn("qmoe_gmm_swiglu_quant_weight_list_workspace_size", c_int,
+       _P_TENSOR, POINTER(_P_TENSOR), POINTER(_P_TENSOR), c_int64, _P_TENSOR, _P_TENSOR, c_float,
+       _P_TENSOR, _P_TENSOR, POINTER(OpOptions), POINTER(c_uint64), POINTER(_P_EXECUTOR))
     fn("qmoe_executor_destroy", None, _P_EXECUTOR)
     fn("qmoe_executor_kernel", c_int, _P_EXECUTOR)
 
