@@ -60,6 +60,15 @@ class OpOptions(ctypes.Structure):
     ]
 
 
+class ErrorInfo(ctypes.Structure):
+    """struct qmoe_error_info: the structured last error (which rule, which argument)."""
+
+    _fields_ = [("status", c_int), ("rule", c_int), ("arg", c_char_p), ("message", c_char_p)]
+
+
+RULE_OVERLAP = 8  # QMOE_RULE_OVERLAP
+
+
 def _library_path() -> str:
     # QMOE_LIBRARY points at a libqmoe.so of a build tree (development without reinstalling);
     # otherwise the copy the wheel installed next to this file.
@@ -95,6 +104,8 @@ def _declare(lib: ctypes.CDLL) -> None:
 
     fn("qmoe_version", c_char_p)
     fn("qmoe_last_error", c_char_p)
+    fn("qmoe_last_error_info", POINTER(ErrorInfo))
+    fn("qmoe_error_rule_name", c_char_p, c_int)
     fn("qmoe_status_name", c_char_p, c_int)
     fn("qmoe_kernel_name", c_char_p, c_int)
 
@@ -139,8 +150,10 @@ def check(status: int) -> None:
     right after the failing call gets that call's message even while other threads use qmoe.
     """
     if status != OK:
+        info = lib.qmoe_last_error_info().contents
         raise QmoeError(status, lib.qmoe_last_error().decode(errors="replace"),
-                        status_name(status))
+                        status_name(status), rule=lib.qmoe_error_rule_name(info.rule).decode(),
+                        arg=info.arg.decode(errors="replace"))
 
 
 def version() -> str:

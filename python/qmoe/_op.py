@@ -71,7 +71,8 @@ def _c_int(value: Optional[int], name: str) -> int:
 # argument names of the function they called.
 _PY_NAMES = {"xScale": "x_scale", "weightScales": "weight_scale", "weightScale": "weight_scale",
              "weights": "weight", "groupList": "group_list", "outputScale": "output_scale",
-             "outputOffset": "output_offset", "workspaceSize": "workspace_size"}
+             "outputOffset": "output_offset", "workspaceSize": "workspace_size",
+             "swigluLimit": "swiglu_limit"}
 _PY_NAMES_RE = re.compile(r"\b(" + "|".join(sorted(_PY_NAMES, key=len, reverse=True)) + r")\b")
 
 
@@ -81,7 +82,8 @@ def _check(status: int) -> None:
         _lib.check(status)
     except QmoeError as err:
         message = _PY_NAMES_RE.sub(lambda m: _PY_NAMES[m.group(1)], err.message)
-        raise QmoeError(err.code, message, err.name) from None
+        raise QmoeError(err.code, message, err.name, err.rule,
+                        _PY_NAMES.get(err.arg, err.arg)) from None
 
 
 # (NZ tile columns, NZ innermost extent, logical columns per element) by weight dtype code.
@@ -260,8 +262,9 @@ def _execute(phase_one: PhaseOne, M: int, N2: int,
 
     New outputs are allocated only after the library has accepted every input (the operator's
     phase one), so a refused input never costs output memory, however large its shape: the first
-    plan sees outputs of the right shape over one byte (strides 0), which only the outputs' own
-    no-overlap rule refuses; that refusal, and nothing else, means the inputs passed.
+    plan sees outputs of the right shape over a few bytes (strides 0), which only the outputs'
+    own no-overlap rule refuses (QMOE_RULE_OVERLAP on output/outputScale, checked after every
+    input rule); that refusal, and nothing else, means the inputs passed.
     """
     size = ctypes.c_uint64()
     executor = ctypes.c_void_p()
@@ -272,10 +275,11 @@ def _execute(phase_one: PhaseOne, M: int, N2: int,
                                        strides=(0, 0)),
                            t.create(probe, _lib.DTYPE_FLOAT32, shape=(M,), strides=(0,)),
                            ctypes.byref(size), ctypes.byref(executor))
+            info = _lib.lib.qmoe_last_error_info().contents
             if st == _lib.OK:
                 _lib.lib.qmoe_executor_destroy(executor)
-            elif not (st == _lib.ERR_PARAM_INVALID and _lib.lib.qmoe_last_error().decode(
-                    errors="replace").startswith(("output: strides", "outputScale: stride"))):
+            elif not (st == _lib.ERR_PARAM_INVALID and info.rule == _lib.RULE_OVERLAP
+                      and info.arg in (b"output", b"outputScale")):
                 _check(st)
             # Zero-filled: rows at and past the last group's end are not written by the operator.
             output, output_scale = np.zeros((M, N2), np.int8), np.zeros((M,), np.float32)

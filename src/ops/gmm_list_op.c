@@ -17,7 +17,8 @@
 #include "ops/gmm_list.h"
 #include "qmoe/gmm_list.h"
 
-#define INVALID(...) qmoe_fail(QMOE_ERR_PARAM_INVALID, __VA_ARGS__)
+/* Argument errors with the structured info (rule, argument by the vendor's name). */
+#define INVALID(rule, arg, ...) qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_##rule, arg, __VA_ARGS__)
 
 /* Below this the vendor's kernel skips the clamp; qmoe follows it. */
 #define SWIGLU_LIMIT_OFF 1e-8f
@@ -31,26 +32,31 @@ static int same_layout(const qmoe_tensor *a, const qmoe_tensor *b)
 }
 
 /* Every entry present and laid out like entry 0. */
-static qmoe_status check_list(const char *name, const qmoe_tensor *const *list, int64_t n)
+static qmoe_status check_list(const char *name, const char *arg, const qmoe_tensor *const *list,
+                              int64_t n)
 {
-    if (!list) return qmoe_fail(QMOE_ERR_PARAM_NULLPTR, "%s is a null pointer", name);
+    if (!list)
+        return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, arg, "%s is a null pointer",
+                             name);
     for (int64_t e = 0; e < n; e++)
         if (!list[e])
-            return qmoe_fail(QMOE_ERR_PARAM_NULLPTR, "%s[%lld] is a null pointer", name,
-                             (long long)e);
+            return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, arg,
+                                 "%s[%lld] is a null pointer", name, (long long)e);
     for (int64_t e = 1; e < n; e++)
         if (!same_layout(list[0], list[e]))
-            return INVALID("%s[%lld]: shape, dtype, format or strides differ from %s[0]; every "
+            return INVALID(SHAPE, arg,
+                           "%s[%lld]: shape, dtype, format or strides differ from %s[0]; every "
                            "expert must have the same layout",
                            name, (long long)e, name);
     return QMOE_OK;
 }
 
 /* `one` with a leading expert axis of n entries and stride 0 (the planner's view). */
-static qmoe_status stacked(const char *name, const qmoe_tensor *one, int64_t n, qmoe_tensor *out)
+static qmoe_status stacked(const char *name, const char *arg, const qmoe_tensor *one, int64_t n,
+                           qmoe_tensor *out)
 {
     if (one->ndim + 1 > QMOE_MAX_DIMS)
-        return INVALID("%s[0]: rank %d is too large", name, one->ndim);
+        return INVALID(RANK, arg, "%s[0]: rank %d is too large", name, one->ndim);
     memset(out, 0, sizeof *out);
     out->ndim = one->ndim + 1;
     out->dtype = one->dtype;
@@ -61,7 +67,8 @@ static qmoe_status stacked(const char *name, const qmoe_tensor *one, int64_t n, 
         out->shape[i + 1] = one->shape[i];
         out->strides[i + 1] = one->strides[i];
     }
-    if (!qmoe_mul_i64(one->numel, n, &out->numel)) return INVALID("%s: element count overflows", name);
+    if (!qmoe_mul_i64(one->numel, n, &out->numel))
+        return INVALID(LIMIT, arg, "%s: element count overflows", name);
     out->data = one->data;
     return QMOE_OK;
 }
@@ -72,10 +79,12 @@ static qmoe_status check_outputs_apart(const qmoe_tensor *const *list, const cha
 {
     for (int64_t e = 0; e < n; e++) {
         if (qmoe_tensor_overlaps(output, list[e]))
-            return INVALID("output overlaps %s[%lld] in memory; in-place execution is not supported",
+            return INVALID(OVERLAP, "output",
+                           "output overlaps %s[%lld] in memory; in-place execution is not supported",
                            name, (long long)e);
         if (qmoe_tensor_overlaps(output_scale, list[e]))
-            return INVALID("outputScale overlaps %s[%lld] in memory; in-place execution is not "
+            return INVALID(OVERLAP, "outputScale",
+                           "outputScale overlaps %s[%lld] in memory; in-place execution is not "
                            "supported",
                            name, (long long)e);
     }
@@ -90,29 +99,37 @@ qmoe_status qmoe_gmm_swiglu_quant_weight_list_workspace_size(
     qmoe_executor **executor)
 {
     qmoe_status st;
-    if (!workspace_size) return qmoe_fail(QMOE_ERR_PARAM_NULLPTR, "workspaceSize is a null pointer");
-    if (!executor) return qmoe_fail(QMOE_ERR_PARAM_NULLPTR, "executor is a null pointer");
+    if (!workspace_size)
+        return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "workspaceSize",
+                             "workspaceSize is a null pointer");
+    if (!executor)
+        return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "executor",
+                             "executor is a null pointer");
     if (num_experts < 1 || num_experts > QMOE_GMM_LIST_MAX_EXPERTS)
-        return INVALID("num_experts = %lld, expected 1 to %d", (long long)num_experts,
-                       QMOE_GMM_LIST_MAX_EXPERTS);
-    if ((st = check_list("weights", weights, num_experts)) ||
-        (st = check_list("weightScales", weight_scales, num_experts)))
+        return INVALID(LIMIT, "weight", "num_experts = %lld, expected 1 to %d",
+                       (long long)num_experts, QMOE_GMM_LIST_MAX_EXPERTS);
+    if ((st = check_list("weights", "weight", weights, num_experts)) ||
+        (st = check_list("weightScales", "weightScale", weight_scales, num_experts)))
         return st;
     if (isnan(swiglu_limit) || swiglu_limit < 0.0f)
-        return INVALID("swiglu_limit = %g, expected 0 (no clamp) or a positive number",
+        return INVALID(LIMIT, "swigluLimit",
+                       "swiglu_limit = %g, expected 0 (no clamp) or a positive number",
                        (double)swiglu_limit);
 
     const qmoe_tensor *w0 = weights[0], *s0 = weight_scales[0];
     if (w0->dtype != QMOE_DTYPE_INT8)
-        return INVALID("weights[0]: dtype %s, expected int8 (the weight-list operator is A8W8)",
+        return INVALID(DTYPE, "weight",
+                       "weights[0]: dtype %s, expected int8 (the weight-list operator is A8W8)",
                        qmoe_dtype_name(w0->dtype));
     if (!(w0->format == QMOE_FORMAT_FRACTAL_NZ && w0->ndim == 4) &&
         !(w0->format == QMOE_FORMAT_ND && w0->ndim == 2))
-        return INVALID("weights[0]: %s of rank %d, expected FRACTAL_NZ [N/32, K/16, 16, 32] or "
+        return INVALID(RANK, "weight",
+                       "weights[0]: %s of rank %d, expected FRACTAL_NZ [N/32, K/16, 16, 32] or "
                        "ND [K, N]",
                        qmoe_format_name(w0->format), w0->ndim);
     if (s0->ndim != 1 && s0->ndim != 2)
-        return INVALID("weightScales[0]: rank %d, expected 1 [N] or 2 [G, N]", s0->ndim);
+        return INVALID(RANK, "weightScale", "weightScales[0]: rank %d, expected 1 [N] or 2 [G, N]",
+                       s0->ndim);
 
     /* A local copy (the kernel may change below) of the fields this library knows; a struct_size
      * too small for them goes to the planner as given, which refuses it. */
@@ -124,7 +141,8 @@ qmoe_status qmoe_gmm_swiglu_quant_weight_list_workspace_size(
         const unsigned char *extra = (const unsigned char *)options;
         for (uint32_t i = (uint32_t)sizeof o; i < options->struct_size; i++)
             if (extra[i])
-                return INVALID("options: struct_size = %u, and bytes past this library's %u are "
+                return INVALID(OPTION, "options",
+                               "options: struct_size = %u, and bytes past this library's %u are "
                                "not zero (fields it does not know)",
                                options->struct_size, (unsigned)sizeof o);
         memcpy(&o, options, sizeof o);
@@ -135,15 +153,16 @@ qmoe_status qmoe_gmm_swiglu_quant_weight_list_workspace_size(
         /* Only the reference kernel has the clamp in its epilogue so far. */
         if (o.kernel == QMOE_KERNEL_AUTO) o.kernel = QMOE_KERNEL_REFERENCE;
         else if (o.kernel != QMOE_KERNEL_REFERENCE)
-            return INVALID("options: kernel %s does not implement swiglu_limit; use auto or "
+            return INVALID(UNSUPPORTED, "options",
+                           "options: kernel %s does not implement swiglu_limit; use auto or "
                            "reference",
                            qmoe_kernel_name(o.kernel));
     }
     o.force_weight_nz = 0; /* each expert's declared format is the truth */
 
     qmoe_tensor w, s;
-    if ((st = stacked("weights", w0, num_experts, &w)) ||
-        (st = stacked("weightScales", s0, num_experts, &s)))
+    if ((st = stacked("weights", "weight", w0, num_experts, &w)) ||
+        (st = stacked("weightScales", "weightScale", s0, num_experts, &s)))
         return st;
     /* The planner checks the rest; its messages name the stacked views "weight"/"weightScale". */
     if (output && output_scale &&
@@ -160,7 +179,7 @@ qmoe_status qmoe_gmm_swiglu_quant_weight_list_workspace_size(
     uint64_t table_bytes = 2u * (uint64_t)num_experts * sizeof(void *);
     uint64_t offset = (plan.workspace_bytes + 63u) & ~(uint64_t)63u;
     if (offset < plan.workspace_bytes || offset > UINT64_MAX - table_bytes - alignof(void *))
-        return INVALID("workspace size overflows");
+        return INVALID(LIMIT, "workspace", "workspace size overflows");
     plan.list_table_offset = offset;
     plan.workspace_bytes = offset + table_bytes + alignof(void *);
     plan.swiglu_limit = clamp ? swiglu_limit : 0.0f;

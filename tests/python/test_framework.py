@@ -141,6 +141,21 @@ def test_messages_use_the_python_argument_names(rng):
             assert c_name not in info.value.message
 
 
+def test_structured_error_names_the_rule_and_the_python_argument(rng):
+    p = Problem(rng, M=8, K=32, N=64, E=2, group_list=[3, 8])
+    with pytest.raises(qmoe.QmoeError) as info:
+        qmoe.grouped_matmul_swiglu_quant(p.x, p.w, p.group_list, p.ws, p.xs[:5])
+    assert (info.value.rule, info.value.arg) == ("QMOE_RULE_SHAPE", "x_scale")
+    with pytest.raises(qmoe.QmoeError) as info:
+        qmoe.grouped_matmul_swiglu_quant(p.x, p.w, p.group_list, p.ws.astype(np.int32), p.xs)
+    assert (info.value.rule, info.value.arg) == ("QMOE_RULE_DTYPE", "weight_scale")
+    nz = vr.nz_from_logical(p.w, 32)
+    with pytest.raises(qmoe.QmoeError) as info:
+        qmoe.grouped_matmul_swiglu_quant_weight_nz_tensor_list(
+            p.x, [nz[0], nz[1]], list(p.ws), p.xs, p.group_list, swiglu_limit=-1.0)
+    assert (info.value.rule, info.value.arg) == ("QMOE_RULE_LIMIT", "swiglu_limit")
+
+
 def test_bf16_torch_tensor_is_called_bf16(rng):
     torch = need_torch()
     p = Problem(rng, M=8, K=32, N=64, E=2, group_list=[3, 8])
