@@ -10,6 +10,8 @@
 
 #include "runtime/fastdiv.h"
 
+struct qmoe_kernel_ops; /* src/kernels/kernel.h */
+
 typedef enum qmoe_gmm_mode {
     QMOE_MODE_A8W8 = 0,
     QMOE_MODE_A8W4 = 1,
@@ -42,6 +44,7 @@ typedef struct qmoe_gmm_params {
     int32_t per_group;    /* weight_scale is [E,G,N] */
     int32_t group_list_type; /* qmoe_group_list_type */
     int32_t kernel;       /* qmoe_kernel chosen by the planner */
+    const struct qmoe_kernel_ops *kernel_ops; /* its table: phase one's choice, used as is */
 
     /* operands: base pointers and strides in elements of each tensor's dtype */
     const int8_t *x;
@@ -94,7 +97,7 @@ typedef struct qmoe_gmm_params {
     const void *const *w_list;
     const void *const *ws_list;
     uint64_t list_table_offset;
-    uint8_t reserved[88]; /* room to grow without changing the size */
+    uint8_t reserved[80]; /* room to grow without changing the size */
 } qmoe_gmm_params;
 
 _Static_assert(sizeof(qmoe_gmm_params) == 512, "qmoe_gmm_params is a fixed-size plan");

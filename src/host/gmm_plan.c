@@ -205,12 +205,6 @@ static qmoe_status expect_no_alias(const qmoe_tensor *x, const qmoe_tensor *weig
 enum { OPTIONS_0_2_SIZE = 24, OPTIONS_MAX_SIZE = 4096 };
 _Static_assert(sizeof(qmoe_op_options) >= OPTIONS_0_2_SIZE, "qmoe_op_options only grows");
 
-const qmoe_kernel_ops *qmoe_kernel_of_plan(const qmoe_gmm_params *plan)
-{
-    /* an explicit id: QMOE_ISA does not apply, and the CPU check passed at phase one */
-    return qmoe_kernel_lookup(plan->kernel);
-}
-
 void qmoe_op_options_init(qmoe_op_options *options)
 {
     static const qmoe_op_options init = QMOE_OP_OPTIONS_INIT;
@@ -346,6 +340,7 @@ qmoe_status qmoe_gmm_plan(const qmoe_tensor *x, const qmoe_tensor *weight,
         return INVALID(UNSUPPORTED, "options", "options: kernel %s (%d) is unknown or not supported by this CPU",
                        qmoe_kernel_name(o->kernel), (int)o->kernel);
     p->kernel = k->id;
+    p->kernel_ops = k; /* the device runs this table; nothing chooses again */
     /* Threads, devices, blocks, splits, scratchpad and workspace: src/host/gmm_partition.c. */
     return qmoe_gmm_plan_execution(p, k, o->threads, o->devices);
 }

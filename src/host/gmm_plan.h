@@ -3,7 +3,6 @@
 #define QMOE_HOST_GMM_PLAN_H
 
 #include "core/gmm_params.h"
-#include "kernels/kernel.h"
 #include "qmoe/qmoe.h"
 
 /* Validates every argument that does not need device data and fills *plan. Allocates nothing;
@@ -14,10 +13,6 @@ qmoe_status qmoe_gmm_plan(const qmoe_tensor *x, const qmoe_tensor *weight,
                           const qmoe_tensor *group_list, const qmoe_tensor *output,
                           const qmoe_tensor *output_scale, const qmoe_tensor *output_offset,
                           const qmoe_op_options *options, qmoe_gmm_params *plan);
-
-/* The table of the kernel phase one chose for the plan (p->kernel, never AUTO). The host's
- * submit resolves it once per run and hands it to the devices with the split. */
-const qmoe_kernel_ops *qmoe_kernel_of_plan(const qmoe_gmm_params *plan);
 
 struct qmoe_executor {
     qmoe_gmm_params plan;

@@ -10,7 +10,6 @@
 
 #include "core/status.h"
 #include "host/gmm_partition.h"
-#include "host/gmm_plan.h"
 #include "kernels/kernel.h"
 #include "runtime/device.h"
 
@@ -24,11 +23,10 @@ qmoe_gmm_fault qmoe_gmm_test_fault;
 #define FAULT(f) 0
 #endif
 
-/* What a queued operator holds: the plan, the kernel phase one chose, and the split the host
- * decided for this run. */
+/* What a queued operator holds: the plan (with the kernel phase one chose) and the split the
+ * host decided for this run. */
 typedef struct gmm_op {
     qmoe_gmm_params p;
-    const qmoe_kernel_ops *k;
     void *workspace;
     qmoe_gmm_split split;
 } gmm_op;
@@ -278,7 +276,7 @@ static qmoe_status gmm_device_run(const void *opdata, qmoe_device *dev, int inde
     const qmoe_gmm_device_split *sp = &op->split.dev[index];
     gmm_work w = {
         .p = p,
-        .k = op->k,
+        .k = p->kernel_ops,
         .row_start = sp->row_start,
         .nrows = sp->nrows,
         .nblocks = sp->nblocks,
@@ -302,8 +300,8 @@ static qmoe_status gmm_device_run(const void *opdata, qmoe_device *dev, int inde
 
 qmoe_status qmoe_gmm_run(const qmoe_gmm_params *p, void *workspace, qmoe_stream *stream)
 {
-    /* Host side, once per run: the kernel the plan names and the split of its rows. */
-    gmm_op op = {.p = *p, .k = qmoe_kernel_of_plan(p), .workspace = workspace};
+    /* Host side, once per run: the split of the experts' rows over the devices. */
+    gmm_op op = {.p = *p, .workspace = workspace};
     qmoe_gmm_plan_split(p, &op.split);
     return qmoe_stream_submit(stream, p->devices, gmm_device_run, &op, sizeof op,
                               p->thread_scratch_bytes);
