@@ -4,12 +4,15 @@
  * each in blocks of every shape the driver may use: a whole expert at once (the AMX tile path
  * from 16 rows), 16-row blocks, 3-row blocks of 16 columns (the in-place NZ path), single rows
  * of 5 columns. Every run must give the expected bits of output and outputScale, which are the
- * spec's, so all kernels also agree with each other bit for bit.
+ * spec's, so all kernels also agree with each other bit for bit. Also: the 256-bit and 512-bit
+ * SwiGLU epilogues give the same S bits for activations across the whole float range (their
+ * exp differs only in how 2^n is applied, which rounds once either way).
  */
 #include <stdio.h>
 
 #include "core/gmm_params.h"
 #include "kernels/cpu_features.h"
+#include "kernels/gmm_fast.h"
 #include "kernels/kernel.h"
 #include "qmoe/qmoe.h"
 #include "support/oracle.h"
@@ -93,8 +96,39 @@ static int64_t compare(const edge_case *c, const char *kname, const char *how, c
     return bad;
 }
 
+/* AVX2 and AVX-512 SwiGLU on the same f: a over +-[2^-30, 2^7] and past exp's range, the gate
+ * random; every S bit equal. */
+static void check_swiglu_bits(void)
+{
+    const qmoe_gemm_isa *v2 = qmoe_gemm_isa_for(QMOE_KERNEL_AVX2);
+    const qmoe_gemm_isa *v5 = qmoe_gemm_isa_for(QMOE_KERNEL_AVX512_VNNI);
+    if (!v2 || !v5 || !qmoe_cpu_runs_kernel(QMOE_KERNEL_AVX2) ||
+        !qmoe_cpu_runs_kernel(QMOE_KERNEL_AVX512_VNNI)) {
+        printf("test_edge_rows: AVX2 vs AVX-512 SwiGLU bits skipped: this CPU lacks one\n");
+        return;
+    }
+    enum { ROWS = 64, NC = 61, LD = 2 * NC + 3 };
+    static float f[ROWS * LD], corr[2 * NC], xs[ROWS], s2[ROWS * NC], s5[ROWS * NC];
+    qt_rng r = {99};
+    for (int i = 0; i < ROWS * LD; i++) {
+        float mag = ldexpf(1.0f, (int)qt_range(&r, -30, 7)) * qt_uniform(&r, 1.0f, 2.0f);
+        f[i] = qt_range(&r, 0, 1) ? mag : -mag;
+    }
+    for (int i = 0; i < 2 * NC; i++) corr[i] = i % 3 ? 0.0f : qt_uniform(&r, -1.0f, 1.0f);
+    for (int i = 0; i < ROWS; i++) xs[i] = i % 4 == 3 ? 1e30f : qt_uniform(&r, 0.5f, 2.0f);
+    int64_t bad = 0;
+    for (int with_xs = 0; with_xs < 2; with_xs++) {
+        v2->swiglu(ROWS, NC, f, LD, NC, corr, with_xs ? xs : NULL, s2, NC);
+        v5->swiglu(ROWS, NC, f, LD, NC, corr, with_xs ? xs : NULL, s5, NC);
+        for (int i = 0; i < ROWS * NC; i++) bad += memcmp(&s2[i], &s5[i], sizeof(float)) != 0;
+    }
+    CHECK_MSG(bad == 0, "%lld S values differ between the AVX2 and AVX-512 epilogues",
+              (long long)bad);
+}
+
 int main(void)
 {
+    check_swiglu_bits();
     int ran[NKERNELS] = {0};
     for (size_t i = 0; i < NKERNELS; i++) {
         const qmoe_kernel_ops *k = qmoe_kernel_lookup(kernel_ids[i]);
