@@ -282,7 +282,11 @@ def _execute(phase_one: PhaseOne, M: int, N2: int,
                       and info.arg in (b"output", b"outputScale")):
                 _check(st)
             # Zero-filled: rows at and past the last group's end are not written by the operator.
-            output, output_scale = np.zeros((M, N2), np.int8), np.zeros((M,), np.float32)
+            try:
+                output, output_scale = np.zeros((M, N2), np.int8), np.zeros((M,), np.float32)
+            except (MemoryError, ValueError) as exc:
+                raise QmoeError(_lib.ERR_INNER, f"out of memory for outputs of [{M}, {N2}] and [{M}]",
+                                _lib.status_name(_lib.ERR_INNER)) from exc
         else:
             output, output_scale = _outputs(out)
         st = phase_one(t, t.create(output, dtype_code(output, "output", "int8", out and out[0])),

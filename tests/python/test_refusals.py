@@ -105,3 +105,15 @@ def test_out_arrays_are_untouched_on_refusal(p):
     with pytest.raises(qmoe.QmoeError):
         call(p, group_list=[3, 2], out=(out, scale))  # a data rule (phase two)
     assert (out == 9).all() and (scale == 7).all()
+
+
+def test_accepted_inputs_whose_outputs_cannot_exist_are_qmoe_errors():
+    """Valid inputs (broadcast views) whose outputs would need an exabyte: QmoeError 561000, not a
+    MemoryError from deep inside NumPy."""
+    M = 2 ** 55
+    with pytest.raises(qmoe.QmoeError) as info:
+        qmoe.grouped_matmul_swiglu_quant(np.broadcast_to(np.int8(0), (M, 16)),
+                                         np.zeros((1, 16, 64), np.int8), [0],
+                                         np.ones((1, 64), np.float32),
+                                         np.broadcast_to(np.float32(1), (M,)))
+    assert info.value.code == qmoe.ERR_INNER and "out of memory" in info.value.message
