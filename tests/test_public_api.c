@@ -90,6 +90,23 @@ static void options_growth(rt_case *c)
     CHECK(qmoe_device_threads(d1) == 1 && qmoe_device_threads(d2) == 1);
     qmoe_device_destroy(d1);
     qmoe_device_destroy(d2);
+    /* device options grow the same way */
+    struct {
+        qmoe_device_options o;
+        uint64_t future_field;
+    } dbig;
+    memset(&dbig, 0, sizeof dbig);
+    dbig.o.struct_size = sizeof dbig;
+    dbig.o.threads = 1;
+    d1 = NULL;
+    CHECK(qmoe_device_create(&dbig.o, &d1) == QMOE_OK && qmoe_device_threads(d1) == 1);
+    qmoe_device_destroy(d1), d1 = NULL;
+    dbig.future_field = 3;
+    CHECK(qmoe_device_create(&dbig.o, &d1) == QMOE_ERR_PARAM_INVALID && !d1);
+    CHECK(info_is(QMOE_ERR_PARAM_INVALID, QMOE_RULE_OPTION, "options"));
+    di.struct_size = 4;
+    CHECK(qmoe_device_create(&di, &d1) == QMOE_ERR_PARAM_INVALID && !d1);
+    CHECK(info_is(QMOE_ERR_PARAM_INVALID, QMOE_RULE_OPTION, "options"));
 }
 
 /* One tensor replaced by a wrong one: the plan must name that argument and rule. */

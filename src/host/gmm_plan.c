@@ -4,10 +4,12 @@
  */
 #include "host/gmm_plan.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/checked.h"
+#include "core/options.h"
 #include "core/status.h"
 #include "core/tensor.h"
 #include "host/gmm_partition.h"
@@ -200,37 +202,13 @@ static qmoe_status expect_no_alias(const qmoe_tensor *x, const qmoe_tensor *weig
     return QMOE_OK;
 }
 
-/* The 0.2 layout, the first one with struct_size: what struct_size 0 stands for. Callers'
- * structs only ever grow at the end. */
-enum { OPTIONS_0_2_SIZE = 24, OPTIONS_MAX_SIZE = 4096 };
-_Static_assert(sizeof(qmoe_op_options) >= OPTIONS_0_2_SIZE, "qmoe_op_options only grows");
+/* The 0.2 layout, the first with struct_size (up to `devices`): what struct_size 0 stands for. */
+#define OPTIONS_0_2_SIZE (offsetof(qmoe_op_options, devices) + sizeof(int))
 
 void qmoe_op_options_init(qmoe_op_options *options)
 {
     static const qmoe_op_options init = QMOE_OP_OPTIONS_INIT;
     if (options) *options = init;
-}
-
-/* The caller's options as this library's struct: the first struct_size bytes, defaults after
- * them. Fields a newer caller set that this library does not know are refused, not ignored. */
-static qmoe_status read_options(const qmoe_op_options *in, qmoe_op_options *o)
-{
-    memset(o, 0, sizeof *o);
-    if (!in) return QMOE_OK;
-    uint32_t size = in->struct_size ? in->struct_size : OPTIONS_0_2_SIZE;
-    if (size < OPTIONS_0_2_SIZE || size > OPTIONS_MAX_SIZE)
-        return INVALID(OPTION, "options",
-                       "options: struct_size = %u, expected 0 or %u..%u (sizeof(qmoe_op_options))",
-                       (unsigned)size, (unsigned)OPTIONS_0_2_SIZE, (unsigned)OPTIONS_MAX_SIZE);
-    memcpy(o, in, size < sizeof *o ? size : sizeof *o);
-    for (uint32_t i = (uint32_t)sizeof *o; i < size; i++)
-        if (((const unsigned char *)in)[i])
-            return INVALID(OPTION, "options",
-                           "options: struct_size = %u: a field past the %u bytes this library "
-                           "knows is set (built against a newer qmoe?)",
-                           (unsigned)size, (unsigned)sizeof *o);
-    o->struct_size = (uint32_t)sizeof *o;
-    return QMOE_OK;
 }
 
 qmoe_status qmoe_gmm_plan(const qmoe_tensor *x, const qmoe_tensor *weight,
@@ -241,7 +219,7 @@ qmoe_status qmoe_gmm_plan(const qmoe_tensor *x, const qmoe_tensor *weight,
                           const qmoe_op_options *options, qmoe_gmm_params *p)
 {
     qmoe_op_options opts;
-    qmoe_status st = read_options(options, &opts);
+    qmoe_status st = qmoe_read_options(options, &opts, sizeof opts, OPTIONS_0_2_SIZE, "options");
     if (st) return st;
     const qmoe_op_options *o = &opts;
     const struct { const void *t; const char *name; } required[] = {

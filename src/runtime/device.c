@@ -3,11 +3,13 @@
 #define _GNU_SOURCE
 #include "runtime/device.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "core/options.h"
 #include "core/status.h"
 #include "runtime/job.h"
 
@@ -181,11 +183,17 @@ static void free_device(qmoe_device *dev)
 
 qmoe_status qmoe_device_create(const qmoe_device_options *options, qmoe_device **device)
 {
-    static const qmoe_device_options defaults;
-    const qmoe_device_options *o = options ? options : &defaults;
     if (!device) return qmoe_fail(QMOE_ERR_PARAM_NULLPTR, "device is a null pointer");
+    /* a grown struct is read up to its struct_size (0: the 0.2 layout, up to scratch_bytes) */
+    qmoe_device_options opts;
+    qmoe_status st = qmoe_read_options(options, &opts, sizeof opts,
+                                       offsetof(qmoe_device_options, scratch_bytes) +
+                                           sizeof opts.scratch_bytes,
+                                       "options");
+    if (st) return st;
+    const qmoe_device_options *o = &opts;
     int cores = qmoe_online_cores();
-    qmoe_status st = check_options(o, cores);
+    st = check_options(o, cores);
     if (st) return st;
     qmoe_device *dev = calloc(1, sizeof *dev);
     if (!dev) return qmoe_fail(QMOE_ERR_INNER, "out of memory for a device");
