@@ -5,6 +5,8 @@
 
 #include "core/status.h"
 #include "core/tensor.h"
+#include "kernels/gmm_fast.h"
+#include "kernels/kernel.h"
 #include "ops/moe_exec.h"
 #include "qmoe/runtime.h"
 
@@ -82,6 +84,14 @@ qmoe_status moe_check_aliasing(const char *op, const qmoe_tensor *const *outs,
                                  out_names[o], out_names[p]);
     }
     return QMOE_OK;
+}
+
+void moe_pick_kernels(moe_qrow_fn *qrow, moe_swiglu_fn *sw)
+{
+    const qmoe_kernel_ops *k = qmoe_kernel_lookup(QMOE_KERNEL_AUTO);
+    const qmoe_gemm_isa *isa = k ? qmoe_gemm_isa_for(k->id) : NULL;
+    *qrow = isa ? isa->quantize_row : qmoe_quantize_row_scalar;
+    *sw = isa ? isa->swiglu : qmoe_swiglu_portable;
 }
 
 qmoe_status moe_threads(const char *op, const qmoe_moe_options *options, int32_t *threads)

@@ -81,7 +81,7 @@ qmoe_status qmoe_moe_finalize_routing_workspace_size(
     const char *inames[] = {"expandedX", "expandedRowIdx", "x1", "x2", "bias", "scales", "expertIdx"};
     if ((st = moe_check_aliasing(OP, outs, onames, 1, ins, inames, 7))) return st;
     int64_t hb;
-    if (!qmoe_mul_i64(H, (int64_t)sizeof(float), &hb)) return INVALID("H = %lld is too large", (long long)H);
+    if (!qmoe_mul_i64(H, 3 * (int64_t)sizeof(float), &hb)) return INVALID("H = %lld is too large", (long long)H);
     qmoe_moe_executor ex;
     memset(&ex, 0, sizeof ex);
     if ((st = moe_threads(OP, options, &ex.threads))) return st;

@@ -59,7 +59,7 @@ qmoe_status moe_plan_dynamic_quant(const qmoe_tensor *x, const qmoe_tensor *smoo
     if ((st = moe_check_aliasing(OP, outs, onames, 2, ins, inames, 2))) return st;
     int64_t rows = 1, bytes;
     for (int d = 0; d < nd - 1; d++) rows *= x->shape[d]; /* bounded by x's element count */
-    if (!qmoe_mul_i64(H, (int64_t)sizeof(float), &bytes))
+    if (!qmoe_mul_i64(H, 2 * (int64_t)sizeof(float), &bytes))
         return qmoe_fail(QMOE_ERR_PARAM_INVALID, OP ": row of %lld elements is too long",
                          (long long)H);
     ex->kind = MOE_DYNAMIC_QUANT;
@@ -71,5 +71,7 @@ qmoe_status moe_plan_dynamic_quant(const qmoe_tensor *x, const qmoe_tensor *smoo
     moe_view_of(scale, &p->scale);
     p->rows = rows;
     p->H = H;
+    moe_swiglu_fn unused;
+    moe_pick_kernels(&p->qrow, &unused);
     return QMOE_OK;
 }

@@ -111,15 +111,20 @@ qmoe_status qmoe_moe_init_routing_workspace_size(
     const qmoe_tensor *ins[] = {x, expert_idx, scale};
     const char *inames[] = {"x", "expertIdx", "scale"};
     if ((st = moe_check_aliasing(OP, outs, onames, 4, ins, inames, 3))) return st;
-    int64_t words, bytes, hb;
+    /* workspace: sorted pairs [N*K] and counts [L + 1] (int64); with quant_once, the N token
+     * scales (float, padded to 8 bytes) and the int8 tokens [N, H] */
+    int quant_once = dynamic && !smooth_per_expert;
+    int64_t words, bytes, hb, qbytes = 0;
     if (!qmoe_add_i64(NK, L + 1, &words) || !qmoe_mul_i64(words, 8, &bytes) ||
-        !qmoe_mul_i64(H, (int64_t)sizeof(float), &hb))
+        !qmoe_mul_i64(H, 2 * (int64_t)sizeof(float), &hb) ||
+        (quant_once && (!qmoe_mul_i64(N, H, &qbytes) || !qmoe_add_i64(qbytes, (N + 1) / 2 * 8, &qbytes) ||
+                        !qmoe_add_i64(bytes, qbytes, &qbytes))))
         return INVALID("sizes overflow");
     qmoe_moe_executor ex;
     memset(&ex, 0, sizeof ex);
     if ((st = moe_threads(OP, options, &ex.threads))) return st;
     ex.kind = MOE_INIT_ROUTING;
-    ex.workspace_bytes = (uint64_t)bytes;
+    ex.workspace_bytes = (uint64_t)(quant_once ? qbytes : bytes);
     ex.slice_bytes = (uint64_t)hb;
     moe_routing_plan *p = &ex.u.routing;
     moe_view_of(x, &p->x);
@@ -138,5 +143,9 @@ qmoe_status qmoe_moe_init_routing_workspace_size(
     p->a.expert_start = start;
     p->a.expert_end = end;
     p->smooth_per_expert = smooth_per_expert;
+    p->quant_once = quant_once;
+    p->q_offset = (uint64_t)bytes;
+    moe_swiglu_fn unused;
+    moe_pick_kernels(&p->qrow, &unused);
     return moe_finish_plan(&ex, workspace_size, executor);
 }

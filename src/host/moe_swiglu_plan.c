@@ -49,5 +49,11 @@ qmoe_status qmoe_swiglu_workspace_size(const qmoe_tensor *x, int64_t dim, const 
     p->half = os[d];
     p->rows = 1;
     for (int i = 0; i < nd - 1; i++) p->rows *= os[i];
+    moe_qrow_fn unused;
+    moe_pick_kernels(&unused, &p->sw);
+    if (d == nd - 1) { /* the vector path keeps a float row, a zero row and the result: 5 half */
+        if (os[d] > INT64_MAX / 20) return qmoe_fail(QMOE_ERR_PARAM_INVALID, OP ": x is too wide");
+        ex.slice_bytes = (uint64_t)os[d] * 5 * sizeof(float);
+    }
     return moe_finish_plan(&ex, workspace_size, executor);
 }

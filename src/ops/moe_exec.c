@@ -4,7 +4,6 @@
 #include <stdint.h>
 
 #include "core/status.h"
-#include "kernels/kernel.h"
 #include "ops/moe_exec.h"
 #include "runtime/device.h"
 
@@ -16,12 +15,8 @@ typedef struct moe_op {
 typedef struct moe_work {
     const moe_op *op;
     int64_t rows;
+    int tokens; /* init routing, quant_once: the per-token quantization pass */
 } moe_work;
-
-void moe_quantize_row(const float *v, int64_t n, int8_t *out, int64_t out_stride, float *scale)
-{
-    qmoe_quantize_row_scalar(v, n, out, out_stride, scale);
-}
 
 static void part_range(int64_t rows, int part, int nparts, int64_t *r0, int64_t *r1)
 {
@@ -43,10 +38,11 @@ static void moe_part(qmoe_thread_ctx *ctx, void *data, int part, int nparts)
     case MOE_GATING_SOFTMAX: moe_gating_softmax_rows(&ex->u.gating, r0, r1, scratch); break;
     case MOE_GATING_TOPK: moe_gating_topk_rows(&ex->u.gating, r0, r1, scratch); break;
     case MOE_INIT_ROUTING:
-        moe_routing_rows(&ex->u.routing, w->op->workspace, r0, r1, scratch);
+        if (w->tokens) moe_routing_quant_tokens(&ex->u.routing, w->op->workspace, r0, r1, scratch);
+        else moe_routing_rows(&ex->u.routing, w->op->workspace, r0, r1, scratch);
         break;
     case MOE_FINALIZE: moe_finalize_rows(&ex->u.finalize, r0, r1, scratch); break;
-    case MOE_SWIGLU: moe_swiglu_rows(&ex->u.swiglu, r0, r1); break;
+    case MOE_SWIGLU: moe_swiglu_rows(&ex->u.swiglu, r0, r1, scratch); break;
     default: break;
     }
 }
@@ -68,11 +64,16 @@ static qmoe_status moe_device_run(const void *opdata, qmoe_device *dev, int inde
     (void)index;
     (void)count;
     const moe_op *op = opdata;
-    moe_work w = {op, plan_rows(&op->ex)};
+    moe_work w = {op, plan_rows(&op->ex), 0};
     if (op->ex.kind == MOE_INIT_ROUTING) {
+        const moe_routing_plan *p = &op->ex.u.routing;
         /* the sort is a counting pass over N*K ids: one thread, before the row copies */
-        moe_routing_sort(&op->ex.u.routing, op->workspace);
-        w.rows = moe_routing_rows_written(&op->ex.u.routing, op->workspace);
+        moe_routing_sort(p, op->workspace);
+        w.rows = moe_routing_rows_written(p, op->workspace);
+        if (p->quant_once && w.rows > 0) { /* each token once, then its K copies are copies */
+            moe_work t = {op, p->N, 1};
+            qmoe_device_run(dev, moe_part, &t, op->ex.threads < p->N ? op->ex.threads : (int)p->N);
+        }
     }
     if (w.rows <= 0) return QMOE_OK;
     int nparts = op->ex.threads;

@@ -8,6 +8,7 @@
 #define QMOE_OPS_MOE_EXEC_H
 
 #include <stdint.h>
+#include <string.h>
 
 #include "core/halfconv.h"
 #include "qmoe/moe_ops.h"
@@ -30,9 +31,18 @@ typedef struct moe_view {
     int64_t st[QMOE_MAX_DIMS];
 } moe_view;
 
+/* The fastest row quantizer and SwiGLU of this CPU (the kernels' ISA table): the library's one
+ * quantization rule, bit-identical across instruction sets. */
+typedef void (*moe_qrow_fn)(const float *s, int64_t n, int8_t *out, int64_t out_stride,
+                            float *scale);
+typedef void (*moe_swiglu_fn)(int64_t rows, int64_t nc, const float *f, int64_t ldf,
+                              int64_t gate, const float *corr, const float *xs, float *s,
+                              int64_t lds);
+
 typedef struct moe_quant_plan {
     moe_view x, smooth, y, scale;
     int64_t rows, H;
+    moe_qrow_fn qrow;
 } moe_quant_plan;
 
 typedef struct moe_gating_plan {
@@ -46,6 +56,9 @@ typedef struct moe_routing_plan {
     int64_t N, K, H, A, L; /* tokens, choices, hidden, rows of expanded_x, local experts */
     qmoe_moe_routing_attrs a;
     int smooth_per_expert; /* dynamic quant scale is [L, H] (else [1, H]) */
+    int quant_once;        /* quantize each token once into the workspace, then copy rows */
+    uint64_t q_offset;     /* workspace: int8 tokens [N, H] after the sort and N scales */
+    moe_qrow_fn qrow;
 } moe_routing_plan;
 
 typedef struct moe_finalize_plan {
@@ -58,6 +71,7 @@ typedef struct moe_swiglu_plan {
     moe_view x, out;
     int dim;
     int64_t half, rows; /* rows: elements of out without its last axis */
+    moe_swiglu_fn sw;   /* rows split on the last axis: a vector SwiGLU over float rows */
 } moe_swiglu_plan;
 
 struct qmoe_moe_executor {
@@ -90,6 +104,8 @@ qmoe_status moe_check_aliasing(const char *op, const qmoe_tensor *const *outs,
                                const char *const *out_names, int nout,
                                const qmoe_tensor *const *ins, const char *const *in_names,
                                int nin);
+/* This CPU's vector row quantizer and SwiGLU (portable ones without a faster table). */
+void moe_pick_kernels(moe_qrow_fn *qrow, moe_swiglu_fn *sw);
 /* The plan's thread count from options (validated) or the online cores. */
 qmoe_status moe_threads(const char *op, const qmoe_moe_options *options, int32_t *threads);
 /* Allocates the executor from a filled plan and hands it out. */
@@ -118,13 +134,13 @@ void moe_gating_topk_rows(const moe_gating_plan *p, int64_t r0, int64_t r1, void
 void moe_routing_sort(const moe_routing_plan *p, void *workspace);
 void moe_routing_rows(const moe_routing_plan *p, const void *workspace, int64_t r0, int64_t r1,
                       float *scratch);
+/* quant_once: tokens [n0, n1) quantized into the workspace. */
+void moe_routing_quant_tokens(const moe_routing_plan *p, void *workspace, int64_t n0, int64_t n1,
+                              float *scratch);
 int64_t moe_routing_rows_written(const moe_routing_plan *p, const void *workspace);
 void moe_finalize_rows(const moe_finalize_plan *p, int64_t r0, int64_t r1, float *scratch);
-void moe_swiglu_rows(const moe_swiglu_plan *p, int64_t r0, int64_t r1);
+void moe_swiglu_rows(const moe_swiglu_plan *p, int64_t r0, int64_t r1, float *scratch);
 
-/* One dynamic-quant row: v[0..n) (already multiplied by any smooth scale) -> int8 and scale,
- * by the library's one quantization rule (qmoe_quantize_row_scalar). */
-void moe_quantize_row(const float *v, int64_t n, int8_t *out, int64_t out_stride, float *scale);
 
 /* ---------------------------------------------------------------- element access -------------- */
 
@@ -144,9 +160,8 @@ static inline float moe_load(const moe_view *v, int64_t off)
 static inline uint16_t moe_f32_to_bf16(float f)
 {
     uint32_t b = qmoe_f32_to_bits(f);
-    if ((b & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((b >> 16) | 0x40u);
-    b += 0x7FFFu + ((b >> 16) & 1u);
-    return (uint16_t)(b >> 16);
+    uint32_t r = (b + 0x7FFFu + ((b >> 16) & 1u)) >> 16, q = (b >> 16) | 0x40u;
+    return (uint16_t)((b & 0x7FFFFFFFu) > 0x7F800000u ? q : r); /* NaN stays a quiet NaN */
 }
 
 static inline void moe_store(const moe_view *v, int64_t off, float f)
@@ -169,6 +184,55 @@ static inline void moe_store_index(const moe_view *v, int64_t off, int64_t value
 {
     if (v->dtype == QMOE_DTYPE_INT64) ((int64_t *)v->data)[off] = value;
     else ((int32_t *)v->data)[off] = (int32_t)value;
+}
+
+/* n elements from off with element stride `stride` -> float32 (exact widening). */
+static inline void moe_load_row(const moe_view *v, int64_t off, int64_t stride, int64_t n,
+                                float *dst)
+{
+    switch (v->dtype) {
+    case QMOE_DTYPE_FLOAT32: {
+        const float *s = (const float *)v->data + off;
+        if (stride == 1) memcpy(dst, s, (size_t)n * sizeof *s);
+        else
+            for (int64_t j = 0; j < n; j++) dst[j] = s[j * stride];
+        break;
+    }
+    case QMOE_DTYPE_BFLOAT16: {
+        const uint16_t *s = (const uint16_t *)v->data + off;
+        if (stride == 1)
+            for (int64_t j = 0; j < n; j++) dst[j] = qmoe_bits_to_f32((uint32_t)s[j] << 16);
+        else
+            for (int64_t j = 0; j < n; j++) dst[j] = qmoe_bits_to_f32((uint32_t)s[j * stride] << 16);
+        break;
+    }
+    default:
+        for (int64_t j = 0; j < n; j++) dst[j] = moe_load(v, off + j * stride);
+        break;
+    }
+}
+
+/* float32 -> n elements of the view's dtype, rounded to nearest even. */
+static inline void moe_store_row(const moe_view *v, int64_t off, int64_t stride, int64_t n,
+                                 const float *src)
+{
+    switch (v->dtype) {
+    case QMOE_DTYPE_FLOAT32: {
+        float *d = (float *)v->data + off;
+        if (stride == 1) memcpy(d, src, (size_t)n * sizeof *d);
+        else
+            for (int64_t j = 0; j < n; j++) d[j * stride] = src[j];
+        break;
+    }
+    case QMOE_DTYPE_BFLOAT16: {
+        uint16_t *d = (uint16_t *)v->data + off;
+        for (int64_t j = 0; j < n; j++) d[j * stride] = moe_f32_to_bf16(src[j]);
+        break;
+    }
+    default:
+        for (int64_t j = 0; j < n; j++) moe_store(v, off + j * stride, src[j]);
+        break;
+    }
 }
 
 /* Element offset of row `row` of a view whose leading nd-1 axes are flattened into rows. */

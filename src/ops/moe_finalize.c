@@ -1,5 +1,7 @@
 /* Finalize routing rows: each token's K expert rows, weighted and summed in float32 in choice
  * order after the skip inputs, rounded once to the output dtype. */
+#include <string.h>
+
 #include "core/status.h"
 #include "ops/moe_exec.h"
 
@@ -38,12 +40,13 @@ qmoe_status moe_finalize_check_data(const moe_finalize_plan *p)
 void moe_finalize_rows(const moe_finalize_plan *p, int64_t r0, int64_t r1, float *acc)
 {
     int64_t H = p->H;
+    float *row = acc + H, *brow = row + H; /* scratch: 3H floats */
     for (int64_t i = r0; i < r1; i++) {
-        for (int64_t h = 0; h < H; h++) {
-            float a = 0.0f;
-            if (p->x1.data) a += moe_load(&p->x1, i * p->x1.st[0] + h * p->x1.st[1]);
-            if (p->x2.data) a += moe_load(&p->x2, i * p->x2.st[0] + h * p->x2.st[1]);
-            acc[h] = a;
+        if (p->x1.data) moe_load_row(&p->x1, i * p->x1.st[0], p->x1.st[1], H, acc);
+        else memset(acc, 0, (size_t)H * sizeof *acc);
+        if (p->x2.data) {
+            moe_load_row(&p->x2, i * p->x2.st[0], p->x2.st[1], H, row);
+            for (int64_t h = 0; h < H; h++) acc[h] += row[h];
         }
         for (int64_t j = 0; j < p->K; j++) {
             int64_t r = row_of(p, i, j);
@@ -51,20 +54,15 @@ void moe_finalize_rows(const moe_finalize_plan *p, int64_t r0, int64_t r1, float
             float w = p->scales.data
                           ? moe_load(&p->scales, i * p->scales.st[0] + j * p->scales.st[1])
                           : 1.0f;
-            int64_t eo = r * p->ex.st[0], es = p->ex.st[1];
+            moe_load_row(&p->ex, r * p->ex.st[0], p->ex.st[1], H, row);
             if (p->bias.data) {
-                int64_t bo = expert_of(p, i, j) * p->bias.st[0], bs = p->bias.st[1];
-                for (int64_t h = 0; h < H; h++)
-                    acc[h] += w * (moe_load(&p->ex, eo + h * es) + moe_load(&p->bias, bo + h * bs));
-            } else if (p->ex.dtype == QMOE_DTYPE_FLOAT32 && es == 1) {
-                const float *src = (const float *)p->ex.data + eo;
-                for (int64_t h = 0; h < H; h++) acc[h] += w * src[h];
+                moe_load_row(&p->bias, expert_of(p, i, j) * p->bias.st[0], p->bias.st[1], H, brow);
+                for (int64_t h = 0; h < H; h++) acc[h] += w * (row[h] + brow[h]);
             } else {
-                for (int64_t h = 0; h < H; h++) acc[h] += w * moe_load(&p->ex, eo + h * es);
+                for (int64_t h = 0; h < H; h++) acc[h] += w * row[h];
             }
         }
-        int64_t oo = i * p->out.st[0], os = p->out.st[1];
-        for (int64_t h = 0; h < H; h++) moe_store(&p->out, oo + h * os, acc[h]);
+        moe_store_row(&p->out, i * p->out.st[0], p->out.st[1], H, acc);
     }
 }
 

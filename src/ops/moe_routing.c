@@ -76,6 +76,38 @@ static void copy_row(const moe_view *src, int64_t so, const moe_view *dst, int64
     for (int64_t j = 0; j < H; j++) memcpy(d + (size_t)(j * ds) * item, s + (size_t)(j * ss) * item, item);
 }
 
+/* Token n's quantized copy in the workspace (quant_once): scales, then rows. */
+static float *token_scales(const moe_routing_plan *p, const void *workspace)
+{
+    return (float *)((char *)(uintptr_t)workspace + p->q_offset);
+}
+
+static int8_t *token_row(const moe_routing_plan *p, const void *workspace, int64_t n)
+{
+    return (int8_t *)((char *)(uintptr_t)workspace + p->q_offset + (uint64_t)(p->N + 1) / 2 * 8) +
+           n * p->H;
+}
+
+/* v = x[n] (times the smooth row of expert e when given); scratch holds 2H floats. */
+static void load_token(const moe_routing_plan *p, int64_t n, int64_t srow, float *v)
+{
+    moe_load_row(&p->x, n * p->x.st[0], p->x.st[1], p->H, v);
+    if (!p->scale.data) return;
+    const float *sm = (const float *)p->scale.data + srow * p->scale.st[0];
+    int64_t ss = p->scale.st[1];
+    for (int64_t j = 0; j < p->H; j++) v[j] *= sm[j * ss];
+}
+
+void moe_routing_quant_tokens(const moe_routing_plan *p, void *workspace, int64_t n0, int64_t n1,
+                              float *v)
+{
+    float *scales = token_scales(p, workspace);
+    for (int64_t n = n0; n < n1; n++) {
+        load_token(p, n, 0, v);
+        p->qrow(v, p->H, token_row(p, workspace, n), 1, &scales[n]);
+    }
+}
+
 void moe_routing_rows(const moe_routing_plan *p, const void *workspace, int64_t r0, int64_t r1,
                       float *v)
 {
@@ -84,26 +116,21 @@ void moe_routing_rows(const moe_routing_plan *p, const void *workspace, int64_t 
     for (int64_t i = r0; i < r1; i++) {
         int64_t t = sorted[i], n = t / p->K;
         int64_t xo = n * p->x.st[0], eo = i * p->ex.st[0];
+        float *es = p->escale.data ? (float *)p->escale.data + i * p->escale.st[0] : NULL;
         if (!dynamic) {
             copy_row(&p->x, xo, &p->ex, eo, p->H);
-            if (p->escale.data)
-                ((float *)p->escale.data)[i * p->escale.st[0]] =
-                    ((const float *)p->scale.data)[n * p->scale.st[0]];
-            continue;
+            if (es) *es = ((const float *)p->scale.data)[n * p->scale.st[0]];
+        } else if (p->quant_once) {
+            const int8_t *q = token_row(p, workspace, n);
+            int8_t *d = (int8_t *)p->ex.data + eo;
+            if (p->ex.st[1] == 1) memcpy(d, q, (size_t)p->H);
+            else
+                for (int64_t j = 0; j < p->H; j++) d[j * p->ex.st[1]] = q[j];
+            *es = token_scales(p, workspace)[n];
+        } else {
+            load_token(p, n, expert_of(p, t) - p->a.expert_start, v);
+            p->qrow(v, p->H, (int8_t *)p->ex.data + eo, p->ex.st[1], es);
         }
-        const float *sm = NULL;
-        int64_t sms = 0;
-        if (p->scale.data) {
-            int64_t srow = p->smooth_per_expert ? expert_of(p, t) - p->a.expert_start : 0;
-            sm = (const float *)p->scale.data + srow * p->scale.st[0];
-            sms = p->scale.st[1];
-        }
-        for (int64_t j = 0; j < p->H; j++) {
-            float a = moe_load(&p->x, xo + j * p->x.st[1]);
-            v[j] = sm ? a * sm[j * sms] : a;
-        }
-        moe_quantize_row(v, p->H, (int8_t *)p->ex.data + eo, p->ex.st[1],
-                         (float *)p->escale.data + i * p->escale.st[0]);
     }
 }
 
