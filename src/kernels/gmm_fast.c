@@ -444,6 +444,15 @@ static void tile_chunk(const qmoe_gemm_isa *isa, const fast_layout *L, const pan
     }
 }
 
+/* The accumulator dump of the test entry point (qmoe_fast_acc_block) exists only in the tests'
+ * build (QMOE_TESTING, see CMakeLists.txt); elsewhere DUMPING() is 0 and its branches are
+ * compiled out of the driver. */
+#ifdef QMOE_TESTING
+#define DUMPING(A) ((A)->dump != NULL)
+#else
+#define DUMPING(A) 0
+#endif
+
 typedef struct block_args {
     const qmoe_gemm_isa *isa;
     const qmoe_gmm_params *p;
@@ -468,7 +477,7 @@ static int direct_panel(const block_args *A, qmoe_copyq *q, uint8_t *sp, const f
     float *f = (float *)(sp + L->f), *xs = (float *)(sp + L->xs);
     const int8_t *x = p->x + A->m0 * p->x_s[0];
     panel_scales(p, L, sp, A->e, pn);
-    for (int64_t r = 0; r < rows && !A->dump; r++) xs[r] = p->xs[(A->m0 + r) * p->xs_s];
+    for (int64_t r = 0; r < rows && !DUMPING(A); r++) xs[r] = p->xs[(A->m0 + r) * p->xs_s];
     const float *xs_fold = int4 ? NULL : xs, *xs_swiglu = int4 ? xs : NULL; /* header comment */
     for (int64_t g = 0; g < p->G; g++) {
         if (L->gk == 0) { /* K = 0: acc and column sums are 0 */
@@ -491,7 +500,7 @@ static int direct_panel(const block_args *A, qmoe_copyq *q, uint8_t *sp, const f
                 }
             }
         }
-        if (A->dump) {
+        if (DUMPING(A)) {
             for (int64_t r = 0; r < rows; r++)
                 for (int64_t h = 0; h < 2; h++)
                     for (int64_t c = 0; c < pn->nc; c++) {
@@ -506,7 +515,7 @@ static int direct_panel(const block_args *A, qmoe_copyq *q, uint8_t *sp, const f
             isa->fold(rows, pn->nu * QMOE_PK_UNIT, acc + h * half, pn->ld, xoff + g, p->G,
                       xs_fold, pn->wsg + g * pn->ld + h * half, f + h * half, pn->ld, g == 0);
     }
-    if (A->dump) return 1;
+    if (DUMPING(A)) return 1;
     panel_corr(p, L, sp, A->e, pn);
     isa->swiglu(rows, pn->nc, f, pn->ld, half, pn->corr, xs_swiglu, A->s + (pn->jc - A->j0),
                 A->lds);
@@ -561,7 +570,7 @@ static void run_block(const block_args *A, uint8_t *sp, const fast_layout *L)
                 ldx = L->Kp;
             }
             const int32_t *xo = xoff + (mb - A->m0) * p->G;
-            for (int64_t r = 0; r < rows && !A->dump; r++) xs[r] = p->xs[(mb + r) * p->xs_s];
+            for (int64_t r = 0; r < rows && !DUMPING(A); r++) xs[r] = p->xs[(mb + r) * p->xs_s];
             for (int64_t g = 0; g < p->G; g++) {
                 if (L->gk == 0) memset(acc, 0, sizeof(int32_t) * (size_t)(rows * pn.ld)); /* K = 0 */
                 /* rows of xt start at multiples of 16: mb - m0 is a multiple of mc */
@@ -575,7 +584,7 @@ static void run_block(const block_args *A, uint8_t *sp, const fast_layout *L)
                     tile_chunk(isa, L, &pn, x, ldx, xb, rows, g * L->gkp + a, (n + 3) / 4, acc,
                                a != 0);
                 }
-                if (A->dump) {
+                if (DUMPING(A)) {
                     for (int64_t r = 0; r < rows; r++)
                         for (int64_t h = 0; h < 2; h++)
                             for (int64_t c = 0; c < pn.nc; c++) {
@@ -590,13 +599,14 @@ static void run_block(const block_args *A, uint8_t *sp, const fast_layout *L)
                               a8w4 ? NULL : xs, pn.wsg + g * pn.ld + h * half, f + h * half,
                               pn.ld, g == 0);
             }
-            if (A->dump) continue;
+            if (DUMPING(A)) continue;
             isa->swiglu(rows, pn.nc, f, pn.ld, half, pn.corr, a8w4 ? xs : NULL,
                         A->s + (mb - A->m0) * A->lds + (pn.jc - A->j0), A->lds);
         }
     }
 }
 
+#ifdef QMOE_TESTING
 /* The test entry point's scratch: the caller's when large enough, otherwise a temporary one
  * (tests call it without planning a scratchpad; the operator never comes here). */
 static int with_scratch(const block_args *A)
@@ -612,6 +622,7 @@ static int with_scratch(const block_args *A)
     free(sp);
     return 1;
 }
+#endif
 
 void qmoe_fast_swiglu_block(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p,
                             qmoe_thread_ctx *ctx, int64_t e, int64_t m0, int64_t m1, int64_t j0,
@@ -634,6 +645,7 @@ void qmoe_fast_swiglu_block(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p,
     run_block(&A, ctx->scratch, &L);
 }
 
+#ifdef QMOE_TESTING
 void qmoe_fast_acc_block(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p, qmoe_thread_ctx *ctx,
                          int64_t e, int64_t m0, int64_t m1, int64_t j0, int64_t j1, int32_t *acc)
 {
@@ -641,6 +653,7 @@ void qmoe_fast_acc_block(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p, qmo
     block_args A = {isa, p, ctx, e, m0, m1, j0, j1, NULL, 0, acc};
     (void)with_scratch(&A);
 }
+#endif
 
 void qmoe_fast_quantize_rows(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p, const float *s,
                              int64_t lds, int64_t m0, int64_t m1)

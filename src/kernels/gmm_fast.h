@@ -108,9 +108,10 @@ void qmoe_fast_swiglu_block(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p,
 void qmoe_fast_quantize_rows(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p, const float *s,
                              int64_t lds, int64_t m0, int64_t m1);
 
-/* Test entry point: the exact int32 accumulators of rows [m0, m1), every K group, for the act
- * columns [j0, j1) followed by the gate columns [N2 + j0, N2 + j1): acc[((m - m0) * G + g) *
- * 2 * (j1 - j0) + c]. Uses the same packing, micro-kernel and correction as swiglu_block. */
+/* Test entry point, built only into the tests' library (QMOE_TESTING): the exact int32
+ * accumulators of rows [m0, m1), every K group, for the act columns [j0, j1) followed by the gate
+ * columns [N2 + j0, N2 + j1): acc[((m - m0) * G + g) * 2 * (j1 - j0) + c]. Uses the same
+ * packing, micro-kernel and correction as swiglu_block. */
 void qmoe_fast_acc_block(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p, qmoe_thread_ctx *ctx,
                          int64_t e, int64_t m0, int64_t m1, int64_t j0, int64_t j1, int32_t *acc);
 
