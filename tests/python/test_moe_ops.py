@@ -434,3 +434,41 @@ def test_torch_tensors_in_and_out():
     fin = torch.tensor([False, True, False, False, True, False])
     _, idx2, _ = qmoe.npu_moe_gating_top_k_softmax(logits, fin, k=3)
     assert (idx2[1] == 16).all() and (idx2[0] < 16).all()
+
+
+def test_quantized_moe_pipeline():
+    """gating -> init routing with fused int8 quant -> GroupedMatmulSwigluQuant -> (the down
+    projection, a NumPy stand-in until qmoe has the grouped matmul) -> finalize routing, against
+    a float64 NumPy MoE with the same quantization (per-token int8 activations, per-channel
+    weights)."""
+    rng = np.random.default_rng(14)
+    N, H, E, k, inter = 48, 64, 8, 2, 32
+    x = rand(rng, (N, H), BF16, -1, 1)
+    logits = rand(rng, (N, E), np.float32)
+    w1 = rng.integers(-127, 128, size=(E, H, 2 * inter)).astype(np.int8)
+    w1s = rand(rng, (E, 2 * inter), np.float32, 0.001, 0.01)
+    w2 = rng.integers(-127, 128, size=(E, inter, H)).astype(np.int8)
+    w2s = rand(rng, (E, H), np.float32, 0.001, 0.01)
+
+    y, ids, _ = qmoe.npu_moe_gating_top_k_softmax(logits, k=k)
+    xq, ri, cum, xs = qmoe.npu_moe_init_routing_v2(x, ids, expert_num=E, quant_mode=1,
+                                                   expert_tokens_num_flag=True)
+    hq, hs, _ = qmoe.npu_grouped_matmul_swiglu_quant(xq, w1, cum, w1s, xs, weight_format="nd")
+    rows_expert = np.repeat(np.arange(E), np.diff(np.concatenate([[0], cum])))
+    down = np.einsum("ri,rih->rh", hq.astype(np.float64), w2[rows_expert].astype(np.float64))
+    down = (down * hs[:, None] * w2s[rows_expert]).astype(np.float32)
+    out = qmoe.npu_moe_finalize_routing(down, None, None, None, y, ri, ids, drop_pad_mode=2)
+
+    ref = np.zeros((N, H))
+    for i in range(N):
+        q, s = quant_ref(f64(x)[i:i + 1])
+        for j in range(k):
+            e = ids[i, j]
+            c = (q @ w1[e].astype(np.float64)) * s[:, None] * w1s[e]
+            act = c[:, :inter] / (1 + np.exp(-c[:, :inter])) * c[:, inter:]
+            hq_ref, hs_ref = quant_ref(act)
+            d = (hq_ref @ w2[e].astype(np.float64)) * hs_ref[:, None] * w2s[e]
+            ref[i] += f64(y)[i, j] * d[0]
+    err = np.abs(f64(out) - ref)
+    assert err.max() <= 0.03 * np.abs(ref).max(), (err.max(), np.abs(ref).max())
+    assert np.median(err) <= 0.005 * np.abs(ref).max()
