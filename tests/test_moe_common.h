@@ -77,7 +77,7 @@ static inline double mt_eps(qmoe_dtype d)
     return d == QMOE_DTYPE_BFLOAT16 ? 1.0 / 128 : d == QMOE_DTYPE_FLOAT16 ? 1.0 / 1024 : 2e-6;
 }
 
-static void *mt_alloc(int64_t n, qmoe_dtype d)
+static inline void *mt_alloc(int64_t n, qmoe_dtype d)
 {
     size_t bytes = (size_t)(n > 0 ? n : 1) * mt_item(d);
     void *p = malloc(bytes);
@@ -85,7 +85,7 @@ static void *mt_alloc(int64_t n, qmoe_dtype d)
     return p;
 }
 
-static qmoe_tensor *mt_tensor(void *data, qmoe_dtype d, int nd, const int64_t *shape,
+static inline qmoe_tensor *mt_tensor(void *data, qmoe_dtype d, int nd, const int64_t *shape,
                               const int64_t *strides)
 {
     qmoe_tensor *t = NULL;
