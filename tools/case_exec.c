@@ -200,7 +200,7 @@ int case_check(const op_case *c, const qmoe_op_options *options, char *err)
     for (int i = 0; i < T_COUNT; i++) {
         arrays[i] = i == T_OUT ? &ex.out : i == T_OUT_SCALE ? &ex.out_scale : &fake.in[i];
         size_t bytes = (arrays[i]->nbytes + 127) & ~(size_t)127; /* nbytes < INT64_MAX - 128 */
-        int present = i >= CASE_INPUTS || c->in[i].data || c->source[i];
+        int present = i >= CASE_INPUTS || c->in[i].data || c->source[i] || c->in[i].ndim;
         offset[i] = total;
         if (present && __builtin_add_overflow(total, bytes ? bytes : 128, &total)) {
             snprintf(err, CASE_ERR_LEN, "the inputs and outputs together overflow the address space");
@@ -216,7 +216,7 @@ int case_check(const op_case *c, const qmoe_op_options *options, char *err)
         return -1;
     }
     for (int i = 0; i < T_COUNT; i++)
-        if (i >= CASE_INPUTS || c->in[i].data || c->source[i])
+        if (i >= CASE_INPUTS || c->in[i].data || c->source[i] || c->in[i].ndim)
             arrays[i]->data = (char *)base + offset[i];
     qmoe_tensor *t[T_COUNT] = {0};
     qmoe_op_options o = *options;

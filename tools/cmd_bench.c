@@ -297,7 +297,11 @@ static int bench_case(const bench_args *a, const bench_shape *s, int threads, do
             s->name, (long long)s->E, (long long)s->M, (long long)s->K, (long long)s->N,
             a->a8w4 ? "a8w4" : "a8w8");
     op_case c;
-    if (case_generate(&g, &c, err)) {
+    qmoe_op_options check = {0};
+    cli_runtime_options(&a->rt, &check);
+    /* phase one on the shapes first: a case the operator refuses costs no memory */
+    if (case_generate_headers(&g, &c, err) || case_check(&c, &check, err) ||
+        case_generate(&g, &c, err)) {
         fprintf(stderr, "qmoe bench: %s\n", err);
         return 1;
     }

@@ -220,6 +220,14 @@ int cmd_demo(int argc, char **argv)
     int rc = parse(argc, argv, &a);
     if (rc) return rc > 0 ? 0 : 2;
     gen_args_describe(&a.gen, what, sizeof what);
+    /* phase one on the shapes first: a case the operator refuses costs no memory */
+    qmoe_op_options o = {0};
+    cli_runtime_options(&a.rt, &o);
+    o.kernel = a.kernel;
+    if (case_generate_headers(&a.gen, &c, err) || case_check(&c, &o, err)) {
+        fprintf(stderr, "qmoe demo: %s: %s\n", what, err);
+        return 1;
+    }
     fprintf(stderr, "qmoe demo: building the case in memory\n");
     if (case_generate(&a.gen, &c, err)) {
         fprintf(stderr, "qmoe demo: %s: %s\n", what, err);

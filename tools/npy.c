@@ -319,7 +319,7 @@ static void *alloc_aligned(size_t nbytes)
     return aligned_alloc(128, size ? size : 128);
 }
 
-int npy_alloc(npy_array *out, npy_dtype dtype, int ndim, const int64_t *shape, char *err)
+int npy_describe(npy_array *out, npy_dtype dtype, int ndim, const int64_t *shape, char *err)
 {
     npy_array a;
     memset(&a, 0, sizeof a);
@@ -331,6 +331,14 @@ int npy_alloc(npy_array *out, npy_dtype dtype, int ndim, const int64_t *shape, c
         a.shape[i] = shape[i];
     }
     if (compute_sizes(&a, err)) return -1;
+    *out = a;
+    return 0;
+}
+
+int npy_alloc(npy_array *out, npy_dtype dtype, int ndim, const int64_t *shape, char *err)
+{
+    npy_array a;
+    if (npy_describe(&a, dtype, ndim, shape, err)) return -1;
     a.owned = alloc_aligned(a.nbytes);
     if (!a.owned) return fail(err, "out of memory for %zu bytes", a.nbytes);
     memset(a.owned, 0, a.nbytes);

@@ -59,6 +59,9 @@ int npy_load(const char *path, npy_array *out, char *err);
  * when it is a regular file: what the data will need, known before any of it is read. */
 int npy_load_header(const char *path, npy_array *out, char *err);
 
+/* An array's dtype, shape and sizes without memory (data and owned NULL). */
+int npy_describe(npy_array *out, npy_dtype dtype, int ndim, const int64_t *shape, char *err);
+
 /* A zero-filled, 64-byte aligned array of the given shape (free with npy_free). */
 int npy_alloc(npy_array *out, npy_dtype dtype, int ndim, const int64_t *shape, char *err);
 

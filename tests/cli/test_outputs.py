@@ -272,3 +272,18 @@ def test_refused_shapes_cost_no_memory(tmp_path):
     peak_mib = usage.ru_maxrss / 1024  # kilobytes on Linux
     assert peak_mib < 64, f"peak RSS {peak_mib:.1f} MiB for a refused case"
     assert not (tmp_path / "q.npy").exists()
+
+
+def test_demo_refuses_before_generating(tmp_path):
+    """`qmoe demo` checks the shapes with phase one before building a 15 GB case in memory."""
+    p = subprocess.Popen([QMOE, "demo", "--E", "4", "--M", "262144", "--K", "7168", "--N",
+                          "32768", "--mode", "a8w8"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, cwd=tmp_path)
+    _, status, usage = os.wait4(p.pid, 0)
+    err = p.stderr.read().decode()
+    p.stdout.close()
+    p.stderr.close()
+    p.returncode = os.waitstatus_to_exitcode(status)
+    assert p.returncode == 1 and "32768" in err, err
+    assert len(err.strip().splitlines()) == 1, err
+    assert usage.ru_maxrss / 1024 < 64
