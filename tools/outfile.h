@@ -11,7 +11,8 @@
  *   pre-existing file keeps its old bytes and no new file is left behind.
  * - A symbolic link is followed: the file it names is replaced, the link stays a link.
  * - A character device, pipe or other non-regular target is opened and written in place (no
- *   temporary file), after every regular output has been staged.
+ *   temporary file), after every regular output has been staged (what went into a pipe cannot
+ *   be taken back if a rename fails after it; regular files are still restored).
  *
  * Usage: outfiles_init; outfiles_input / outfiles_output for every path; outfiles_check before
  * reading any input; set each output's writer; outfiles_write; outfiles_free.
