@@ -108,7 +108,7 @@ typedef enum qmoe_moe_quant_mode {
 /* The attributes of MoeInitRoutingV2 / V3 (dropless: drop_pad_mode 0 only). */
 typedef struct qmoe_moe_routing_attrs {
     int64_t active_num;      /* 0: every routed row; > 0: at most this many rows of expanded_x */
-    int64_t expert_capacity; /* drop/pad mode only: must be 0 here */
+    int64_t expert_capacity; /* drop/pad mode only: ignored (dropless) */
     int64_t expert_num;      /* experts, >= 1; expert_idx values must be in [0, expert_num) */
     int64_t drop_pad_mode;   /* 0 (dropless) */
     int tokens_mode;         /* qmoe_moe_tokens_mode */

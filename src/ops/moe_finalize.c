@@ -54,6 +54,13 @@ void moe_finalize_rows(const moe_finalize_plan *p, int64_t r0, int64_t r1, float
             float w = p->scales.data
                           ? moe_load(&p->scales, i * p->scales.st[0] + j * p->scales.st[1])
                           : 1.0f;
+            if (!p->bias.data && p->ex.st[1] == 1 && p->ex.dtype == QMOE_DTYPE_BFLOAT16) {
+                /* the common case in one pass: widen and accumulate, no row buffer */
+                const uint16_t *src = (const uint16_t *)p->ex.data + r * p->ex.st[0];
+                for (int64_t h = 0; h < H; h++)
+                    acc[h] += w * qmoe_bits_to_f32((uint32_t)src[h] << 16);
+                continue;
+            }
             moe_load_row(&p->ex, r * p->ex.st[0], p->ex.st[1], H, row);
             if (p->bias.data) {
                 moe_load_row(&p->bias, expert_of(p, i, j) * p->bias.st[0], p->bias.st[1], H, brow);
