@@ -16,6 +16,75 @@ static double quant_ref(const double *v, int n, double *q)
     return s;
 }
 
+/* gating -> init routing -> finalize queued on one stream with no synchronization between
+ * them: each operator must read the indices its predecessor wrote (the buffers start as garbage
+ * that would be refused). Identity experts: out[i] = x[i] * sum of the token's top-k weights. */
+static void check_stream_chain(qt_rng *r)
+{
+    enum { SN = 33, SH = 48, SE = 16, SK = 4 };
+    static float x[SN * SH], logits[SN * SE], y[SN * SK], rows[SN * SK * SH], out[SN * SH];
+    static int32_t ids[SN * SK], rowi[SN * SK], ri[SN * SK];
+    static int64_t cnt[SE];
+    mt_fill(r, x, QMOE_DTYPE_FLOAT32, SN * SH, -2, 2);
+    mt_fill(r, logits, QMOE_DTYPE_FLOAT32, SN * SE, -3, 3);
+    memset(ids, 0x5A, sizeof ids);
+    memset(ri, 0x5A, sizeof ri);
+    int64_t xs[2] = {SN, SH}, ls[2] = {SN, SE}, ks[2] = {SN, SK}, rs[2] = {SN * SK, SH},
+            nk = SN * SK, e = SE;
+    qmoe_tensor *t[] = {mt_tensor(logits, QMOE_DTYPE_FLOAT32, 2, ls, NULL),
+                        mt_tensor(y, QMOE_DTYPE_FLOAT32, 2, ks, NULL),
+                        mt_tensor(ids, QMOE_DTYPE_INT32, 2, ks, NULL),
+                        mt_tensor(rowi, QMOE_DTYPE_INT32, 2, ks, NULL),
+                        mt_tensor(x, QMOE_DTYPE_FLOAT32, 2, xs, NULL),
+                        mt_tensor(rows, QMOE_DTYPE_FLOAT32, 2, rs, NULL),
+                        mt_tensor(ri, QMOE_DTYPE_INT32, 1, &nk, NULL),
+                        mt_tensor(cnt, QMOE_DTYPE_INT64, 1, &e, NULL),
+                        mt_tensor(out, QMOE_DTYPE_FLOAT32, 2, xs, NULL)};
+    qmoe_device *dev = NULL;
+    qmoe_device_options dopt = {.threads = 2};
+    qmoe_stream *stream = NULL;
+    CHECK(qmoe_device_create(&dopt, &dev) == QMOE_OK);
+    CHECK(qmoe_stream_create(dev, &stream) == QMOE_OK);
+    uint64_t ws;
+    qmoe_moe_executor *g = NULL, *ir = NULL, *fin = NULL;
+    qmoe_moe_routing_attrs ra = {.expert_num = SE, .tokens_mode = QMOE_MOE_TOKENS_COUNT,
+                                 .quant_mode = QMOE_MOE_QUANT_NONE};
+    CHECK(qmoe_moe_gating_top_k_softmax_workspace_size(t[0], NULL, SK, t[1], t[2], t[3], NULL, &ws,
+                                                       &g) == QMOE_OK);
+    CHECK(qmoe_moe_init_routing_workspace_size(t[4], t[2], NULL, NULL, &ra, t[5], t[6], t[7], NULL,
+                                               NULL, &ws, &ir) == QMOE_OK);
+    void *w = malloc(ws);
+    uint64_t ws2;
+    CHECK(qmoe_moe_finalize_routing_workspace_size(t[5], t[6], NULL, NULL, NULL, t[1], NULL, 2, t[8],
+                                                   NULL, &ws2, &fin) == QMOE_OK);
+    CHECK(qmoe_moe_gating_top_k_softmax(NULL, 0, g, stream) == QMOE_OK);
+    CHECK(qmoe_moe_init_routing(w, ws, ir, stream) == QMOE_OK);
+    CHECK(qmoe_moe_finalize_routing(NULL, 0, fin, stream) == QMOE_OK);
+    CHECK_MSG(qmoe_stream_synchronize(stream) == QMOE_OK, "%s", qmoe_last_error());
+    for (int n = 0; n < SN; n++) {
+        double m = -INFINITY, s = 0, sel[SE], top = 0;
+        for (int j = 0; j < SE; j++) m = fmax(m, logits[n * SE + j]);
+        for (int j = 0; j < SE; j++) s += sel[j] = exp(logits[n * SE + j] - m);
+        for (int j = 0; j < SK; j++) { /* the k largest, by repeated selection */
+            int b = 0;
+            for (int c = 1; c < SE; c++)
+                if (sel[c] > sel[b]) b = c;
+            top += sel[b] / s;
+            sel[b] = -1;
+        }
+        for (int h = 0; h < SH; h++)
+            CHECK_MSG(fabs(out[n * SH + h] - x[n * SH + h] * top) <= 1e-5 * (1 + fabs(x[n * SH + h])),
+                      "token %d col %d", n, h);
+    }
+    free(w);
+    qmoe_moe_executor_destroy(g);
+    qmoe_moe_executor_destroy(ir);
+    qmoe_moe_executor_destroy(fin);
+    qmoe_stream_destroy(stream);
+    qmoe_device_destroy(dev);
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) qmoe_tensor_destroy(t[i]);
+}
+
 int main(void)
 {
     qt_rng r = {17};
@@ -125,5 +194,6 @@ int main(void)
     qmoe_tensor *all[] = {t_logits, t_y, t_ids, t_rowi, t_x, t_xq, t_ri, t_cum, t_xs, t_w1, t_w1s,
                           t_hq, t_hs, t_down, t_out};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) qmoe_tensor_destroy(all[i]);
+    check_stream_chain(&r);
     return qt_finish("moe_pipeline");
 }

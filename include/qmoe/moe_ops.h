@@ -6,8 +6,10 @@
  *
  * Each operator has the two phases of the fused operator: qmoe_<op>_workspace_size() validates
  * every argument that does not need tensor data, plans the work and returns the workspace size
- * and an executor; qmoe_<op>() checks the data rules (index ranges), then computes on a stream
- * (NULL: synchronously on the process-wide default device). Executors are reusable and are
+ * and an executor; qmoe_<op>() queues the operator on a stream (NULL: runs it synchronously on
+ * the process-wide default device), which checks the index data (expert ids, row indices) when
+ * it runs - after the operators queued before it - and computes. A data error writes nothing
+ * and is returned by the call (NULL stream) or by qmoe_stream_synchronize(). Executors are reusable and are
  * destroyed with qmoe_moe_executor_destroy(). Contracts: docs/ops/<op>.md.
  *
  * Common rules: tensors are qmoe_tensor views (any non-negative strides, including outputs);
@@ -131,8 +133,8 @@ QMOE_API qmoe_status qmoe_moe_init_routing_workspace_size(
     const qmoe_tensor *expanded_row_idx, const qmoe_tensor *expert_tokens,
     const qmoe_tensor *expanded_scale, const qmoe_moe_options *options, uint64_t *workspace_size,
     qmoe_moe_executor **executor);
-/* Phase two checks every expert_idx value is in [0, expert_num) (else QMOE_ERR_PARAM_INVALID,
- * nothing written). */
+/* Phase two: every expert_idx value must be in [0, expert_num) (else QMOE_ERR_PARAM_INVALID,
+ * nothing written; see the top of this header for when it is reported). */
 QMOE_API qmoe_status qmoe_moe_init_routing(void *workspace, uint64_t workspace_size,
                                            qmoe_moe_executor *executor, qmoe_stream *stream);
 
@@ -150,8 +152,8 @@ QMOE_API qmoe_status qmoe_moe_finalize_routing_workspace_size(
     const qmoe_tensor *x2, const qmoe_tensor *bias, const qmoe_tensor *scales,
     const qmoe_tensor *expert_idx, int64_t drop_pad_mode, const qmoe_tensor *out,
     const qmoe_moe_options *options, uint64_t *workspace_size, qmoe_moe_executor **executor);
-/* Phase two checks every row index is -1 or in [0, A) and every expert_idx used with bias is in
- * [0, E) (else QMOE_ERR_PARAM_INVALID, nothing written). */
+/* Phase two: every row index must be -1 or in [0, A) and every expert_idx used with bias in
+ * [0, E) (else QMOE_ERR_PARAM_INVALID, nothing written; reported as above). */
 QMOE_API qmoe_status qmoe_moe_finalize_routing(void *workspace, uint64_t workspace_size,
                                                qmoe_moe_executor *executor, qmoe_stream *stream);
 

@@ -65,8 +65,16 @@ static qmoe_status moe_device_run(const void *opdata, qmoe_device *dev, int inde
     (void)count;
     const moe_op *op = opdata;
     moe_work w = {op, plan_rows(&op->ex), 0};
+    /* Index data is checked here, on the device, when the operators queued before this one on
+     * the stream (gating, init routing) have written it; nothing is written on failure. */
+    if (op->ex.kind == MOE_FINALIZE) {
+        qmoe_status st = moe_finalize_check_data(&op->ex.u.finalize);
+        if (st) return st;
+    }
     if (op->ex.kind == MOE_INIT_ROUTING) {
         const moe_routing_plan *p = &op->ex.u.routing;
+        qmoe_status st = moe_routing_check_data(p);
+        if (st) return st;
         /* the sort is a counting pass over N*K ids: one thread, before the row copies */
         moe_routing_sort(p, op->workspace);
         w.rows = moe_routing_rows_written(p, op->workspace);
@@ -100,12 +108,8 @@ qmoe_status moe_execute(const char *op, int32_t kind, void *workspace, uint64_t 
         return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_WORKSPACE, "workspace",
                              "%s: workspace %p is not aligned for int64", op,
                          workspace);
-    qmoe_status st = QMOE_OK;
-    if (kind == MOE_INIT_ROUTING) st = moe_routing_check_data(&executor->u.routing);
-    if (kind == MOE_FINALIZE) st = moe_finalize_check_data(&executor->u.finalize);
-    if (st) return st;
     moe_op o = {*executor, workspace};
-    st = qmoe_stream_submit(stream, 1, moe_device_run, &o, sizeof o, executor->slice_bytes);
+    qmoe_status st = qmoe_stream_submit(stream, 1, moe_device_run, &o, sizeof o, executor->slice_bytes);
     if (st == QMOE_OK) qmoe_clear_error();
     return st;
 }
