@@ -478,7 +478,8 @@ static int direct_panel(const block_args *A, qmoe_copyq *q, uint8_t *sp, const f
     const int8_t *x = p->x + A->m0 * p->x_s[0];
     panel_scales(p, L, sp, A->e, pn);
     for (int64_t r = 0; r < rows && !DUMPING(A); r++) xs[r] = p->xs[(A->m0 + r) * p->xs_s];
-    const float *xs_fold = int4 ? NULL : xs, *xs_swiglu = int4 ? xs : NULL; /* header comment */
+    /* A8W8: xScale in the fold (acc * xScale * ws); A8W4: last, in swiglu (file comment) */
+    const float *xs_fold = int4 ? NULL : xs, *xs_swiglu = int4 ? xs : NULL;
     for (int64_t g = 0; g < p->G; g++) {
         if (L->gk == 0) { /* K = 0: acc and column sums are 0 */
             memset(acc, 0, sizeof(int32_t) * (size_t)(rows * pn->ld));
@@ -546,7 +547,7 @@ static void run_block(const block_args *A, uint8_t *sp, const fast_layout *L)
     float *f = (float *)(sp + L->f), *xs = (float *)(sp + L->xs);
     int8_t *xpack = (int8_t *)(sp + L->xpack);
     int64_t half = pn.ld / 2;
-    int a8w4 = p->mode == QMOE_MODE_A8W4; /* where xScale goes: see the header comment */
+    int a8w4 = p->mode == QMOE_MODE_A8W4; /* where xScale goes: see the file comment */
 
     for (pn.jc = A->j0; pn.jc < A->j1; pn.jc += half) {
         pn.nc = A->j1 - pn.jc < half ? A->j1 - pn.jc : half;
