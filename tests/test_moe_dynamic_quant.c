@@ -210,6 +210,15 @@ static void check_validation(void)
     qmoe_moe_options grown = {.struct_size = 3};
     MT_EXPECT_FAIL(qmoe_dynamic_quant_workspace_size(tx, tsm, ty, ts, &grown, &ws, &ex), INV);
     CHECK(qmoe_last_error_info()->rule == QMOE_RULE_OPTION);
+    struct {
+        qmoe_moe_options o;
+        uint32_t later_field;
+    } bigger = {{.struct_size = (uint32_t)sizeof bigger}, 0};
+    CHECK(qmoe_dynamic_quant_workspace_size(tx, tsm, ty, ts, &bigger.o, &ws, &ex) == QMOE_OK);
+    qmoe_moe_executor_destroy(ex);
+    ex = NULL;
+    bigger.later_field = 1; /* a field this library does not know is set */
+    MT_EXPECT_FAIL(qmoe_dynamic_quant_workspace_size(tx, tsm, ty, ts, &bigger.o, &ws, &ex), INV);
     qmoe_moe_options init = QMOE_MOE_OPTIONS_INIT;
     CHECK(qmoe_dynamic_quant_workspace_size(tx, tsm, ty, ts, &init, &ws, &ex) == QMOE_OK);
     qmoe_moe_executor_destroy(ex);

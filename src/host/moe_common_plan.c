@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/options.h"
 #include "core/status.h"
 #include "core/tensor.h"
 #include "kernels/gmm_fast.h"
@@ -96,11 +97,11 @@ void moe_pick_kernels(moe_qrow_fn *qrow, moe_swiglu_fn *sw)
 
 qmoe_status moe_threads(const char *op, const qmoe_moe_options *options, int32_t *threads)
 {
-    if (options && options->struct_size && options->struct_size != sizeof *options)
-        return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_OPTION, "options",
-                             "%s: options.struct_size = %u; expected 0 or %u", op,
-                             options->struct_size, (unsigned)sizeof *options);
-    int t = options ? options->threads : 0;
+    /* the library's one reader of growable options: struct_size 0 is this first layout */
+    qmoe_moe_options o;
+    qmoe_status st = qmoe_read_options(options, &o, sizeof o, sizeof o, "options");
+    if (st) return st;
+    int t = o.threads;
     if (t < 0 || t > 4096)
         return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_OPTION, "options",
                              "%s: options.threads = %d; expected 0 to 4096", op, t);
