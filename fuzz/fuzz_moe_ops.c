@@ -133,7 +133,14 @@ static void make_template(fz_input *in, int op, desc *t, int64_t *a)
     }
 }
 
-static void mutate(fz_input *in, desc *t, int64_t *a, qmoe_moe_options *o, int *null_options)
+/* The caller's options with room behind them: a struct_size past sizeof(qmoe_moe_options)
+ * describes a newer caller, whose extra bytes the library reads (and must refuse if set). */
+typedef struct grown_options {
+    qmoe_moe_options o;
+    uint8_t tail[24];
+} grown_options;
+
+static void mutate(fz_input *in, desc *t, int64_t *a, grown_options *g, int *null_options)
 {
     desc *d = &t[fz_range(in, 0, SLOTS - 1)];
     int axis = (int)fz_range(in, 0, QMOE_MAX_DIMS - 1);
@@ -152,10 +159,11 @@ static void mutate(fz_input *in, desc *t, int64_t *a, qmoe_moe_options *o, int *
     case 8: a[fz_range(in, 0, ATTRS - 1)] = fz_dim(in); break;
     case 9: a[fz_range(in, 0, ATTRS - 1)] = fz_range(in, -3, 40); break;
     case 10:
-        switch (fz_range(in, 0, 2)) {
-        case 0: o->threads = (int)fz_dim(in); break;
-        case 1: o->struct_size = (uint32_t)fz_range(in, 0, 16); break;
+        switch (fz_range(in, 0, 3)) {
+        case 0: g->o.threads = (int)fz_dim(in); break;
+        case 1: g->o.struct_size = (uint32_t)fz_range(in, 0, sizeof *g); break;
         case 2: *null_options = !*null_options; break;
+        case 3: g->tail[fz_range(in, 0, sizeof g->tail - 1)] = fz_u8(in); break;
         }
         break;
     }
@@ -230,11 +238,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     desc t[SLOTS];
     int64_t a[ATTRS];
     make_template(&in, op, t, a);
-    qmoe_moe_options o = QMOE_MOE_OPTIONS_INIT;
-    o.threads = (int)fz_range(&in, 0, 8);
+    grown_options g = {QMOE_MOE_OPTIONS_INIT, {0}};
+    g.o.threads = (int)fz_range(&in, 0, 8);
     int null_options = 0;
     int mutations = (int)fz_range(&in, 0, 7);
-    for (int i = 0; i < mutations; i++) mutate(&in, t, a, &o, &null_options);
+    for (int i = 0; i < mutations; i++) mutate(&in, t, a, &g, &null_options);
     int null_size_ptr = fz_u8(&in) == 0x5A, null_ex_ptr = fz_u8(&in) == 0xA5;
 
     qmoe_tensor *ts[SLOTS];
@@ -242,7 +250,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     qmoe_moe_executor *const sentinel = (qmoe_moe_executor *)(uintptr_t)0x5e5e5e50;
     qmoe_moe_executor *ex = sentinel;
     uint64_t ws = 0;
-    qmoe_status st = plan(op, ts, a, null_options ? NULL : &o, null_size_ptr ? NULL : &ws,
+    qmoe_status st = plan(op, ts, a, null_options ? NULL : &g.o, null_size_ptr ? NULL : &ws,
                           null_ex_ptr ? NULL : &ex);
     require(documented(st), "workspace_size returned an undocumented status");
     if (st == QMOE_OK) {
