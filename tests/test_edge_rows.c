@@ -107,19 +107,21 @@ static void check_swiglu_bits(void)
         printf("test_edge_rows: AVX2 vs AVX-512 SwiGLU bits skipped: this CPU lacks one\n");
         return;
     }
-    enum { ROWS = 64, NC = 61, LD = 2 * NC + 3 };
-    static float f[ROWS * LD], corr[2 * NC], xs[ROWS], s2[ROWS * NC], s5[ROWS * NC];
+    /* the driver's panel layout: halves of whole 16-column units (vector code reads them
+     * whole), the gate half after the activated one; 61 used columns leave a tail */
+    enum { ROWS = 64, NC = 61, HALF = 64, LD = 2 * HALF };
+    static float f[ROWS * LD], corr[LD], xs[ROWS], s2[ROWS * NC], s5[ROWS * NC];
     qt_rng r = {99};
     for (int i = 0; i < ROWS * LD; i++) {
         float mag = ldexpf(1.0f, (int)qt_range(&r, -30, 7)) * qt_uniform(&r, 1.0f, 2.0f);
         f[i] = qt_range(&r, 0, 1) ? mag : -mag;
     }
-    for (int i = 0; i < 2 * NC; i++) corr[i] = i % 3 ? 0.0f : qt_uniform(&r, -1.0f, 1.0f);
+    for (int i = 0; i < LD; i++) corr[i] = i % 3 ? 0.0f : qt_uniform(&r, -1.0f, 1.0f);
     for (int i = 0; i < ROWS; i++) xs[i] = i % 4 == 3 ? 1e30f : qt_uniform(&r, 0.5f, 2.0f);
     int64_t bad = 0;
     for (int with_xs = 0; with_xs < 2; with_xs++) {
-        v2->swiglu(ROWS, NC, f, LD, NC, corr, with_xs ? xs : NULL, s2, NC);
-        v5->swiglu(ROWS, NC, f, LD, NC, corr, with_xs ? xs : NULL, s5, NC);
+        v2->swiglu(ROWS, NC, f, LD, HALF, corr, with_xs ? xs : NULL, s2, NC);
+        v5->swiglu(ROWS, NC, f, LD, HALF, corr, with_xs ? xs : NULL, s5, NC);
         for (int i = 0; i < ROWS * NC; i++) bad += memcmp(&s2[i], &s5[i], sizeof(float)) != 0;
     }
     CHECK_MSG(bad == 0, "%lld S values differ between the AVX2 and AVX-512 epilogues",
