@@ -147,7 +147,7 @@ static uint16_t mo_bf16(float f)
 static int mo_parse(int argc, char **argv, mo_args *a)
 {
     *a = (mo_args){4096, 7168, 256, 8, 5, 0, 512};
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) { /* every option takes one value */
         const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int64_t *dst = !strcmp(o, "--tokens") ? &a->tokens : !strcmp(o, "--hidden") ? &a->hidden
                      : !strcmp(o, "--experts") ? &a->experts : !strcmp(o, "--k") ? &a->k
@@ -172,7 +172,6 @@ static int mo_parse(int argc, char **argv, mo_args *a)
             fprintf(stderr, "qmoe bench moe-ops: unknown option '%s'\n", o);
             return -1;
         }
-        i++;
     }
     if (a->k > 32 || a->k > a->experts || a->experts > 2048 || a->experts % 8) {
         fprintf(stderr, "qmoe bench moe-ops: needs k <= 32, k <= experts <= 2048, experts %% 8 == 0\n");
