@@ -29,7 +29,8 @@ static void params_for(const edge_case *c, const uint8_t *wst, qmoe_gmm_params *
 {
     memset(p, 0, sizeof *p);
     p->M = c->M, p->K = c->K, p->N = c->N, p->N2 = c->N / 2;
-    p->E = c->E, p->E_groups = c->E, p->G = 1, p->group_k = c->K;
+    int64_t G = c->G ? c->G : 1;
+    p->E = c->E, p->E_groups = c->E, p->G = G, p->group_k = c->K / G, p->per_group = c->G > 0;
     p->mode = c->a8w4 ? QMOE_MODE_A8W4 : QMOE_MODE_A8W8;
     p->x = c->x, p->x_s[0] = c->K, p->x_s[1] = 1;
     p->w = wst;
@@ -43,7 +44,7 @@ static void params_for(const edge_case *c, const uint8_t *wst, qmoe_gmm_params *
         p->w_layout = c->a8w4 ? QMOE_W_INT4_ND : QMOE_W_INT8_ND;
     }
     p->ws = c->ws, p->ws_type = QMOE_SCALE_F32;
-    p->ws_s[0] = N, p->ws_s[1] = 0, p->ws_s[2] = 1;
+    p->ws_s[0] = G * N, p->ws_s[1] = c->G ? N : 0, p->ws_s[2] = 1;
     if (c->a8w4) p->bias = c->bias, p->bias_s[0] = N, p->bias_s[1] = 1;
     p->xs = c->xs, p->xs_s = 1;
     p->gl = c->ends, p->gl_s = 1;

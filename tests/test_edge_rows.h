@@ -5,8 +5,9 @@
  * all-zero rows (zero x, zero xScale, zero weight scale, Swish underflowing to -0), rows whose
  * amax / 127 underflows in float32, subnormal output scales (whose rounding pushes values past
  * 127: the clamp), subnormal weight and x scales, NaN/Inf in xScale and in the weight scale,
- * rows that saturate at +-127 or overflow to inf, K at its limits, and the issue's two
- * reproductions (K = 1, ws = 1e-11, xScale = 1.4e-11; ws = 1e37, xScale = [0, 1e-30]).
+ * rows that saturate at +-127 or overflow to inf, K at its limits, the issue's two
+ * reproductions (K = 1, ws = 1e-11, xScale = 1.4e-11; ws = 1e37, xScale = [0, 1e-30]), and
+ * per-group weight scales (the overflow order per group, A8W4 groups).
  *
  * Every case is built so that S is the same float in every correct kernel: each activated value
  * a is either tiny (e^-a rounds to 1, Swish(a) = a / 2), large (e^-a rounds to 0 next to 1,
@@ -14,7 +15,8 @@
  * exp implementations may differ by an ulp; A8W4 cases use power-of-two scales, so the vendor's
  * nibble-split formula and the simplified one are both exact. The expected bits then follow from
  * the spec, computed here: C in the spec's order (A8W8: acc * xScale * ws, left to right, in
- * float32), Swish in float32, and step 4 written out again (not the library's quant_rule.h).
+ * float32, per group summed in group order), Swish in float32, and step 4 written out again (not
+ * the library's quant_rule.h).
  */
 #ifndef QMOE_TEST_EDGE_ROWS_H
 #define QMOE_TEST_EDGE_ROWS_H
@@ -30,10 +32,11 @@ typedef struct edge_case {
     const char *name;
     int a8w4, nz;    /* weight storage: int8/int4, ND or FRACTAL_NZ */
     int64_t M, K, N, E;
+    int64_t G;       /* 0: per-channel weight scale [E,N]; else per-group [E,G,N] */
     int64_t ends[EDGE_MAX_E]; /* cumulative groupList; the last one is M */
     int8_t *x;       /* [M][K] */
     int8_t *w;       /* logical [E][K][N] */
-    float *ws;       /* [E][N] */
+    float *ws;       /* [E][max(G,1)][N] */
     float *bias;     /* [E][N], A8W4: the assist matrix 8 * sum_k W * ws (exact here) */
     float *xs;       /* [M] */
     int8_t *q;       /* expected output [M][N/2] */
@@ -47,20 +50,27 @@ static void *edge_alloc(size_t n)
     return p;
 }
 
-static void edge_shape(edge_case *c, const char *name, int a8w4, int nz, int64_t M, int64_t K,
-                       int64_t N, int64_t E)
+static void edge_shape_g(edge_case *c, const char *name, int a8w4, int nz, int64_t M, int64_t K,
+                         int64_t N, int64_t E, int64_t G)
 {
     memset(c, 0, sizeof *c);
     c->name = name, c->a8w4 = a8w4, c->nz = nz;
-    c->M = M, c->K = K, c->N = N, c->E = E;
+    c->M = M, c->K = K, c->N = N, c->E = E, c->G = G;
+    int64_t GG = G ? G : 1;
     for (int64_t e = 0; e < E; e++) c->ends[e] = M * (e + 1) / E;
     c->x = edge_alloc((size_t)(M * K));
     c->w = edge_alloc((size_t)(E * K * N));
-    c->ws = edge_alloc(sizeof(float) * (size_t)(E * N));
+    c->ws = edge_alloc(sizeof(float) * (size_t)(E * GG * N));
     c->bias = edge_alloc(sizeof(float) * (size_t)(E * N));
     c->xs = edge_alloc(sizeof(float) * (size_t)M);
     c->q = edge_alloc((size_t)(M * N / 2));
     c->scale = edge_alloc(sizeof(float) * (size_t)M);
+}
+
+static void edge_shape(edge_case *c, const char *name, int a8w4, int nz, int64_t M, int64_t K,
+                       int64_t N, int64_t E)
+{
+    edge_shape_g(c, name, a8w4, nz, M, K, N, E, 0);
 }
 
 static void edge_free(edge_case *c)
@@ -70,21 +80,31 @@ static void edge_free(edge_case *c)
 
 #define EX(m, k) c->x[(m) * c->K + (k)]
 #define EW(e, k, n) c->w[((e) * c->K + (k)) * c->N + (n)]
-#define EWS(e, n) c->ws[(e) * c->N + (n)]
+#define EGROUPS(c) ((c)->G ? (c)->G : 1)
+#define EWSG(e, g, n) c->ws[((e) * EGROUPS(c) + (g)) * c->N + (n)]
+#define EWS(e, n) EWSG(e, 0, n)
 
 /* C[m][n] of expert e as the spec writes it. */
 static float edge_c(const edge_case *c, int64_t e, int64_t m, int64_t n)
 {
-    int64_t acc = 0, wsum = 0;
-    for (int64_t k = 0; k < c->K; k++) {
-        acc += (int64_t)EX(m, k) * EW(e, k, n);
-        wsum += EW(e, k, n);
+    int64_t G = EGROUPS(c), gk = c->K / G;
+    float cf = 0.0f;
+    double sum = 0.0, corr = 0.0;
+    for (int64_t g = 0; g < G; g++) {
+        int64_t acc = 0, wsum = 0;
+        for (int64_t k = g * gk; k < (g + 1) * gk; k++) {
+            acc += (int64_t)EX(m, k) * EW(e, k, n);
+            wsum += EW(e, k, n);
+        }
+        /* A8W8: acc * xScale * ws, left to right, float32; groups summed in order */
+        float t = (float)acc * c->xs[m] * EWSG(e, g, n);
+        cf = g == 0 ? t : cf + t;
+        sum += (double)acc * EWSG(e, g, n);
+        corr -= 8.0 * (double)wsum * EWSG(e, g, n);
     }
-    if (!c->a8w4) return (float)acc * c->xs[m] * EWS(e, n); /* left to right, float32 */
+    if (!c->a8w4) return cf;
     /* (sum x*W*ws + bias - 8 * sum W*ws) * xScale: exact for power-of-two scales */
-    double ws = EWS(e, n);
-    return (float)(((double)acc * ws + ((double)c->bias[e * c->N + n] - 8.0 * (double)wsum * ws)) *
-                   (double)c->xs[m]);
+    return (float)((sum + ((double)c->bias[e * c->N + n] + corr)) * (double)c->xs[m]);
 }
 
 /* The expected outputs of every row (all rows belong to an expert here). */
@@ -124,7 +144,8 @@ static void edge_bias(edge_case *c)
     for (int64_t e = 0; e < c->E; e++)
         for (int64_t n = 0; n < c->N; n++) {
             double b = 0.0;
-            for (int64_t k = 0; k < c->K; k++) b += 8.0 * EW(e, k, n) * (double)EWS(e, n);
+            for (int64_t k = 0; k < c->K; k++)
+                b += 8.0 * EW(e, k, n) * (double)EWSG(e, k / (c->K / EGROUPS(c)), n);
             c->bias[e * c->N + n] = (float)b;
         }
 }
@@ -262,6 +283,32 @@ static int edge_make(edge_case *c, int id)
             for (int64_t n = 0; n < c->N; n++) EWS(e, n) = ldexpf(1.0f, -40);
         EWS(2, 2) = NAN;
         break;
+    case 11: /* per-group scales: the overflow order per group (acc_g * ws_g alone would
+              * overflow), a zero group scale, xScale 0 and 1e-30 */
+        edge_shape_g(c, "per-group (G=2) ws near FLT_MAX, xScale=[0,1e-30]", 0, 1, 20, 64, 64, 1, 2);
+        for (int64_t m = 0; m < c->M; m++) {
+            for (int64_t k = 0; k < c->K; k++) EX(m, k) = (int8_t)(1 + (m + k) % 3);
+            c->xs[m] = m % 2 ? 1e-30f : 0.0f;
+        }
+        for (int64_t k = 0; k < c->K; k++)
+            for (int64_t n = 0; n < c->N; n++) EW(0, k, n) = (int8_t)(n < 32 ? 1 + n % 4 : n % 5 - 2);
+        for (int64_t n = 0; n < c->N; n++)
+            EWSG(0, 0, n) = 1e37f, EWSG(0, 1, n) = n % 8 == 3 ? 0.0f : 3e36f;
+        break;
+    case 12: /* A8W4 per-group (G=4) power-of-two scales: underflowing, subnormal-scale, zero,
+              * normal and NaN rows */
+        edge_shape_g(c, "A8W4 per-group (G=4): underflowing, subnormal, zero, NaN rows", 1, 1, 20,
+                     64, 64, 1, 4);
+        for (int64_t m = 0; m < c->M; m++) {
+            for (int64_t k = 0; k < c->K; k++) EX(m, k) = (int8_t)(1 + (m + k) % 4);
+            static const int pw[] = {-44, -40, -34, -20, 0};
+            c->xs[m] = m == 19 ? NAN : m % 6 == 5 ? 0.0f : ldexpf(1.0f, pw[m % 6 % 5]);
+        }
+        for (int64_t k = 0; k < c->K; k++)
+            for (int64_t n = 0; n < c->N; n++) EW(0, k, n) = (int8_t)(n < 32 ? 1 + n % 7 : n % 15 - 7);
+        for (int64_t g = 0; g < 4; g++)
+            for (int64_t n = 0; n < c->N; n++) EWSG(0, g, n) = ldexpf(1.0f, -40 + (int)g);
+        break;
     default:
         return 0;
     }
@@ -273,5 +320,6 @@ static int edge_make(edge_case *c, int id)
 #undef EX
 #undef EW
 #undef EWS
+#undef EWSG
 
 #endif

@@ -419,7 +419,12 @@ static void test_edge_rows(void)
         if (c.a8w4)
             CHECK(qmoe_tensor_create((int64_t[]){E, N}, 2, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND,
                                      c.bias, &tb) == 0);
-        CHECK(qmoe_tensor_create((int64_t[]){E, N}, 2, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, c.ws, &tws) == 0);
+        if (c.G)
+            CHECK(qmoe_tensor_create((int64_t[]){E, c.G, N}, 3, NULL, QMOE_DTYPE_FLOAT32,
+                                     QMOE_FORMAT_ND, c.ws, &tws) == 0);
+        else
+            CHECK(qmoe_tensor_create((int64_t[]){E, N}, 2, NULL, QMOE_DTYPE_FLOAT32,
+                                     QMOE_FORMAT_ND, c.ws, &tws) == 0);
         CHECK(qmoe_tensor_create((int64_t[]){M}, 1, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, c.xs, &txs) == 0);
         CHECK(qmoe_tensor_create((int64_t[]){E}, 1, NULL, QMOE_DTYPE_INT64, QMOE_FORMAT_ND, c.ends, &tgl) == 0);
         CHECK(qmoe_tensor_create((int64_t[]){M, N2}, 2, NULL, QMOE_DTYPE_INT8, QMOE_FORMAT_ND, out, &tout) == 0);
