@@ -26,6 +26,8 @@ from ._op import (grouped_matmul_swiglu_quant, grouped_matmul_swiglu_quant_weigh
 from ._moe_ops import (npu_dynamic_quant, npu_moe_finalize_routing, npu_moe_gating_top_k,
                        npu_moe_gating_top_k_softmax, npu_moe_init_routing_v2,
                        npu_moe_token_unpermute, npu_swiglu)
+from ._quantize import QuantizedExperts, quantize_experts
+from ._checkpoint import load_experts
 
 __version__ = _lib.package_version()
 
@@ -71,4 +73,7 @@ __all__ = [
     "npu_moe_finalize_routing",
     "npu_moe_token_unpermute",
     "npu_swiglu",
+    "quantize_experts",
+    "QuantizedExperts",
+    "load_experts",
 ]
