@@ -81,8 +81,11 @@ class _File:
         return self.f.get_slice(name).get_dtype()
 
     def read(self, name: str) -> np.ndarray:
+        bf16 = self.dtype(name) == "BF16"
+        if bf16:
+            _bfloat16()  # importing ml_dtypes lets NumPy (and safetensors) name bfloat16
         t = np.asarray(self.f.get_tensor(name))
-        if self.dtype(name) == "BF16" and t.dtype.name != "bfloat16":
+        if bf16 and t.dtype.name != "bfloat16":
             t = t.view(_bfloat16())  # older safetensors hand NumPy bfloat16 as its bits
         return t
 
