@@ -141,6 +141,8 @@ typedef enum qmoe_kernel {
     QMOE_KERNEL_AVX_VNNI = 4,
     QMOE_KERNEL_AVX512_VNNI = 5,
     QMOE_KERNEL_AMX_INT8 = 6,  /* AMX tiles; AVX-512 VNNI for blocks of few rows */
+    QMOE_KERNEL_NEON_DOT = 7,  /* ARM64: NEON sdot (ARMv8.2 dot product) */
+    QMOE_KERNEL_NEON_I8MM = 8, /* ARM64: NEON usmmla (int8 matrix multiply) */
 } qmoe_kernel;
 
 /* Options of phase one. Initialise with QMOE_OP_OPTIONS_INIT (or qmoe_op_options_init()), then
