@@ -518,8 +518,8 @@ static int direct_panel(const block_args *A, qmoe_copyq *q, uint8_t *sp, const f
     }
     if (DUMPING(A)) return 1;
     panel_corr(p, L, sp, A->e, pn);
-    isa->swiglu(rows, pn->nc, f, pn->ld, half, pn->corr, xs_swiglu, A->s + (pn->jc - A->j0),
-                A->lds);
+    isa->swiglu(rows, pn->nc, f, pn->ld, half, pn->corr, xs_swiglu, p->swiglu_limit,
+                A->s + (pn->jc - A->j0), A->lds);
     return 1;
 }
 
@@ -601,7 +601,7 @@ static void run_block(const block_args *A, uint8_t *sp, const fast_layout *L)
                               pn.ld, g == 0);
             }
             if (DUMPING(A)) continue;
-            isa->swiglu(rows, pn.nc, f, pn.ld, half, pn.corr, a8w4 ? xs : NULL,
+            isa->swiglu(rows, pn.nc, f, pn.ld, half, pn.corr, a8w4 ? xs : NULL, p->swiglu_limit,
                         A->s + (mb - A->m0) * A->lds + (pn.jc - A->j0), A->lds);
         }
     }
