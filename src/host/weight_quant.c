@@ -154,50 +154,51 @@ typedef struct worker {
     int64_t first, last;
     pthread_t tid;
     int started;
-    int oom;
+    float *row, *tile_scale; /* a row of K floats; pass two: a [G, 64] scale tile */
+    int8_t *q;               /* pass two: a [K, 64] tile of values */
 } worker;
 
 static void *run_worker(void *arg)
 {
     worker *w = arg;
-    job *j = w->j;
-    int64_t groups = j->G ? j->G : 1;
-    float *row = malloc((size_t)j->K * sizeof(float) + 1);
-    int8_t *q = w->pass == 2 ? malloc((size_t)j->K * TILE + 1) : NULL;
-    float *ts = w->pass == 2 ? malloc((size_t)groups * TILE * sizeof(float)) : NULL;
-    if (!row || (w->pass == 2 && (!q || !ts))) {
-        w->oom = 1;
-    } else {
-        for (int64_t i = w->first; i < w->last; i++) {
-            if (w->pass == 1) scale_item(j, i, row);
-            else write_item(j, i, row, q, ts);
-        }
+    for (int64_t i = w->first; i < w->last; i++) {
+        if (w->pass == 1) scale_item(w->j, i, w->row);
+        else write_item(w->j, i, w->row, w->q, w->tile_scale);
     }
-    free(row);
-    free(q);
-    free(ts);
     return NULL;
 }
 
 /* Runs one pass over every item on `threads` threads (contiguous item ranges; each item's
- * result depends on nothing but its inputs, so the split does not change any bit). Threads
- * that cannot be started leave their range to the calling thread. */
+ * result depends on nothing but its inputs, so the split does not change any bit). Every
+ * buffer is allocated before any worker starts, so running out of memory writes nothing.
+ * Threads that cannot be started leave their range to the calling thread. */
 static int run_pass(job *j, int pass, int threads)
 {
     worker ws[MAX_THREADS];
-    int64_t T = threads < j->items ? threads : j->items;
+    int64_t T = threads < j->items ? threads : j->items, groups = j->G ? j->G : 1;
+    int oom = 0;
     if (T < 1) T = 1;
     for (int64_t t = 0; t < T; t++) {
         ws[t] = (worker){.j = j, .pass = pass, .first = j->items * t / T,
                          .last = j->items * (t + 1) / T};
-        if (t > 0) ws[t].started = pthread_create(&ws[t].tid, NULL, run_worker, &ws[t]) == 0;
+        ws[t].row = malloc((size_t)j->K * sizeof(float) + 1);
+        if (pass == 2) {
+            ws[t].q = malloc((size_t)j->K * TILE + 1);
+            ws[t].tile_scale = malloc((size_t)groups * TILE * sizeof(float));
+        }
+        oom |= !ws[t].row || (pass == 2 && (!ws[t].q || !ws[t].tile_scale));
     }
-    run_worker(&ws[0]);
-    int oom = ws[0].oom;
-    for (int64_t t = 1; t < T; t++) {
+    for (int64_t t = 1; t < T && !oom; t++)
+        ws[t].started = pthread_create(&ws[t].tid, NULL, run_worker, &ws[t]) == 0;
+    if (!oom) run_worker(&ws[0]);
+    for (int64_t t = 1; t < T && !oom; t++) {
         if (ws[t].started) pthread_join(ws[t].tid, NULL);
         else run_worker(&ws[t]);
-        oom |= ws[t].oom;
+    }
+    for (int64_t t = 0; t < T; t++) {
+        free(ws[t].row);
+        free(ws[t].q);
+        free(ws[t].tile_scale);
     }
     return oom ? -1 : 0;
 }
@@ -353,7 +354,6 @@ static qmoe_status quantize(job *j, const qmoe_quant_options *options, void *wei
                      (long long)j->bad_col[i]);
             goto out;
         }
-    /* Pass two needs a few KiB per thread: allocated before anything is written. */
     if (run_pass(j, 2, threads)) {
         st = qmoe_fail(QMOE_ERR_INNER, "quantize: out of memory for a tile of K = %lld",
                        (long long)j->K);
