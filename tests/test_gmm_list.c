@@ -3,7 +3,8 @@
  * own allocation, every kernel this CPU runs, against support/oracle.c; the swiglu_limit clamp in
  * every kernel against a double-precision formula written here from the vendor's definition
  * (rows clamped on both halves, rows far past the limit, NaN rows); the argument
- * rules; and a run queued on a stream whose executor is destroyed before the stream finishes.
+ * rules; a run queued on a stream whose executor is destroyed before the stream finishes; and a bad
+ * groupList, reported when the operator runs.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -253,8 +254,8 @@ static void test_swiglu_limit_every_kernel(void)
                     kinds[2]++;
                     continue;
                 }
-                CHECK_MSG(fabs(p->scale[m] - scale[m]) <= 1e-5 * scale[m], "%s: row %d scale %g vs %g",
-                          what, m, (double)p->scale[m], scale[m]);
+                CHECK_MSG(fabs(p->scale[m] - scale[m]) <= 1e-5 * scale[m],
+                          "%s: row %d scale %g vs %g", what, m, (double)p->scale[m], scale[m]);
                 /* |S| <= swish(L) * L once C is clamped (swish(L) > 0.279 >= |swish| below L),
                  * while unclamped rows here reach several units */
                 CHECK_MSG(p->scale[m] * 127.0 <= L / (1.0 + exp(-L)) * L * (1.0 + 1e-6),
@@ -390,6 +391,47 @@ static void test_stream_outlives_executor(void)
     free(p);
 }
 
+/* groupList is read when the operator runs: a bad one (decreasing ends) is not refused at the
+ * launch on a stream but by the stream's synchronize, and with a NULL stream by the call; both
+ * outputs stay untouched either way. */
+static void test_bad_group_list(void)
+{
+    problem *p = malloc(sizeof *p);
+    make(p, 1, 0xbad1);
+    qmoe_device *dev = NULL;
+    qmoe_stream *s = NULL;
+    CHECK(qmoe_device_create(NULL, &dev) == QMOE_OK);
+    CHECK(dev && qmoe_stream_create(dev, &s) == QMOE_OK);
+    p->gl[3] = 12; /* below groupList[2] = 19 */
+    for (int queued = 0; queued < 2; queued++) {
+        memset(p->out, 0x5A, sizeof p->out);
+        memset(p->scale, 0x5A, sizeof p->scale);
+        qmoe_executor *ex = NULL;
+        uint64_t size = 0;
+        CHECK(plan(p, QMOE_KERNEL_AUTO, 0.75f, &ex, &size) == QMOE_OK);
+        void *ws = aligned_alloc(64, (size_t)((size + 63) / 64 * 64));
+        qmoe_status st = qmoe_gmm_swiglu_quant(ws, size, ex, queued ? s : NULL);
+        qmoe_executor_destroy(ex);
+        if (queued) {
+            CHECK(st == QMOE_OK);
+            st = qmoe_stream_synchronize(s);
+        }
+        CHECK_MSG(st == QMOE_ERR_PARAM_INVALID && strstr(qmoe_last_error(), "groupList[3]"),
+                  "%s: %d %s", queued ? "queued" : "synchronous", (int)st, qmoe_last_error());
+        CHECK(qmoe_last_error_info()->rule == QMOE_RULE_VALUE);
+        int untouched = 1;
+        for (size_t i = 0; i < sizeof p->out; i++) untouched &= (uint8_t)p->out[i] == 0x5A;
+        for (size_t i = 0; i < sizeof p->scale; i++)
+            untouched &= ((uint8_t *)p->scale)[i] == 0x5A;
+        CHECK(untouched);
+        free(ws);
+    }
+    qmoe_stream_destroy(s);
+    qmoe_device_destroy(dev);
+    release(p);
+    free(p);
+}
+
 int main(void)
 {
     test_kernels_against_oracle();
@@ -397,5 +439,6 @@ int main(void)
     test_swiglu_limit();
     test_rules();
     test_stream_outlives_executor();
+    test_bad_group_list();
     return qt_finish("test_gmm_list");
 }
