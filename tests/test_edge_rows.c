@@ -162,7 +162,8 @@ static void check_swiglu_clamp_bits(void)
         zero[i] = -0.0f; /* v + -0 is v for every v, -0 included */
     }
     for (int i = 0; i < ROWS; i++) xs[i] = i % 5 == 4 ? 1.0f : qt_uniform(&r, 0.25f, 2.0f);
-    /* every table of this build (ids past the x86 ones: other architectures'), each epilogue once */
+    /* every table of this build (ids past the x86 ones: other architectures'), each epilogue
+     * once */
     void (*seen[16])(int64_t, int64_t, const float *, int64_t, int64_t, const float *,
                      const float *, float, float *, int64_t);
     int tables = 0;
@@ -196,8 +197,8 @@ static void check_swiglu_clamp_bits(void)
         CHECK_MSG(bad == 0, "%s: %lld clamped S values differ from SwiGLU of the clamped inputs",
                   isa->name, (long long)bad);
         /* the data does what it claims: many values clamped, NaN passing through */
-        CHECK_MSG(clamped > ROWS * NC / 2 && nan_values > 0, "%s: %lld clamped, %lld NaN", isa->name,
-                  (long long)clamped, (long long)nan_values);
+        CHECK_MSG(clamped > ROWS * NC / 2 && nan_values > 0, "%s: %lld clamped, %lld NaN",
+                  isa->name, (long long)clamped, (long long)nan_values);
     }
     CHECK(tables >= 1); /* portable at least */
 }
