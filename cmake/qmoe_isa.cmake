@@ -15,6 +15,12 @@ set(QMOE_ISA_FLAGS_AMX_INT8 "-mamx-tile;-mamx-int8;${QMOE_ISA_FLAGS_AVX512_VNNI}
 set(QMOE_ISA_FLAGS_NEON "-ffp-contract=off")
 set(QMOE_ISA_FLAGS_NEON_DOT "-march=armv8.2-a+dotprod;-ffp-contract=off")
 set(QMOE_ISA_FLAGS_NEON_I8MM "-march=armv8.2-a+dotprod+i8mm;-ffp-contract=off")
+if(CMAKE_C_COMPILER_ID STREQUAL "GNU")
+  # GCC's pre-allocation scheduling hoists the next steps' weight loads and spills accumulators
+  # in both micro-kernels (24 live tiles); without it their loops have no stack traffic.
+  list(APPEND QMOE_ISA_FLAGS_NEON_DOT -fno-schedule-insns)
+  list(APPEND QMOE_ISA_FLAGS_NEON_I8MM -fno-schedule-insns)
+endif()
 
 # One probe per set: the flags and an intrinsic only that set has, on the set's architecture.
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64|amd64")
