@@ -1,5 +1,6 @@
 /* Float checkpoint weights -> the operators' quantized weights, scales and assist matrix
  * (include/qmoe/quantize.h; the scheme is docs/moe-layer.md). */
+#include <float.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -62,28 +63,53 @@ static inline float quant_value(float w, float scale, float qmax)
     return q > qmax ? qmax : q < -qmax ? -qmax : q;
 }
 
+/* clamp(round_half_even(x), -7, 7) in a form the compiler vectorizes (the candidate loop below
+ * is the load's hot loop): adding then subtracting 1.5 * 2^23 rounds half to even in the default
+ * rounding mode, as nearbyintf does, for |x| < 2^22 (here |x| <= 14: every candidate scale is at
+ * least half of amax / 7); the clamp is on integers, which vectorizes without -ffast-math. */
+static inline int round_int4(float x)
+{
+#if FLT_EVAL_METHOD == 0
+    int q = (int)((x + 0x1.8p23f) - 0x1.8p23f);
+#else /* wider intermediates (x87) would not round at the float's units */
+    int q = (int)nearbyintf(x > 8.0f ? 8.0f : x < -8.0f ? -8.0f : x);
+#endif
+    q = q > 7 ? 7 : q;
+    return q < -7 ? -7 : q;
+}
+
 /* The scale of one group of `count` weights: amax / qmax, or with clip search the candidate
- * (amax * r) / 7 of least squared error, accumulated in double in index order. */
+ * (amax * r) / 7 of least squared error. Each candidate's error is accumulated in double in
+ * index order (its own accumulator, so evaluating the candidates side by side changes no bit);
+ * the first of equal errors wins. */
 static float group_scale(const float *w, int64_t count, int a8w4, int clip)
 {
     float amax = 0.0f;
     for (int64_t i = 0; i < count; i++) amax = fmaxf(amax, fabsf(w[i]));
     float qmax = a8w4 ? 7.0f : 127.0f, best = amax / qmax;
     if (best == 0.0f || !clip) return best;
-    double best_err = INFINITY;
+    float cand[CLIP_STEPS + 1];
+    double err[CLIP_STEPS + 1];
+    int nc = 0;
     for (int step = 0; step <= CLIP_STEPS; step++) {
         float r = (float)(100 - step) / 100.0f, s = (amax * r) / 7.0f;
         if (s == 0.0f) break; /* smaller ratios underflow too */
-        double err = 0.0;
-        for (int64_t i = 0; i < count; i++) {
-            double d = (double)w[i] - (double)quant_value(w[i], s, 7.0f) * (double)s;
-            err += d * d;
-        }
-        if (err < best_err) {
-            best_err = err;
-            best = s;
+        cand[nc] = s;
+        err[nc++] = 0.0;
+    }
+    for (int64_t i = 0; i < count; i++) {
+        float wi = w[i];
+        for (int c = 0; c < nc; c++) {
+            double d = (double)wi - (double)round_int4(wi / cand[c]) * (double)cand[c];
+            err[c] += d * d;
         }
     }
+    double best_err = INFINITY;
+    for (int c = 0; c < nc; c++)
+        if (err[c] < best_err) {
+            best_err = err[c];
+            best = cand[c];
+        }
     return best;
 }
 
