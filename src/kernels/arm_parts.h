@@ -11,6 +11,10 @@
 extern const qmoe_gemm_isa qmoe_isa_neon_dot;
 extern const qmoe_gemm_isa qmoe_isa_neon_i8mm;
 
+/* pack_neon.c (base NEON; both tables): the rearrange of gmm_fast.h */
+void qmoe_rearrange_neon(const uint8_t *const *src, const int64_t *stride, int64_t rows, int nub,
+                         int int4, uint8_t *dst, int64_t wstep);
+
 /* epilogue_neon.c (base NEON; both tables) */
 void qmoe_fold_neon(int64_t rows, int64_t cols, const int32_t *acc, int64_t ldacc,
                     const int32_t *xoff, int64_t xoff_stride, const float *xs, const float *ws,
