@@ -10,7 +10,8 @@
 # ARM64_HOST_TESTS lists them from ctest's own description. ARM64_ONCE run on the first model
 # only: the vendor sample's 16.8-million-line check (its group list is empty: no kernel runs in
 # it) and the reference kernel's sweep (it asks for the reference kernel, which no CPU model
-# changes). The soak test runs fewer operators (emulation is 10-50x slower).
+# changes). The soak test runs fewer operators (emulation is 10-50x slower). Then
+# scripts/check-arm64-bits.sh: the ARM kernels' output files equal the x86 kernels' byte for byte.
 ARM64_BUILD ?= build-arm64
 ARM64_CPUS ?= max cortex-a76 cortex-a57
 ARM64_ONCE ?= compat_sample_weight_nz test_reference
@@ -23,6 +24,12 @@ ARM64_HOST_TESTS = ctest --test-dir $(ARM64_BUILD) --show-only=json-v1 | python3
 .PHONY: test-arm64 arm64-tools-check
 test: test-arm64
 
+ifeq ($(shell uname -m),aarch64)
+# On an ARM64 machine the native build and `make test-c` run all of this on the real CPU.
+test-arm64:
+	@echo "test-arm64: this machine is aarch64; make test-c tests its kernels natively"
+else
+
 arm64-tools-check:
 	@scripts/require-arm64.sh
 
@@ -30,7 +37,8 @@ $(ARM64_BUILD)/CMakeCache.txt: | arm64-tools-check
 	cmake -S . -B $(ARM64_BUILD) -DCMAKE_TOOLCHAIN_FILE=$(abspath cmake/toolchain-aarch64.cmake) \
 	  -DCMAKE_BUILD_TYPE=Release $(ARM64_CMAKE_ARGS)
 
-test-arm64: arm64-tools-check $(ARM64_BUILD)/CMakeCache.txt
+# The host build ($(BUILD)) gives the x86 kernels' bits for scripts/check-arm64-bits.sh.
+test-arm64: arm64-tools-check $(ARM64_BUILD)/CMakeCache.txt build
 	cmake --build $(ARM64_BUILD) -j $(JOBS)
 	@host=$$($(ARM64_HOST_TESTS)) || exit 1; first=1; status=0; for cpu in $(ARM64_CPUS); do \
 	  exclude="$${host:-^$$}"; \
@@ -38,4 +46,8 @@ test-arm64: arm64-tools-check $(ARM64_BUILD)/CMakeCache.txt
 	  echo "== qemu-aarch64 -cpu $$cpu"; \
 	  env $(ARM64_ENV) QEMU_CPU=$$cpu ctest --test-dir $(ARM64_BUILD) --output-on-failure \
 	    -j $(JOBS) -E "$$exclude" || status=1; \
-	done; exit $$status
+	done; \
+	scripts/check-arm64-bits.sh $(BUILD)/tools/qmoe $(ARM64_BUILD)/tools/qmoe \
+	  $(ARM64_BUILD)/bits-check || status=1; \
+	exit $$status
+endif
