@@ -1,8 +1,11 @@
 /* A rank that dies between collectives: rank 1 exits without MPI_Finalize while the others are
  * in qmoe_moe_dispatch. The job must end (mpirun kills it, non-zero exit) instead of hanging; the
  * ctest wrapper (rank_dies.cmake) bounds the wait with a timeout. Exit 0 here would mean the
- * dispatch returned without rank 1, which it must not. */
+ * dispatch returned without rank 1, which it must not. argv[1]: "exit3" (_exit(3)), "exit0"
+ * (_exit(0): a clean status, but no MPI_Finalize) or "abort" (SIGABRT). */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "qmoe/mpi.h"
@@ -18,9 +21,11 @@ int main(int argc, char **argv)
     qmoe_ep *ep = NULL;
     if (qmoe_ep_create(MPI_COMM_WORLD, &cfg, &ep) != QMOE_OK) return 2;
     if (me == 1) {
-        fprintf(stderr, "rank 1: exiting mid-way on purpose\n");
+        const char *how = argc > 1 ? argv[1] : "exit3";
+        fprintf(stderr, "rank 1: dying mid-way on purpose (%s)\n", how);
         fflush(stderr);
-        _exit(3);
+        if (!strcmp(how, "abort")) abort();
+        _exit(!strcmp(how, "exit0") ? 0 : 3);
     }
     float x[8] = {0}, rx[64];
     int32_t id = 0;
