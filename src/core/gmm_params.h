@@ -85,7 +85,10 @@ typedef struct qmoe_gmm_params {
     qmoe_fastdiv_t threads_div;    /* by threads: blocks per part */
     qmoe_fastdiv_t devices_div;    /* by devices: chunks per device */
     qmoe_fastdiv_t row_block_div;  /* by row_block: blocks per expert segment */
-    uint8_t reserved[116]; /* room to grow without changing the size */
+    int32_t pad1;
+    /* prepacked weights (core/prepack.h) in place of w, ws, bias; NULL: the raw tensors */
+    const struct qmoe_weights *pp;
+    uint8_t reserved[104]; /* room to grow without changing the size */
 } qmoe_gmm_params;
 
 _Static_assert(sizeof(qmoe_gmm_params) == 512, "qmoe_gmm_params is a fixed-size plan");

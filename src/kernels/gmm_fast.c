@@ -15,10 +15,12 @@
  */
 #include "kernels/gmm_fast.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/gmm_access.h"
+#include "core/prepack.h"
 #include "runtime/copyq.h"
 #include "runtime/trace.h"
 
@@ -59,16 +61,17 @@ static int64_t units_for(const qmoe_gmm_params *p, int64_t Kp, int64_t cols)
 }
 
 /* The scratchpad of one call. Sizes cannot overflow: every term is bounded by a validated shape
- * (K < 65536, N <= 10240, G <= K, rows <= M, and M * K bytes of x exist). */
+ * (K < 65536, N <= 10240, G <= K, rows <= M, and M * K bytes of x exist). Prepacked weights (and
+ * the prepacking itself, `prepack`) use panels of QMOE_PP_COLS columns: 4 units. */
 static fast_layout layout_for(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p, int64_t rows,
-                              int64_t cols)
+                              int64_t cols, int prepack)
 {
     fast_layout L;
     L.mc = isa->mc > 0 ? isa->mc : MC;
     L.gk = p->group_k;
     L.gkp = (L.gk + 3) & ~(int64_t)3;
     L.Kp = L.gkp * p->G;
-    L.U = units_for(p, L.Kp, cols);
+    L.U = prepack || p->pp ? QMOE_PP_COLS / QMOE_PK_UNIT : units_for(p, L.Kp, cols);
     L.rows = rows;
     L.direct_x = p->x_s[1] == 1 && L.gk == L.gkp;
     /* Tile-ordered x: every chunk starts at a multiple of 64 when the group size is one. Blocks
@@ -101,7 +104,7 @@ static fast_layout layout_for(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p
 uint64_t qmoe_fast_scratch_bytes(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p,
                                  int64_t rows, int64_t cols)
 {
-    return layout_for(isa, p, rows < 1 ? 1 : rows, cols).total;
+    return layout_for(isa, p, rows < 1 ? 1 : rows, cols, 0).total;
 }
 
 /* ---------------------------------------------------------------- weight staging ----------- */
@@ -502,6 +505,82 @@ static int direct_panel(const block_args *A, qmoe_copyq *q, uint8_t *sp, const f
     return 1;
 }
 
+/* ---------------------------------------------------------------- prepacked weights -------- */
+
+/* int4 record -> the micro-kernel's steps: stored byte i of a step holds bytes i and 32 + i. */
+static void expand_int4(const uint8_t *src, int64_t steps, uint8_t *dst)
+{
+    for (int64_t q = 0; q < steps; q++, src += 32, dst += QMOE_PK_STEP)
+        for (int i = 0; i < 32; i++) {
+            dst[i] = (uint8_t)(src[i] & 0xF);
+            dst[32 + i] = (uint8_t)(src[i] >> 4);
+        }
+}
+
+/* Panel pn->jc / QMOE_PP_COLS of expert e from the prepacked object: int8 in place, int4
+ * expanded into the scratchpad's panel buffer; scales and corrections in place. */
+static void prepacked_panel(const qmoe_gmm_params *p, const fast_layout *L, uint8_t *sp,
+                            int64_t e, panel *pn)
+{
+    const struct qmoe_weights *pp = p->pp;
+    int64_t i = pn->jc / QMOE_PP_COLS;
+    const uint8_t *rec = pp->w + (uint64_t)e * pp->expert_wbytes + (uint64_t)i * pp->panel_wbytes;
+    pn->nc = p->N2 - pn->jc < QMOE_PP_COLS ? p->N2 - pn->jc : QMOE_PP_COLS;
+    pn->nu = qmoe_pp_units(pp, i);
+    pn->wstep = pn->nu * QMOE_PK_STEP;
+    pn->blk = (L->Kp / 4) * pn->wstep;
+    pn->wsg = pp->ws + (uint64_t)(e * pp->panels + i) * (uint64_t)(pp->G * QMOE_PP_LD);
+    pn->corr = pp->corr + (uint64_t)(e * pp->panels + i) * QMOE_PP_LD;
+    if (p->mode == QMOE_MODE_A8W8) {
+        pn->wp = (uint8_t *)(uintptr_t)rec; /* read only */
+        return;
+    }
+    pn->wp = sp + L->wp;
+    expand_int4(rec, 2 * (L->Kp / 4) * pn->nu, pn->wp);
+}
+
+/* Prepacking: expert e's records, packed by the same staging, rearrange and correction code as
+ * the raw path (so the bytes and the corrections are the raw path's), then stored. */
+void qmoe_fast_prepack_expert(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p, int64_t e,
+                              void *scratch, struct qmoe_weights *pp)
+{
+    fast_layout L = layout_for(isa, p, 1, p->N2, 1);
+    uint8_t *sp = scratch;
+    qmoe_copyq q;
+    qmoe_copyq_init(&q);
+    panel pn;
+    pn.ld = 2 * QMOE_PK_UNIT * L.U;
+    pn.wp = sp + L.wp;
+    pn.wsg = (float *)(sp + L.wsg);
+    pn.corr = (float *)(sp + L.corr);
+    for (int64_t i = 0; i < pp->panels; i++) {
+        pn.jc = i * QMOE_PP_COLS;
+        pn.nc = p->N2 - pn.jc < QMOE_PP_COLS ? p->N2 - pn.jc : QMOE_PP_COLS;
+        pn.nu = (pn.nc + QMOE_PK_UNIT - 1) / QMOE_PK_UNIT;
+        pn.wstep = pn.nu * QMOE_PK_STEP;
+        pn.blk = (L.Kp / 4) * pn.wstep;
+        pack_panel(isa, p, &q, &L, sp, e, 0, &pn);
+        uint8_t *rec = pp->w + (uint64_t)e * pp->expert_wbytes + (uint64_t)i * pp->panel_wbytes;
+        int64_t steps = 2 * (L.Kp / 4) * pn.nu;
+        if (p->mode == QMOE_MODE_A8W8) {
+            memcpy(rec, pn.wp, (size_t)(steps * QMOE_PK_STEP));
+        } else {
+            const uint8_t *v = pn.wp;
+            for (int64_t s = 0; s < steps; s++, v += QMOE_PK_STEP, rec += 32)
+                for (int b = 0; b < 32; b++) rec[b] = (uint8_t)(v[b] | v[32 + b] << 4);
+        }
+        memcpy(pp->ws + (uint64_t)(e * pp->panels + i) * (uint64_t)(pp->G * QMOE_PP_LD), pn.wsg,
+               sizeof(float) * (size_t)(p->G * QMOE_PP_LD));
+        memcpy(pp->corr + (uint64_t)(e * pp->panels + i) * QMOE_PP_LD, pn.corr,
+               sizeof(float) * QMOE_PP_LD);
+    }
+}
+
+uint64_t qmoe_fast_prepack_scratch_bytes(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p)
+{
+    return layout_for(isa, p, 1, p->N2, 1).total;
+}
+
 static void run_block(const block_args *A, uint8_t *sp, const fast_layout *L)
 {
     const qmoe_gemm_isa *isa = A->isa;
@@ -526,18 +605,31 @@ static void run_block(const block_args *A, uint8_t *sp, const fast_layout *L)
     float *f = (float *)(sp + L->f), *xs = (float *)(sp + L->xs);
     int8_t *xpack = (int8_t *)(sp + L->xpack);
     int64_t half = pn.ld / 2;
+    /* Prepacked panels sit at multiples of QMOE_PP_COLS (half): a range that starts elsewhere
+     * computes the whole panel and keeps its columns [c_lo, c_hi). */
+    int64_t jstart = p->pp ? A->j0 / half * half : A->j0;
 
-    for (pn.jc = A->j0; pn.jc < A->j1; pn.jc += half) {
-        pn.nc = A->j1 - pn.jc < half ? A->j1 - pn.jc : half;
-        pn.nu = (pn.nc + QMOE_PK_UNIT - 1) / QMOE_PK_UNIT;
-        pn.wstep = pn.nu * QMOE_PK_STEP;
-        pn.blk = (L->Kp / 4) * pn.wstep;
-        if (rows_all <= IN_PLACE_ROWS && isa->gemm_nz && L->direct_x &&
-            rows_all <= L->mc && direct_panel(A, q, sp, L, &pn, xoff))
-            continue;
-        QMOE_TRACE_START(A->ctx->trace, QMOE_EV_COPY, pn.jc / QMOE_PK_UNIT);
-        pack_panel(isa, p, q, L, sp, A->e, rows_all <= IN_PLACE_ROWS, &pn);
-        QMOE_TRACE_STOP(A->ctx->trace, QMOE_EV_COPY, pn.jc / QMOE_PK_UNIT);
+    for (pn.jc = jstart; pn.jc < A->j1; pn.jc += half) {
+        int64_t c_lo = 0, c_hi;
+        if (p->pp) {
+            QMOE_TRACE_START(A->ctx->trace, QMOE_EV_COPY, pn.jc / QMOE_PK_UNIT);
+            prepacked_panel(p, L, sp, A->e, &pn);
+            QMOE_TRACE_STOP(A->ctx->trace, QMOE_EV_COPY, pn.jc / QMOE_PK_UNIT);
+            c_lo = A->j0 > pn.jc ? A->j0 - pn.jc : 0;
+            c_hi = A->j1 - pn.jc < pn.nc ? A->j1 - pn.jc : pn.nc;
+        } else {
+            pn.nc = A->j1 - pn.jc < half ? A->j1 - pn.jc : half;
+            pn.nu = (pn.nc + QMOE_PK_UNIT - 1) / QMOE_PK_UNIT;
+            pn.wstep = pn.nu * QMOE_PK_STEP;
+            pn.blk = (L->Kp / 4) * pn.wstep;
+            c_hi = pn.nc;
+            if (rows_all <= IN_PLACE_ROWS && isa->gemm_nz && L->direct_x &&
+                rows_all <= L->mc && direct_panel(A, q, sp, L, &pn, xoff))
+                continue;
+            QMOE_TRACE_START(A->ctx->trace, QMOE_EV_COPY, pn.jc / QMOE_PK_UNIT);
+            pack_panel(isa, p, q, L, sp, A->e, rows_all <= IN_PLACE_ROWS, &pn);
+            QMOE_TRACE_STOP(A->ctx->trace, QMOE_EV_COPY, pn.jc / QMOE_PK_UNIT);
+        }
 
         for (int64_t mb = A->m0; mb < A->m1; mb += L->mc) {
             int64_t rows = A->m1 - mb < L->mc ? A->m1 - mb : L->mc;
@@ -565,7 +657,7 @@ static void run_block(const block_args *A, uint8_t *sp, const fast_layout *L)
                 if (A->dump) {
                     for (int64_t r = 0; r < rows; r++)
                         for (int64_t h = 0; h < 2; h++)
-                            for (int64_t c = 0; c < pn.nc; c++) {
+                            for (int64_t c = c_lo; c < c_hi; c++) {
                                 int64_t at = ((mb - A->m0 + r) * p->G + g) * 2 * ncols_all +
                                              h * ncols_all + (pn.jc - A->j0) + c;
                                 A->dump[at] = acc[r * pn.ld + h * half + c] - xo[r * p->G + g];
@@ -578,8 +670,8 @@ static void run_block(const block_args *A, uint8_t *sp, const fast_layout *L)
             }
             if (A->dump) continue;
             for (int64_t r = 0; r < rows; r++) xs[r] = p->xs[(mb + r) * p->xs_s];
-            isa->swiglu(rows, pn.nc, f, pn.ld, half, pn.corr, xs,
-                        A->s + (mb - A->m0) * A->lds + (pn.jc - A->j0), A->lds);
+            isa->swiglu(rows, c_hi - c_lo, f + c_lo, pn.ld, half, pn.corr + c_lo, xs,
+                        A->s + (mb - A->m0) * A->lds + (pn.jc + c_lo - A->j0), A->lds);
         }
     }
 }
@@ -588,7 +680,7 @@ static void run_block(const block_args *A, uint8_t *sp, const fast_layout *L)
  * path until every driver plans scratch) in a temporary one. */
 static int with_scratch(const block_args *A)
 {
-    fast_layout L = layout_for(A->isa, A->p, A->m1 - A->m0, A->j1 - A->j0);
+    fast_layout L = layout_for(A->isa, A->p, A->m1 - A->m0, A->j1 - A->j0, 0);
     if (A->ctx->scratch && A->ctx->scratch_bytes >= L.total) {
         run_block(A, A->ctx->scratch, &L);
         return 1;
@@ -606,7 +698,15 @@ void qmoe_fast_swiglu_block(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p,
 {
     if (m1 <= m0 || j1 <= j0) return;
     block_args A = {isa, p, ctx, e, m0, m1, j0, j1, s, lds, NULL};
-    if (!with_scratch(&A)) qmoe_kernel_reference.swiglu_block(p, ctx, e, m0, m1, j0, j1, s, lds);
+    if (with_scratch(&A)) return;
+    if (!p->pp) {
+        qmoe_kernel_reference.swiglu_block(p, ctx, e, m0, m1, j0, j1, s, lds);
+        return;
+    }
+    /* out of memory on the unplanned path with prepacked weights, which the reference kernel
+     * cannot read: NaN rows quantize to a NaN scale, visibly wrong rather than plausible */
+    for (int64_t m = m0; m < m1; m++)
+        for (int64_t j = j0; j < j1; j++) s[(m - m0) * lds + (j - j0)] = NAN;
 }
 
 void qmoe_fast_acc_block(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p, qmoe_thread_ctx *ctx,

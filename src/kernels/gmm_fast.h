@@ -113,6 +113,13 @@ void qmoe_fast_quantize_rows(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p,
 void qmoe_fast_acc_block(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p, qmoe_thread_ctx *ctx,
                          int64_t e, int64_t m0, int64_t m1, int64_t j0, int64_t j1, int32_t *acc);
 
+/* Prepacked weights (core/prepack.h): the scratchpad prepacking needs, and expert e's records
+ * written into pp (whose geometry the caller has set) by the raw path's own packing code. */
+struct qmoe_weights;
+uint64_t qmoe_fast_prepack_scratch_bytes(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p);
+void qmoe_fast_prepack_expert(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p, int64_t e,
+                              void *scratch, struct qmoe_weights *pp);
+
 /* The table behind a kernel id; NULL for the reference kernel or one this build lacks. */
 const qmoe_gemm_isa *qmoe_gemm_isa_for(int32_t kernel_id);
 
