@@ -33,6 +33,8 @@ static const bench_shape named[] = {
     {"prefill", 4, 8192, 7168, 4096, 0},
     {"decode", 8, 32, 7168, 4096, 1},
     {"mid", 8, 512, 2048, 1536, 0},
+    {"mid64", 8, 512, 2048, 1536, 1},    /* the mid: E=8 x 64 rows each */
+    {"qwen3", 128, 4096, 2048, 1536, 1}, /* Qwen3-30B-A3B gate/up: E=128 x 32 rows */
 };
 
 typedef struct bench_args {
@@ -42,6 +44,7 @@ typedef struct bench_args {
     int64_t groups;
     int repeat;
     int peer_onednn;
+    int raw; /* time the raw-weight path instead of prepacked weights */
     int64_t dram_mb;
     cli_runtime rt;
 } bench_args;
@@ -61,12 +64,16 @@ static void usage(FILE *f)
             "per shape with int8 GOPS, weight bytes read per second, and their ratios to the peak\n"
             "int8 rate and DRAM read bandwidth measured in the same run.\n\n"
             "  SHAPE                 prefill (E=4 M=8192 K=7168 N=4096, the default), decode (E=8,\n"
-            "                        4 tokens each, K=7168 N=4096), mid (E=8 M=512 K=2048 N=1536)\n"
+            "                        4 tokens each, K=7168 N=4096), mid (E=8 M=512 K=2048 N=1536),\n"
+            "                        mid64 (mid with 64 tokens each), qwen3 (Qwen3-30B-A3B gate/up:\n"
+            "                        E=128, 32 tokens each, K=2048 N=1536)\n"
             "  --shape E,M,K,N       any shape (repeatable)\n"
             "  --mode a8w8|a8w4      weight type (default a8w4: int32-packed int4 NZ)\n"
             "  --groups G            per-group weight scale [E,G,N] (default: per-channel)\n"
             "  --repeat R            timed runs after one warm-up (default 5)\n"
             "  --dram-mb MB          buffer of the bandwidth probe (default 1024)\n"
+            "  --raw                 time the raw-weight path (default: weights prepacked once,\n"
+            "                        outside the timing; each line says \"weights\")\n"
             "  --peer onednn         also time oneDNN's int8 matmul (if built with it)\n%s",
             cli_runtime_help());
 }
@@ -124,6 +131,11 @@ static int parse(int argc, char **argv, bench_args *a)
         if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
             usage(stdout);
             return 1;
+        }
+        if (!strcmp(o, "--raw")) {
+            a->raw = 1;
+            i++;
+            continue;
         }
         int found = 0;
         for (size_t s = 0; s < sizeof named / sizeof named[0]; s++)
@@ -322,7 +334,9 @@ static int bench_case(const bench_args *a, const bench_shape *s, int threads, do
     case_exec ex = {0};
     int rc = 1;
     double *ms = calloc((size_t)a->repeat, sizeof(double));
-    if (!ms || case_plan(&c, &opt, &ex, err)) {
+    if (!a->raw)
+        fprintf(stderr, "qmoe bench: %s: prepacking the weights (outside the timing)\n", s->name);
+    if (!ms || (a->raw ? case_plan(&c, &opt, &ex, err) : case_plan_prepacked(&c, &opt, &ex, err))) {
         fprintf(stderr, "qmoe bench: %s\n", ms ? err : "out of memory");
         goto done; /* case_plan may have allocated the outputs */
     }
@@ -384,11 +398,12 @@ static int bench_case(const bench_args *a, const bench_shape *s, int threads, do
 #endif
     }
     printf("{\"shape\":\"%s\",\"E\":%lld,\"M\":%lld,\"K\":%lld,\"N\":%lld,\"mode\":\"%s\","
-           "\"groups\":%lld,\"weight\":\"nz\",\"kernel\":\"%s\",\"threads\":%d,\"repeat\":%d,"
+           "\"groups\":%lld,\"weight\":\"nz\",\"weights\":\"%s\",\"kernel\":\"%s\",\"threads\":%d,\"repeat\":%d,"
            "\"median_ms\":%.3f,\"best_ms\":%.3f,\"int8_gops\":%.1f,\"weight_gbps\":%.2f,"
            "\"peak_int8_gops\":%.1f,\"dram_read_gbps\":%.2f,\"pct_peak\":%.1f,\"pct_mem\":%.1f%s}\n",
            s->name, (long long)s->E, (long long)s->M, (long long)s->K, (long long)s->N,
-           a->a8w4 ? "a8w4" : "a8w8", (long long)a->groups, qmoe_kernel_name(kid), threads,
+           a->a8w4 ? "a8w4" : "a8w8", (long long)a->groups, a->raw ? "raw" : "prepacked",
+           qmoe_kernel_name(kid), threads,
            a->repeat, med, ms[0], gops, wgbps, *peak, *dram, *peak > 0 ? 100.0 * gops / *peak : 0.0,
            *dram > 0 ? 100.0 * wgbps / *dram : 0.0, peer);
     fflush(stdout);
