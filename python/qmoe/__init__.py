@@ -8,7 +8,8 @@ PyTorch CPU tensors). The C library libqmoe.so is bound with ctypes.
     out, scale, _ = qmoe.grouped_matmul_swiglu_quant(x, qmoe.nd_to_nz(w), group_list, ws, xs)
 
 Operator: :func:`grouped_matmul_swiglu_quant`, :func:`npu_grouped_matmul_swiglu_quant`
-(the framework's argument order), :func:`reference` (the C reference kernel).
+(the framework's argument order), :func:`reference` (the C reference kernel); :func:`prepack`
+makes weights the operator reads without repacking them on every call.
 Weights: :func:`nd_to_nz`, :func:`nz_to_nd`, :func:`pack_int4`, :func:`unpack_int4`,
 :func:`weight_assist_matrix`. Errors: :class:`QmoeError`.
 """
@@ -20,6 +21,7 @@ from ._errors import QmoeError
 from ._layout import (nd_to_nz, nz_to_nd, pack_int4, pack_int4_int32, unpack_int4,
                       unpack_int4_int32, weight_assist_matrix)
 from ._op import grouped_matmul_swiglu_quant, npu_grouped_matmul_swiglu_quant, reference
+from ._prepack import PrepackedWeights, prepack
 
 __version__ = "0.1.0"
 
@@ -48,6 +50,8 @@ __all__ = [
     "grouped_matmul_swiglu_quant",
     "npu_grouped_matmul_swiglu_quant",
     "reference",
+    "prepack",
+    "PrepackedWeights",
     "nd_to_nz",
     "nz_to_nd",
     "pack_int4",
