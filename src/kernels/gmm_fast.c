@@ -40,7 +40,8 @@ typedef struct fast_layout {
     int direct_x;        /* x rows are read in place */
     int tiled_x;         /* x is also packed in tile order for gemm_xt (xt, Kt bytes a row) */
     int64_t Kt;
-    uint64_t wp, wsg, corr, csum, cs, stage, ones, onesw, tmp, xoff, xs, xpack, xt, acc, f, total;
+    uint64_t wp, wsg, corr, csum, cs, stage, ones, onesw, tmp, xoff, xs, xpack, xt, acc, f, sr,
+        total;
 } fast_layout;
 
 static uint64_t take(uint64_t *off, uint64_t bytes)
@@ -97,6 +98,9 @@ static fast_layout layout_for(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p
     L.xt = take(&off, (uint64_t)(rows / 16 * 16) * (uint64_t)L.Kt);
     L.acc = take(&off, mc * cols2 * sizeof(int32_t));
     L.f = take(&off, mc * cols2 * sizeof(float));
+    /* prepacked: S of a panel whose columns start off a 16-column edge (kernel.h lets a block
+     * start anywhere; the planner never does) */
+    L.sr = take(&off, p->pp ? mc * QMOE_PP_COLS * sizeof(float) : 0);
     L.total = off;
     return L;
 }
@@ -670,8 +674,20 @@ static void run_block(const block_args *A, uint8_t *sp, const fast_layout *L)
             }
             if (A->dump) continue;
             for (int64_t r = 0; r < rows; r++) xs[r] = p->xs[(mb + r) * p->xs_s];
-            isa->swiglu(rows, c_hi - c_lo, f + c_lo, pn.ld, half, pn.corr + c_lo, xs,
-                        A->s + (mb - A->m0) * A->lds + (pn.jc + c_lo - A->j0), A->lds);
+            float *srow = A->s + (mb - A->m0) * A->lds + (pn.jc + c_lo - A->j0);
+            if (c_lo % QMOE_PK_UNIT == 0) {
+                isa->swiglu(rows, c_hi - c_lo, f + c_lo, pn.ld, half, pn.corr + c_lo, xs, srow,
+                            A->lds);
+            } else {
+                /* vector epilogues read whole 16-column groups: start on one, then copy */
+                int64_t c16 = c_lo / QMOE_PK_UNIT * QMOE_PK_UNIT;
+                float *sr = (float *)(sp + L->sr);
+                isa->swiglu(rows, c_hi - c16, f + c16, pn.ld, half, pn.corr + c16, xs, sr,
+                            QMOE_PP_COLS);
+                for (int64_t r = 0; r < rows; r++)
+                    memcpy(srow + r * A->lds, sr + r * QMOE_PP_COLS + (c_lo - c16),
+                           sizeof(float) * (size_t)(c_hi - c_lo));
+            }
         }
     }
 }
