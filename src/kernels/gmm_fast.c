@@ -254,6 +254,7 @@ typedef struct panel {
     float *wsg;         /* [G][2 * 16 * U]: act columns then gate columns */
     float *corr;        /* [2 * 16 * U] */
     int64_t ld;         /* 2 * 16 * U */
+    int i4;             /* wp holds prepacked int4 steps for the isa's gemm_i4 (32 bytes a unit) */
 } panel;
 
 static int64_t weight_col(const qmoe_gmm_params *p, const panel *pn, int64_t half, int64_t c)
@@ -429,15 +430,17 @@ static void tile_chunk(const qmoe_gemm_isa *isa, const fast_layout *L, const pan
         }
         return;
     }
+    int64_t ustep = pn->i4 ? QMOE_PK_STEP / 2 : QMOE_PK_STEP;
+    void (*gemm)(int, int, int64_t, const int8_t *, int64_t, const uint8_t *, int64_t, int32_t *,
+                 int64_t, int) = pn->i4 ? isa->gemm_i4 : isa->gemm;
     for (int64_t r = 0; r < rows; r += isa->mr) {
         int mr = (int)(rows - r < isa->mr ? rows - r : isa->mr);
         for (int64_t h = 0; h < 2; h++)
             for (int64_t u0 = 0; u0 < pn->nu; u0 += isa->nu) {
                 int nu = (int)(pn->nu - u0 < isa->nu ? pn->nu - u0 : isa->nu);
-                isa->gemm(mr, nu, kq, x + r * ldx + pos, ldx,
-                          pn->wp + h * pn->blk + (pos / 4) * pn->wstep + u0 * QMOE_PK_STEP,
-                          pn->wstep, acc + r * pn->ld + h * (pn->ld / 2) + u0 * QMOE_PK_UNIT,
-                          pn->ld, accumulate);
+                gemm(mr, nu, kq, x + r * ldx + pos, ldx,
+                     pn->wp + h * pn->blk + (pos / 4) * pn->wstep + u0 * ustep, pn->wstep,
+                     acc + r * pn->ld + h * (pn->ld / 2) + u0 * QMOE_PK_UNIT, pn->ld, accumulate);
             }
     }
 }
@@ -521,10 +524,11 @@ static void expand_int4(const uint8_t *src, int64_t steps, uint8_t *dst)
         }
 }
 
-/* Panel pn->jc / QMOE_PP_COLS of expert e from the prepacked object: int8 in place, int4
- * expanded into the scratchpad's panel buffer; scales and corrections in place. */
-static void prepacked_panel(const qmoe_gmm_params *p, const fast_layout *L, uint8_t *sp,
-                            int64_t e, panel *pn)
+/* Panel pn->jc / QMOE_PP_COLS of expert e from the prepacked object: int8 in place; int4 in
+ * place for an isa with gemm_i4 (expanded in registers), else expanded into the scratchpad's
+ * panel buffer (tile kernels load B tiles from memory); scales and corrections in place. */
+static void prepacked_panel(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p,
+                            const fast_layout *L, uint8_t *sp, int64_t e, panel *pn)
 {
     const struct qmoe_weights *pp = p->pp;
     int64_t i = pn->jc / QMOE_PP_COLS;
@@ -535,8 +539,16 @@ static void prepacked_panel(const qmoe_gmm_params *p, const fast_layout *L, uint
     pn->blk = (L->Kp / 4) * pn->wstep;
     pn->wsg = pp->ws + (uint64_t)(e * pp->panels + i) * (uint64_t)(pp->G * QMOE_PP_LD);
     pn->corr = pp->corr + (uint64_t)(e * pp->panels + i) * QMOE_PP_LD;
+    pn->i4 = 0;
     if (p->mode == QMOE_MODE_A8W8) {
         pn->wp = (uint8_t *)(uintptr_t)rec; /* read only */
+        return;
+    }
+    if (isa->gemm_i4 && !L->tiled_x) {
+        pn->i4 = 1;
+        pn->wp = (uint8_t *)(uintptr_t)rec;
+        pn->wstep = pn->nu * (QMOE_PK_STEP / 2);
+        pn->blk = (L->Kp / 4) * pn->wstep;
         return;
     }
     pn->wp = sp + L->wp;
@@ -553,6 +565,7 @@ void qmoe_fast_prepack_expert(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p
     qmoe_copyq q;
     qmoe_copyq_init(&q);
     panel pn;
+    pn.i4 = 0;
     pn.ld = 2 * QMOE_PK_UNIT * L.U;
     pn.wp = sp + L.wp;
     pn.wsg = (float *)(sp + L.wsg);
@@ -601,6 +614,7 @@ static void run_block(const block_args *A, uint8_t *sp, const fast_layout *L)
     if (xt) pack_xt(p, L, A->m0, rows_all / 16 * 16, xt);
 
     panel pn;
+    pn.i4 = 0;
     pn.ld = 2 * QMOE_PK_UNIT * L->U;
     pn.wp = sp + L->wp;
     pn.wsg = (float *)(sp + L->wsg);
@@ -617,7 +631,7 @@ static void run_block(const block_args *A, uint8_t *sp, const fast_layout *L)
         int64_t c_lo = 0, c_hi;
         if (p->pp) {
             QMOE_TRACE_START(A->ctx->trace, QMOE_EV_COPY, pn.jc / QMOE_PK_UNIT);
-            prepacked_panel(p, L, sp, A->e, &pn);
+            prepacked_panel(isa, p, L, sp, A->e, &pn);
             QMOE_TRACE_STOP(A->ctx->trace, QMOE_EV_COPY, pn.jc / QMOE_PK_UNIT);
             c_lo = A->j0 > pn.jc ? A->j0 - pn.jc : 0;
             c_hi = A->j1 - pn.jc < pn.nc ? A->j1 - pn.jc : pn.nc;

@@ -76,6 +76,12 @@ typedef struct qmoe_gemm_isa {
                    const uint8_t *const *src, const int64_t *stride, int32_t *acc, int64_t ldacc,
                    int32_t *cs, int accumulate);
 
+    /* Optional (NULL: none): gemm on prepacked int4 steps (core/prepack.h): wp holds 32 bytes
+     * per unit and step (unit u at wp + 32u, steps wstep apart), each the nibbles of the 64-byte
+     * step gemm reads, expanded in registers. Same results as gemm on the expanded steps. */
+    void (*gemm_i4)(int mr, int nu, int64_t kq, const int8_t *x, int64_t ldx, const uint8_t *wp,
+                    int64_t wstep, int32_t *acc, int64_t ldacc, int accumulate);
+
     /* The benchmark's peak: `iters` rounds of the set's int8 dot-product instruction on
      * independent register accumulators; returns the int8 operations done (2 per multiply-add). */
     uint64_t (*peak_loop)(uint64_t iters);
