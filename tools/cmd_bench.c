@@ -22,6 +22,9 @@
 #ifdef QMOE_HAVE_DNNL
 #include "peer_onednn.h"
 #endif
+#ifdef QMOE_HAVE_MKL_PEER
+#include "peer_mkl.h"
+#endif
 
 typedef struct bench_shape {
     const char *name;
@@ -44,6 +47,7 @@ typedef struct bench_args {
     int64_t groups;
     int repeat;
     int peer_onednn;
+    int peer_mkl;
     int raw; /* time the raw-weight path instead of prepacked weights */
     int64_t dram_mb;
     cli_runtime rt;
@@ -74,7 +78,8 @@ static void usage(FILE *f)
             "  --dram-mb MB          buffer of the bandwidth probe (default 1024)\n"
             "  --raw                 time the raw-weight path (default: weights prepacked once,\n"
             "                        outside the timing; each line says \"weights\")\n"
-            "  --peer onednn         also time oneDNN's int8 matmul (if built with it)\n%s",
+            "  --peer onednn|mkl     also time oneDNN's int8 matmul (if built with it) or oneMKL's\n"
+            "                        packed int8 GEMM (libmkl_rt found at run time: make bench-venv)\n%s",
             cli_runtime_help());
 }
 
@@ -175,11 +180,12 @@ static int parse(int argc, char **argv, bench_args *a)
         } else if (!strcmp(o, "--dram-mb")) {
             if (parse_i64(o, v, 16, 1 << 20, &a->dram_mb)) return -1;
         } else if (!strcmp(o, "--peer")) {
-            if (strcmp(v, "onednn")) {
-                fprintf(stderr, "qmoe bench: --peer knows only 'onednn', got '%s'\n", v);
+            if (strcmp(v, "onednn") && strcmp(v, "mkl")) {
+                fprintf(stderr, "qmoe bench: --peer is onednn or mkl, got '%s'\n", v);
                 return -1;
             }
-            a->peer_onednn = 1;
+            a->peer_onednn = !strcmp(v, "onednn");
+            a->peer_mkl = !strcmp(v, "mkl");
         } else {
             fprintf(stderr, "qmoe bench: unknown option '%s' (qmoe bench --help)\n", o);
             return -1;
@@ -397,6 +403,25 @@ static int bench_case(const bench_args *a, const bench_shape *s, int threads, do
                         "found when it was configured); peer skipped\n");
 #endif
     }
+#ifdef QMOE_HAVE_MKL_PEER
+    if (a->peer_mkl) {
+        int64_t per[4096], at = 0;
+        for (int64_t e = 0; e < c.in[CASE_GROUP_LIST].count; e++) {
+            per[e] = ends[e] - at;
+            at = ends[e];
+        }
+        double pms;
+        fprintf(stderr, "qmoe bench: %s: timing oneMKL's packed int8 GEMM, expert by expert\n",
+                s->name);
+        if (peer_mkl_time(per, c.in[CASE_GROUP_LIST].count, s->K, s->N, threads, a->repeat,
+                          &pms) == 0)
+            snprintf(peer, sizeof peer,
+                     ",\"peer\":\"mkl\",\"peer_median_ms\":%.3f,\"peer_int8_gops\":%.1f,"
+                     "\"speedup_vs_peer\":%.2f",
+                     pms, 2.0 * (double)rows * (double)s->K * (double)s->N / (pms * 1e-3) * 1e-9,
+                     pms / med);
+    }
+#endif
     printf("{\"shape\":\"%s\",\"E\":%lld,\"M\":%lld,\"K\":%lld,\"N\":%lld,\"mode\":\"%s\","
            "\"groups\":%lld,\"weight\":\"nz\",\"weights\":\"%s\",\"kernel\":\"%s\",\"threads\":%d,\"repeat\":%d,"
            "\"median_ms\":%.3f,\"best_ms\":%.3f,\"int8_gops\":%.1f,\"weight_gbps\":%.2f,"
