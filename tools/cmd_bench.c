@@ -48,7 +48,8 @@ typedef struct bench_args {
     int repeat;
     int peer_onednn;
     int peer_mkl;
-    int raw; /* time the raw-weight path instead of prepacked weights */
+    int raw;  /* time the raw-weight path instead of prepacked weights */
+    int even; /* --even: custom shapes get exactly M/E tokens per expert */
     int64_t dram_mb;
     cli_runtime rt;
 } bench_args;
@@ -72,6 +73,7 @@ static void usage(FILE *f)
             "                        mid64 (mid with 64 tokens each), qwen3 (Qwen3-30B-A3B gate/up:\n"
             "                        E=128, 32 tokens each, K=2048 N=1536)\n"
             "  --shape E,M,K,N       any shape (repeatable)\n"
+            "  --even                custom shapes: exactly M/E tokens per expert (default: uneven)\n"
             "  --mode a8w8|a8w4      weight type (default a8w4: int32-packed int4 NZ)\n"
             "  --groups G            per-group weight scale [E,G,N] (default: per-channel)\n"
             "  --repeat R            timed runs after one warm-up (default 5)\n"
@@ -137,8 +139,9 @@ static int parse(int argc, char **argv, bench_args *a)
             usage(stdout);
             return 1;
         }
-        if (!strcmp(o, "--raw")) {
-            a->raw = 1;
+        if (!strcmp(o, "--raw") || !strcmp(o, "--even")) {
+            if (o[2] == 'r') a->raw = 1;
+            else a->even = 1;
             i++;
             continue;
         }
@@ -165,7 +168,7 @@ static int parse(int argc, char **argv, bench_args *a)
                 fprintf(stderr, "qmoe bench: --shape needs E,M,K,N (E>=1, K<65536, N<=10240)\n");
                 return -1;
             }
-            if (add_shape(a, (bench_shape){"custom", d[0], d[1], d[2], d[3], 0})) return -1;
+            if (add_shape(a, (bench_shape){"custom", d[0], d[1], d[2], d[3], -1})) return -1;
         } else if (!strcmp(o, "--mode")) {
             if (strcmp(v, "a8w8") && strcmp(v, "a8w4")) {
                 fprintf(stderr, "qmoe bench: --mode is a8w8 or a8w4, got '%s'\n", v);
@@ -193,6 +196,8 @@ static int parse(int argc, char **argv, bench_args *a)
         i += 2;
     }
     if (!a->nshapes) add_shape(a, named[0]);
+    for (int s = 0; s < a->nshapes; s++)
+        if (a->shapes[s].even < 0) a->shapes[s].even = a->even;
     return 0;
 }
 
