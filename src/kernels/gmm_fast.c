@@ -255,6 +255,7 @@ typedef struct panel {
     float *corr;        /* [2 * 16 * U] */
     int64_t ld;         /* 2 * 16 * U */
     int i4;             /* wp holds prepacked int4 steps for the isa's gemm_i4 (32 bytes a unit) */
+    int stream;         /* wp is read in place from prepacked weights: gemm_pf when the isa has it */
 } panel;
 
 static int64_t weight_col(const qmoe_gmm_params *p, const panel *pn, int64_t half, int64_t c)
@@ -432,7 +433,9 @@ static void tile_chunk(const qmoe_gemm_isa *isa, const fast_layout *L, const pan
     }
     int64_t ustep = pn->i4 ? QMOE_PK_STEP / 2 : QMOE_PK_STEP;
     void (*gemm)(int, int, int64_t, const int8_t *, int64_t, const uint8_t *, int64_t, int32_t *,
-                 int64_t, int) = pn->i4 ? isa->gemm_i4 : isa->gemm;
+                 int64_t, int) = pn->i4 ? isa->gemm_i4
+                                 : pn->stream && isa->gemm_pf ? isa->gemm_pf
+                                                              : isa->gemm;
     for (int64_t r = 0; r < rows; r += isa->mr) {
         int mr = (int)(rows - r < isa->mr ? rows - r : isa->mr);
         for (int64_t h = 0; h < 2; h++)
@@ -540,6 +543,7 @@ static void prepacked_panel(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p,
     pn->wsg = pp->ws + (uint64_t)(e * pp->panels + i) * (uint64_t)(pp->G * QMOE_PP_LD);
     pn->corr = pp->corr + (uint64_t)(e * pp->panels + i) * QMOE_PP_LD;
     pn->i4 = 0;
+    pn->stream = 1;
     if (p->mode == QMOE_MODE_A8W8) {
         pn->wp = (uint8_t *)(uintptr_t)rec; /* read only */
         return;
@@ -551,8 +555,26 @@ static void prepacked_panel(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p,
         pn->blk = (L->Kp / 4) * pn->wstep;
         return;
     }
+    pn->stream = 0;
     pn->wp = sp + L->wp;
     expand_int4(rec, 2 * (L->Kp / 4) * pn->nu, pn->wp);
+}
+
+/* Slice `part` of `parts` of the int8 record of the panel after pn (same expert), asked into L2
+ * while pn computes: a block of many rows spreads the next panel's fetch over its row blocks,
+ * so tile loads find it in L2 as they find a packed panel on the raw path, without a copy. */
+static void prefetch_next(const qmoe_gmm_params *p, int64_t e, const panel *pn, int64_t j1,
+                          int64_t part, int64_t parts)
+{
+    const struct qmoe_weights *pp = p->pp;
+    int64_t i = pn->jc / QMOE_PP_COLS + 1;
+    if (!pn->stream || i >= pp->panels || i * QMOE_PP_COLS >= j1) return;
+    const uint8_t *rec = pp->w + (uint64_t)e * pp->expert_wbytes + (uint64_t)i * pp->panel_wbytes;
+    uint64_t bytes = 2 * (uint64_t)(pp->Kp / 4) * (uint64_t)qmoe_pp_units(pp, i) *
+                     (uint64_t)pp->step_bytes;
+    uint64_t slice = (bytes / (uint64_t)parts + 63) & ~(uint64_t)63;
+    uint64_t o0 = slice * (uint64_t)part, o1 = o0 + slice < bytes ? o0 + slice : bytes;
+    for (uint64_t o = o0; o < o1; o += 64) __builtin_prefetch(rec + o, 0, 2);
 }
 
 /* Prepacking: expert e's records, packed by the same staging, rearrange and correction code as
@@ -565,7 +587,7 @@ void qmoe_fast_prepack_expert(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p
     qmoe_copyq q;
     qmoe_copyq_init(&q);
     panel pn;
-    pn.i4 = 0;
+    pn.i4 = pn.stream = 0;
     pn.ld = 2 * QMOE_PK_UNIT * L.U;
     pn.wp = sp + L.wp;
     pn.wsg = (float *)(sp + L.wsg);
@@ -614,7 +636,7 @@ static void run_block(const block_args *A, uint8_t *sp, const fast_layout *L)
     if (xt) pack_xt(p, L, A->m0, rows_all / 16 * 16, xt);
 
     panel pn;
-    pn.i4 = 0;
+    pn.i4 = pn.stream = 0;
     pn.ld = 2 * QMOE_PK_UNIT * L->U;
     pn.wp = sp + L->wp;
     pn.wsg = (float *)(sp + L->wsg);
@@ -651,6 +673,9 @@ static void run_block(const block_args *A, uint8_t *sp, const fast_layout *L)
 
         for (int64_t mb = A->m0; mb < A->m1; mb += L->mc) {
             int64_t rows = A->m1 - mb < L->mc ? A->m1 - mb : L->mc;
+            if (p->pp && rows_all > IN_PLACE_ROWS)
+                prefetch_next(p, A->e, &pn, A->j1, (mb - A->m0) / L->mc,
+                              (rows_all + L->mc - 1) / L->mc);
             const int8_t *x = p->x + mb * p->x_s[0];
             int64_t ldx = p->x_s[0];
             if (!L->direct_x) {

@@ -82,6 +82,11 @@ typedef struct qmoe_gemm_isa {
     void (*gemm_i4)(int mr, int nu, int64_t kq, const int8_t *x, int64_t ldx, const uint8_t *wp,
                     int64_t wstep, int32_t *acc, int64_t ldacc, int accumulate);
 
+    /* Optional (NULL: gemm): gemm that prefetches ahead of the weight stream, for prepacked int8
+     * weights read in place from memory. Same results as gemm. */
+    void (*gemm_pf)(int mr, int nu, int64_t kq, const int8_t *x, int64_t ldx, const uint8_t *wp,
+                    int64_t wstep, int32_t *acc, int64_t ldacc, int accumulate);
+
     /* The benchmark's peak: `iters` rounds of the set's int8 dot-product instruction on
      * independent register accumulators; returns the int8 operations done (2 per multiply-add). */
     uint64_t (*peak_loop)(uint64_t iters);
