@@ -560,23 +560,6 @@ static void prepacked_panel(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p,
     expand_int4(rec, 2 * (L->Kp / 4) * pn->nu, pn->wp);
 }
 
-/* Slice `part` of `parts` of the int8 record of the panel after pn (same expert), asked into L2
- * while pn computes: a block of many rows spreads the next panel's fetch over its row blocks,
- * so tile loads find it in L2 as they find a packed panel on the raw path, without a copy. */
-static void prefetch_next(const qmoe_gmm_params *p, int64_t e, const panel *pn, int64_t j1,
-                          int64_t part, int64_t parts)
-{
-    const struct qmoe_weights *pp = p->pp;
-    int64_t i = pn->jc / QMOE_PP_COLS + 1;
-    if (!pn->stream || i >= pp->panels || i * QMOE_PP_COLS >= j1) return;
-    const uint8_t *rec = pp->w + (uint64_t)e * pp->expert_wbytes + (uint64_t)i * pp->panel_wbytes;
-    uint64_t bytes = 2 * (uint64_t)(pp->Kp / 4) * (uint64_t)qmoe_pp_units(pp, i) *
-                     (uint64_t)pp->step_bytes;
-    uint64_t slice = (bytes / (uint64_t)parts + 63) & ~(uint64_t)63;
-    uint64_t o0 = slice * (uint64_t)part, o1 = o0 + slice < bytes ? o0 + slice : bytes;
-    for (uint64_t o = o0; o < o1; o += 64) __builtin_prefetch(rec + o, 0, 2);
-}
-
 /* Prepacking: expert e's records, packed by the same staging, rearrange and correction code as
  * the raw path (so the bytes and the corrections are the raw path's), then stored. */
 void qmoe_fast_prepack_expert(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p, int64_t e,
@@ -673,9 +656,6 @@ static void run_block(const block_args *A, uint8_t *sp, const fast_layout *L)
 
         for (int64_t mb = A->m0; mb < A->m1; mb += L->mc) {
             int64_t rows = A->m1 - mb < L->mc ? A->m1 - mb : L->mc;
-            if (p->pp && rows_all > IN_PLACE_ROWS)
-                prefetch_next(p, A->e, &pn, A->j1, (mb - A->m0) / L->mc,
-                              (rows_all + L->mc - 1) / L->mc);
             const int8_t *x = p->x + mb * p->x_s[0];
             int64_t ldx = p->x_s[0];
             if (!L->direct_x) {
