@@ -528,10 +528,12 @@ static void expand_int4(const uint8_t *src, int64_t steps, uint8_t *dst)
 }
 
 /* Panel pn->jc / QMOE_PP_COLS of expert e from the prepacked object: int8 in place; int4 in
- * place for an isa with gemm_i4 (expanded in registers), else expanded into the scratchpad's
- * panel buffer (tile kernels load B tiles from memory); scales and corrections in place. */
+ * place for a block of one micro-tile of rows and an isa with gemm_i4 (expanded in registers,
+ * once), else expanded once into the scratchpad's panel buffer (every further micro-tile would
+ * expand again; tile kernels load B tiles from memory); scales and corrections in place. */
 static void prepacked_panel(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p,
-                            const fast_layout *L, uint8_t *sp, int64_t e, panel *pn)
+                            const fast_layout *L, uint8_t *sp, int64_t e, int64_t rows,
+                            panel *pn)
 {
     const struct qmoe_weights *pp = p->pp;
     int64_t i = pn->jc / QMOE_PP_COLS;
@@ -548,7 +550,7 @@ static void prepacked_panel(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p,
         pn->wp = (uint8_t *)(uintptr_t)rec; /* read only */
         return;
     }
-    if (isa->gemm_i4 && !L->tiled_x) {
+    if (isa->gemm_i4 && !L->tiled_x && rows <= isa->mr) {
         pn->i4 = 1;
         pn->wp = (uint8_t *)(uintptr_t)rec;
         pn->wstep = pn->nu * (QMOE_PK_STEP / 2);
@@ -636,7 +638,7 @@ static void run_block(const block_args *A, uint8_t *sp, const fast_layout *L)
         int64_t c_lo = 0, c_hi;
         if (p->pp) {
             QMOE_TRACE_START(A->ctx->trace, QMOE_EV_COPY, pn.jc / QMOE_PK_UNIT);
-            prepacked_panel(isa, p, L, sp, A->e, &pn);
+            prepacked_panel(isa, p, L, sp, A->e, rows_all, &pn);
             QMOE_TRACE_STOP(A->ctx->trace, QMOE_EV_COPY, pn.jc / QMOE_PK_UNIT);
             c_lo = A->j0 > pn.jc ? A->j0 - pn.jc : 0;
             c_hi = A->j1 - pn.jc < pn.nc ? A->j1 - pn.jc : pn.nc;
