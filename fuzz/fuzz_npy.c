@@ -1,13 +1,16 @@
 /*
  * The .npy reader of the command-line program (tools/npy.c) on arbitrary bytes: npy_parse on the
  * buffer and npy_load on the same bytes as a file must agree, never crash, never read outside
- * the input, never allocate more than the file can back; an accepted array is self-consistent
- * and survives a write (npy_save) and re-read unchanged.
+ * the input, never allocate more than the file can back (a refused file never raises the peak
+ * memory by 64 MiB or more); npy_load_header (what `qmoe run` reads before phase one) agrees with
+ * npy_load; an accepted array is self-consistent and survives a write (npy_save) and re-read
+ * unchanged.
  */
 #define _DEFAULT_SOURCE /* getpid under -std=c11 */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "npy.h"
@@ -21,6 +24,15 @@ static void require(int ok, const char *what, const char *err)
 }
 
 static char path_in[64], path_out[64];
+
+enum { REFUSED_PEAK_KIB = 64 * 1024 };
+
+/* The process's peak resident memory so far, in KiB (it only grows). */
+static long peak_kib(void)
+{
+    struct rusage u;
+    return getrusage(RUSAGE_SELF, &u) ? 0 : u.ru_maxrss;
+}
 
 static void write_file(const char *path, const uint8_t *data, size_t size)
 {
@@ -72,9 +84,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     /* The file reader gives the same answer on the same bytes. */
     write_file(path_in, data, size);
-    npy_array b;
+    npy_array b, h;
+    long peak_before = peak_kib();
     int rc2 = npy_load(path_in, &b, err2);
     require(rc == rc2, "npy_parse and npy_load disagree", rc ? err : err2);
+    if (rc2)
+        require(peak_kib() - peak_before < REFUSED_PEAK_KIB,
+                "a refused file raised the peak memory by 64 MiB or more", err2);
+    /* the header alone: refused whenever the whole file is, with the same shape otherwise
+     * (a header-only refusal of a file npy_load accepts would be a bug too) */
+    char err3[NPY_ERR_LEN] = "";
+    int rc3 = npy_load_header(path_in, &h, err3);
+    if (!rc2) {
+        require(rc3 == 0 && h.data == NULL && h.dtype == b.dtype && h.ndim == b.ndim &&
+                    h.count == b.count && h.nbytes == b.nbytes,
+                "npy_load_header disagrees with npy_load", err3);
+    } else if (rc3 == 0) {
+        /* only a file whose data part is wrong passes the header check: a regular file's size
+         * is checked too, so the header's nbytes differs from what follows it */
+        require(h.data == NULL, "npy_load_header returned data", NULL);
+    }
     if (!rc2) {
         check_array(&b, NULL, 0);
         require(a.dtype == b.dtype && a.ndim == b.ndim && a.count == b.count &&

@@ -86,6 +86,8 @@ def npy_seeds():
     put("fuzz_npy", "bad-fortran", npy("|i1", (2, 2), bytes(4), fortran=True))
     put("fuzz_npy", "bad-overflow", npy("<i8", (4294967296, 4294967296, 16), b""))
     put("fuzz_npy", "bad-magic", b"\x93NUMPZ\x01\x00" + npy("|i1", (1,), b"\x01")[8:])
+    # a 4 GiB promise in a header-only file: refused without the peak memory moving
+    put("fuzz_npy", "bad-huge-short", npy("|i1", (4294967296,), b""))
 
 
 if __name__ == "__main__":

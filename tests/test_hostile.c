@@ -3,16 +3,21 @@
  * error with both outputs byte-identical to before), NaN/Inf in xScale, weightScale and bias (the
  * spec's defined result: that row's scale non-finite as computed, its output row 0, other rows
  * unchanged), zero-sized dimensions (success; nothing written, or the spec's defined zeros), and
- * outputs that share memory with inputs (refused at phase one: no in-place execution).
+ * outputs that share memory with inputs (refused at phase one: no in-place execution), and the
+ * edge-row sweep of test_edge_rows.h (zero, underflowing, subnormal, non-finite and saturating
+ * rows, huge K, the issue's cases) through the public API: the spec's bits from every kernel.
  * Every case runs with every kernel this CPU offers.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "qmoe/qmoe.h"
 #include "qmoe/runtime.h"
+#include "support/oracle.h"
 #include "support/testlib.h"
+#include "test_edge_rows.h"
 
 enum { SENTINEL = 0x5A };
 
@@ -394,8 +399,83 @@ static void test_aliasing(void)
     free_case(&c);
 }
 
+/* The edge rows through the public two-phase API with ND weights: every kernel this CPU runs
+ * (AUTO included) writes exactly the spec's output and outputScale bits. */
+static void test_edge_rows(void)
+{
+    edge_case c;
+    int64_t rows = 0;
+    for (int id = 0; edge_make(&c, id); id++) {
+        int64_t M = c.M, K = c.K, N = c.N, E = c.E, N2 = N / 2;
+        oracle_wlayout lay = c.a8w4 ? ORACLE_W_INT4_ND : ORACLE_W_INT8_ND;
+        uint8_t *w = zalloc((size_t)oracle_weight_bytes(lay, E, K, N));
+        oracle_pack_weight(lay, c.w, E, K, N, w);
+        int8_t *out = zalloc((size_t)(M * N2));
+        float *outs = zalloc(sizeof(float) * (size_t)M);
+        qmoe_tensor *tx, *tw, *tb = NULL, *tws, *txs, *tgl, *tout, *tos;
+        CHECK(qmoe_tensor_create((int64_t[]){M, K}, 2, NULL, QMOE_DTYPE_INT8, QMOE_FORMAT_ND, c.x, &tx) == 0);
+        CHECK(qmoe_tensor_create((int64_t[]){E, K, N}, 3, NULL, c.a8w4 ? QMOE_DTYPE_INT4 : QMOE_DTYPE_INT8,
+                                 QMOE_FORMAT_ND, w, &tw) == 0);
+        if (c.a8w4)
+            CHECK(qmoe_tensor_create((int64_t[]){E, N}, 2, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND,
+                                     c.bias, &tb) == 0);
+        if (c.G)
+            CHECK(qmoe_tensor_create((int64_t[]){E, c.G, N}, 3, NULL, QMOE_DTYPE_FLOAT32,
+                                     QMOE_FORMAT_ND, c.ws, &tws) == 0);
+        else
+            CHECK(qmoe_tensor_create((int64_t[]){E, N}, 2, NULL, QMOE_DTYPE_FLOAT32,
+                                     QMOE_FORMAT_ND, c.ws, &tws) == 0);
+        CHECK(qmoe_tensor_create((int64_t[]){M}, 1, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, c.xs, &txs) == 0);
+        CHECK(qmoe_tensor_create((int64_t[]){E}, 1, NULL, QMOE_DTYPE_INT64, QMOE_FORMAT_ND, c.ends, &tgl) == 0);
+        CHECK(qmoe_tensor_create((int64_t[]){M, N2}, 2, NULL, QMOE_DTYPE_INT8, QMOE_FORMAT_ND, out, &tout) == 0);
+        CHECK(qmoe_tensor_create((int64_t[]){M}, 1, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, outs, &tos) == 0);
+        for (size_t k = 0; k < NKERNELS; k++) {
+            qmoe_op_options o = {.kernel = kernels[k], .threads = 2};
+            uint64_t size = 0;
+            qmoe_executor *ex = NULL;
+            qmoe_status st = qmoe_gmm_swiglu_quant_workspace_size(tx, tw, tb, NULL, tws, txs, tgl,
+                                                                  tout, tos, NULL, &o, &size, &ex);
+            if (st != QMOE_OK) {
+                CHECK_MSG(kernels[k] != QMOE_KERNEL_REFERENCE && kernels[k] != QMOE_KERNEL_AUTO &&
+                              st == QMOE_ERR_PARAM_INVALID,
+                          "%s (%s): %s", c.name, qmoe_kernel_name(kernels[k]), qmoe_last_error());
+                if (id == 0) printf("test_hostile: edge rows: %s skipped: %s\n",
+                                    qmoe_kernel_name(kernels[k]), qmoe_last_error());
+                continue;
+            }
+            memset(out, SENTINEL, (size_t)(M * N2));
+            memset(outs, SENTINEL, sizeof(float) * (size_t)M);
+            void *work = size ? malloc(size) : NULL;
+            st = qmoe_gmm_swiglu_quant(work, size, ex, NULL);
+            CHECK_MSG(st == QMOE_OK, "%s (%s): %s", c.name, qmoe_kernel_name(kernels[k]),
+                      qmoe_last_error());
+            int64_t bad = 0;
+            for (int64_t m = 0; m < M; m++) {
+                int same = !memcmp(&outs[m], &c.scale[m], sizeof(float)) &&
+                           !memcmp(out + m * N2, c.q + m * N2, (size_t)N2);
+                if (!same && bad++ == 0)
+                    fprintf(stderr, "%s (%s): row %lld: scale %a, expected %a\n", c.name,
+                            qmoe_kernel_name(kernels[k]), (long long)m, (double)outs[m],
+                            (double)c.scale[m]);
+            }
+            CHECK_MSG(bad == 0, "%s (%s): %lld rows differ from the spec's bits", c.name,
+                      qmoe_kernel_name(kernels[k]), (long long)bad);
+            free(work);
+            qmoe_executor_destroy(ex);
+        }
+        qmoe_tensor *all[] = {tx, tw, tb, tws, txs, tgl, tout, tos};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) qmoe_tensor_destroy(all[i]);
+        rows += M;
+        free(w), free(out), free(outs);
+        edge_free(&c);
+    }
+    printf("test_hostile: edge rows: %lld rows per kernel, spec bits from every kernel run\n",
+           (long long)rows);
+}
+
 int main(void)
 {
+    test_edge_rows();
     test_aliasing();
     test_group_list();
     test_stream_and_workspace();

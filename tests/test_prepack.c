@@ -363,7 +363,10 @@ static void check_ragged_columns(pcase *c, qmoe_kernel kernel, qt_rng *r)
         int64_t N2 = c->N2;
         float *whole = malloc(sizeof(float) * (size_t)(M * N2 + 1));
         float *parts = malloc(sizeof(float) * (size_t)(M * N2 + 1));
-        qmoe_thread_ctx ctx = {.thread = 0, .nthreads = 1};
+        /* the kernel runs in the scratchpad its planner sizes for the largest block */
+        uint64_t sb = k->scratch_bytes(p, M > 0 ? M : 1, N2);
+        void *scratch = aligned_alloc(64, (sb + 63) / 64 * 64);
+        qmoe_thread_ctx ctx = {.thread = 0, .nthreads = 1, .scratch = scratch, .scratch_bytes = sb};
         int64_t bad = 0;
         for (int64_t e = 0, m0 = 0; e < c->E; m0 = c->gl[e], e++) {
             int64_t m1 = c->gl[e];
@@ -391,6 +394,7 @@ static void check_ragged_columns(pcase *c, qmoe_kernel kernel, qt_rng *r)
                   qmoe_kernel_name(kernel), lay_name(c->lay), (long long)bad);
         free(whole);
         free(parts);
+        free(scratch);
         qmoe_executor_destroy(ex);
     }
     qmoe_tensor_destroy(to);

@@ -15,6 +15,7 @@
 #include "qmoe/qmoe.h"
 #include "qmoe/runtime.h"
 #include "support/testlib.h"
+#include "testing.h" /* the runtime's test hooks (qmoe_internal builds them in) */
 
 #define RT_SENTINEL 0x5A
 

@@ -64,6 +64,9 @@ int main(void)
     /* accessors on NULL answer instead of crashing */
     CHECK(qmoe_device_threads(NULL) == -1);
     CHECK(qmoe_device_scratch_bytes(NULL) == 0);
+    CHECK(qmoe_device_id(NULL) == -1);
+    CHECK(qmoe_device_last_status(NULL) == QMOE_ERR_PARAM_NULLPTR);
+    CHECK(qmoe_device_ops_run(NULL) == UINT64_MAX);
 
     /* a CPU set: one thread per CPU by default, pinned; the operator still exact */
     qmoe_device_options pinned = {.cpus = (int[]){0, 0}, .ncpus = 2};

@@ -23,6 +23,7 @@
 #include "qmoe/runtime.h"
 #include "support/oracle.h"
 #include "support/testlib.h"
+#include "testing.h" /* qmoe_device_inject_failure */
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define UNDER_SANITIZER 1

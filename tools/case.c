@@ -18,6 +18,19 @@ void case_free(op_case *c)
     for (int i = 0; i < CASE_INPUTS; i++) npy_free(&c->in[i]);
 }
 
+int case_load_headers(op_case *c, char *err)
+{
+    char why[NPY_ERR_LEN];
+    for (int i = 0; i < CASE_INPUTS; i++) {
+        if (!c->source[i]) continue;
+        if (npy_load_header(c->source[i], &c->in[i], why)) {
+            snprintf(err, CASE_ERR_LEN, "%s: %s", c->source[i], why);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 int case_load(op_case *c, char *err)
 {
     char why[NPY_ERR_LEN];

@@ -44,6 +44,10 @@ typedef struct op_case {
 
 void case_free(op_case *c);
 
+/* Reads the header of every input whose source is set (shapes and dtypes, no data: in[i].data
+ * stays NULL), checking each file's size against its header; err: "FILE: reason". */
+int case_load_headers(op_case *c, char *err);
+
 /* Loads every input whose source is set (the bias is optional); err: "FILE: reason". */
 int case_load(op_case *c, char *err);
 
@@ -65,6 +69,13 @@ typedef struct case_exec {
     npy_array out_scale; /* float32 [M], zero-filled before the run */
     qmoe_weights *weights; /* case_plan_prepacked: the prepacked weights the executor reads */
 } case_exec;
+
+/* Phase one on the shapes alone (the inputs may be headers only, see case_load_headers and
+ * case_generate_headers; an input counts as present when it has data, a source or a rank): every
+ * rule that needs no data is checked before any input is read or output allocated, so a refused
+ * case costs no memory. The tensors point into an inaccessible address-space reservation the size
+ * of the real arrays, which phase one never reads. */
+int case_check(const op_case *c, const qmoe_op_options *options, char *err);
 
 /* Phase one: allocates the zeroed outputs, builds the tensors, plans with `options` (its
  * group_list_type is taken from the case) and allocates the workspace. */
@@ -118,5 +129,9 @@ void gen_defaults(gen_params *p);
  * quantized with amax/127-style scales so outputs are neither saturated nor zero, and for A8W4
  * the bias computed with qmoe_weight_assist_matrix. */
 int case_generate(const gen_params *p, op_case *c, char *err);
+
+/* The arrays case_generate would make, as headers only (no memory, nothing to free): for
+ * case_check before generating, so a case the operator refuses costs no memory. */
+int case_generate_headers(const gen_params *p, op_case *c, char *err);
 
 #endif

@@ -2,9 +2,11 @@
  * A case through the public two-phase API: the .npy dtype and rank of each input say which
  * tensor it is; outputs are zero-filled so rows past the last group read as 0 / 0.0.
  */
+#define _DEFAULT_SOURCE /* MAP_ANONYMOUS, MAP_NORESERVE */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "case.h"
 
@@ -160,6 +162,79 @@ static int alloc_workspace(case_exec *ex, char *err)
         return -1;
     }
     return 0;
+}
+
+/* The outputs' shapes and sizes, without memory. */
+static int output_headers(const op_case *c, int64_t N, npy_array *out, npy_array *out_scale,
+                          char *err)
+{
+    const npy_array *x = &c->in[CASE_X];
+    int64_t M = x->ndim >= 1 ? x->shape[0] : 0, half = N / 2, bytes;
+    memset(out, 0, sizeof *out);
+    memset(out_scale, 0, sizeof *out_scale);
+    *out = (npy_array){.dtype = NPY_INT8, .ndim = 2, .shape = {M, half}};
+    *out_scale = (npy_array){.dtype = NPY_FLOAT32, .ndim = 1, .shape = {M}};
+    if (__builtin_mul_overflow(M, half, &bytes) || M > INT64_MAX / 4) {
+        snprintf(err, CASE_ERR_LEN, "output: [%lld, %lld] overflows", (long long)M,
+                 (long long)half);
+        return -1;
+    }
+    out->count = bytes;
+    out->nbytes = (size_t)bytes;
+    out_scale->count = M;
+    out_scale->nbytes = (size_t)M * 4;
+    return 0;
+}
+
+int case_check(const op_case *c, const qmoe_op_options *options, char *err)
+{
+    tensor_desc wd;
+    int64_t N;
+    op_case fake = *c; /* same shapes, data in the reservation; never freed */
+    case_exec ex;
+    memset(&ex, 0, sizeof ex);
+    if (weight_desc(c, &wd, &N, err) || output_headers(c, N, &ex.out, &ex.out_scale, err))
+        return -1;
+    npy_array *arrays[T_COUNT];
+    size_t offset[T_COUNT], total = 0;
+    for (int i = 0; i < T_COUNT; i++) {
+        arrays[i] = i == T_OUT ? &ex.out : i == T_OUT_SCALE ? &ex.out_scale : &fake.in[i];
+        size_t bytes = (arrays[i]->nbytes + 127) & ~(size_t)127; /* nbytes < INT64_MAX - 128 */
+        int present = i >= CASE_INPUTS || c->in[i].data || c->source[i] || c->in[i].ndim;
+        offset[i] = total;
+        if (present && __builtin_add_overflow(total, bytes ? bytes : 128, &total)) {
+            snprintf(err, CASE_ERR_LEN, "the inputs and outputs together overflow the address space");
+            return -1;
+        }
+        if (!present) arrays[i]->data = NULL;
+    }
+    /* address space only: no page is ever touched (PROT_NONE would fault a read) */
+    void *base = mmap(NULL, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (base == MAP_FAILED) {
+        snprintf(err, CASE_ERR_LEN, "the inputs and outputs need %zu bytes, more than this process "
+                 "can address", total);
+        return -1;
+    }
+    for (int i = 0; i < T_COUNT; i++)
+        if (i >= CASE_INPUTS || c->in[i].data || c->source[i] || c->in[i].ndim)
+            arrays[i]->data = (char *)base + offset[i];
+    qmoe_tensor *t[T_COUNT] = {0};
+    qmoe_op_options o = *options;
+    o.group_list_type = c->group_list_type;
+    int rc = make_tensors(&fake, &ex, &wd, t, err);
+    if (!rc) {
+        uint64_t ws;
+        qmoe_executor *exec = NULL;
+        qmoe_status st = qmoe_gmm_swiglu_quant_workspace_size(
+            t[CASE_X], t[CASE_WEIGHT], t[CASE_BIAS], NULL, t[CASE_WEIGHT_SCALE], t[CASE_X_SCALE],
+            t[CASE_GROUP_LIST], t[T_OUT], t[T_OUT_SCALE], NULL, &o, &ws, &exec);
+        if (st) case_error(c, st, err);
+        qmoe_executor_destroy(exec);
+        rc = st ? -1 : 0;
+    }
+    destroy_tensors(t);
+    munmap(base, total);
+    return rc;
 }
 
 /* Prepacks the weight (with its scale and bias, which the operator then gets as NULL) for the

@@ -74,11 +74,14 @@ static int check_params(const gen_params *p, char *err)
     return 0;
 }
 
+/* Headers only (case_generate_headers) or zeroed memory. */
+static int describe_only;
+
 static int alloc(npy_array *a, npy_dtype dtype, int ndim, const int64_t *shape, const char *name,
                  char *err)
 {
     char why[NPY_ERR_LEN];
-    if (npy_alloc(a, dtype, ndim, shape, why)) {
+    if ((describe_only ? npy_describe : npy_alloc)(a, dtype, ndim, shape, why)) {
         snprintf(err, CASE_ERR_LEN, "%s: %s", name, why);
         return -1;
     }
@@ -267,5 +270,47 @@ int case_generate(const gen_params *p, op_case *c, char *err)
     npy_free(&nd);
     npy_free(&scale);
     if (rc) case_free(c);
+    return rc ? -1 : 0;
+}
+
+/* The shapes and dtypes case_generate would make, with no memory: the same code paths up to the
+ * first write of data. */
+static int pack_headers(const gen_params *p, op_case *c, char *err)
+{
+    int64_t E = p->E, K = p->K, N = p->N;
+    int64_t nz8[5] = {E, N / 32, K / 16, 16, 32}, nz4[5] = {E, N / 64, K / 16, 16, 8};
+    int64_t nd8[3] = {E, K, N}, nd32[3] = {E, K, N / 8}, nd4[3] = {E, K, N / 2};
+    npy_array *w = &c->in[CASE_WEIGHT];
+    if (!p->a8w4) {
+        int nz = p->weight_format == GEN_WEIGHT_NZ;
+        return alloc(w, NPY_INT8, nz ? 5 : 3, nz ? nz8 : nd8, "weight", err);
+    }
+    if (p->weight_format == GEN_WEIGHT_NZ) return alloc(w, NPY_INT32, 5, nz4, "weight", err);
+    if (p->weight_format == GEN_WEIGHT_ND) return alloc(w, NPY_INT32, 3, nd32, "weight", err);
+    c->weight_int4_nd = 1;
+    return alloc(w, NPY_UINT8, 3, nd4, "weight", err);
+}
+
+int case_generate_headers(const gen_params *p, op_case *c, char *err)
+{
+    static const npy_dtype dtypes[] = {
+        [GEN_SCALE_F32] = NPY_FLOAT32,
+        [GEN_SCALE_F16] = NPY_FLOAT16,
+        [GEN_SCALE_U64] = NPY_UINT64,
+        [GEN_SCALE_BF16] = NPY_UINT16,
+    };
+    int64_t x_shape[2] = {p->M, p->K}, en[2] = {p->E, p->N}, egn[3] = {p->E, p->groups, p->N};
+    memset(c, 0, sizeof *c);
+    c->group_list_type = p->group_list_type;
+    c->scale_bf16 = p->scale_dtype == GEN_SCALE_BF16;
+    describe_only = 1;
+    int rc = check_params(p, err) || alloc(&c->in[CASE_X], NPY_INT8, 2, x_shape, "x", err) ||
+             alloc(&c->in[CASE_X_SCALE], NPY_FLOAT32, 1, &p->M, "xScale", err) ||
+             alloc(&c->in[CASE_GROUP_LIST], NPY_INT64, 1, &p->E, "groupList", err) ||
+             alloc(&c->in[CASE_WEIGHT_SCALE], dtypes[p->scale_dtype], p->groups ? 3 : 2,
+                   p->groups ? egn : en, "weightScale", err) ||
+             (p->a8w4 && alloc(&c->in[CASE_BIAS], NPY_FLOAT32, 2, en, "bias", err)) ||
+             pack_headers(p, c, err);
+    describe_only = 0;
     return rc ? -1 : 0;
 }

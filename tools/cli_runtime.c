@@ -8,12 +8,14 @@
 #include "core/status.h"
 #include "qmoe/runtime.h"
 
-static int parse_count(const char *opt, const char *text, int *out)
+enum { MAX_THREADS = 4096 }; /* a device's limit (qmoe_device_create) */
+
+static int parse_count(const char *opt, const char *text, int max, int *out)
 {
     char *end;
     long v = strtol(text, &end, 10);
-    if (*text == '\0' || *end != '\0' || v < 0 || v > 4096) {
-        fprintf(stderr, "qmoe: %s needs a count in [0, 4096], got '%s'\n", opt, text);
+    if (*text == '\0' || *end != '\0' || v < 0 || v > max) {
+        fprintf(stderr, "qmoe: %s needs a count in [0, %d], got '%s'\n", opt, max, text);
         return -1;
     }
     *out = (int)v;
@@ -36,32 +38,76 @@ int cli_runtime_parse(cli_runtime *rt, int argc, char **argv, int *i)
         rt->trace_path = val;
         return 1;
     }
-    return parse_count(opt, val, is_threads ? &rt->threads : &rt->devices);
+    if (is_threads) return parse_count(opt, val, MAX_THREADS, &rt->threads);
+    return parse_count(opt, val, QMOE_MAX_DEVICES, &rt->devices);
 }
 
 const char *cli_runtime_help(void)
 {
-    return "  --threads N     worker threads per device (default: all online cores)\n"
-           "  --devices D     split rows over a group of D devices (default 1)\n"
-           "  --trace FILE    write a trace that ui.perfetto.dev opens\n";
+    return "  --threads N     worker threads per device, at most 4096 (default: the online cores\n"
+           "                  shared by the devices)\n"
+           "  --devices D     split rows over a group of D devices, at most 16 (default 1)\n"
+           "  --trace FILE    write a trace that ui.perfetto.dev opens (only when the run "
+           "succeeds)\n";
 }
 
 typedef struct cli_state {
     int ndev;
     qmoe_device *devices[QMOE_MAX_DEVICES];
     qmoe_stream *stream;
+    outfiles trace; /* the trace alone, for commands without outputs of their own */
 } cli_state;
+
+void cli_runtime_options(const cli_runtime *rt, qmoe_op_options *options)
+{
+    options->threads = rt->threads;
+    options->devices = rt->devices > 0 ? rt->devices : 1;
+}
+
+/* outfile_writer for the trace: the events of the devices of `ctx` (a cli_runtime). */
+static int write_trace(const char *path, void *ctx, char *err)
+{
+    const cli_state *st = ((const cli_runtime *)ctx)->state;
+    if (!st) {
+        snprintf(err, OUTFILE_ERR_LEN, "no devices ran");
+        return -1;
+    }
+    if (qmoe_trace_write(path, st->devices, st->ndev)) {
+        snprintf(err, OUTFILE_ERR_LEN, "%s", qmoe_last_error());
+        return -1;
+    }
+    return 0;
+}
+
+static outfile *add_trace(cli_runtime *rt, outfiles *set)
+{
+    outfile *o = outfiles_output(set, "--trace", rt->trace_path);
+    if (o) {
+        o->write = write_trace;
+        o->ctx = rt;
+    }
+    return o;
+}
+
+int cli_runtime_trace_output(cli_runtime *rt, outfiles *set)
+{
+    if (!rt->trace_path) return 0;
+    rt->trace_adopted = 1;
+    return add_trace(rt, set) ? 0 : -1;
+}
 
 static void free_state(cli_state *st)
 {
     qmoe_stream_destroy(st->stream); /* waits for the work in flight */
     for (int d = 0; d < st->ndev; d++) qmoe_device_destroy(st->devices[d]);
+    outfiles_free(&st->trace);
     free(st);
 }
 
 int cli_runtime_begin(cli_runtime *rt, qmoe_op_options *options, qmoe_stream **stream)
 {
     int ndev = rt->devices > 0 ? rt->devices : 1;
+    char err[OUTFILE_ERR_LEN] = "--trace: too many output files";
     if (ndev > QMOE_MAX_DEVICES) {
         fprintf(stderr, "qmoe: --devices %d: at most %d devices\n", ndev, QMOE_MAX_DEVICES);
         return 1;
@@ -69,6 +115,13 @@ int cli_runtime_begin(cli_runtime *rt, qmoe_op_options *options, qmoe_stream **s
     cli_state *st = calloc(1, sizeof *st);
     if (!st) {
         fprintf(stderr, "qmoe: out of memory\n");
+        return 1;
+    }
+    outfiles_init(&st->trace);
+    if (rt->trace_path && !rt->trace_adopted &&
+        (!add_trace(rt, &st->trace) || outfiles_check(&st->trace, err))) {
+        fprintf(stderr, "qmoe: %s\n", err);
+        free_state(st);
         return 1;
     }
     /* threads 0: the cores shared by the devices, as the plan's default assumes */
@@ -96,25 +149,36 @@ int cli_runtime_begin(cli_runtime *rt, qmoe_op_options *options, qmoe_stream **s
     return 0;
 }
 
+qmoe_status cli_runtime_sync(cli_runtime *rt)
+{
+    cli_state *st = rt->state;
+    return st ? qmoe_stream_synchronize(st->stream) : QMOE_OK;
+}
+
+void cli_runtime_trace_written(const cli_runtime *rt)
+{
+    if (rt->trace_path)
+        fprintf(stderr, "qmoe: trace written to %s (open it in ui.perfetto.dev)\n", rt->trace_path);
+}
+
+void cli_runtime_free(cli_runtime *rt)
+{
+    if (rt->state) free_state(rt->state);
+    rt->state = NULL;
+}
+
 qmoe_status cli_runtime_end(cli_runtime *rt)
 {
     cli_state *st = rt->state;
     if (!st) return QMOE_OK;
     qmoe_status status = qmoe_stream_synchronize(st->stream);
-    if (rt->trace_path) {
-        /* the trace is written even when the operator failed: it shows where */
-        char saved[512];
-        snprintf(saved, sizeof saved, "%s", qmoe_last_error());
-        if (qmoe_trace_write(rt->trace_path, st->devices, st->ndev)) {
-            fprintf(stderr, "qmoe: %s\n", qmoe_last_error());
-            if (!status) status = QMOE_ERR_PARAM_INVALID;
-        } else {
-            fprintf(stderr, "qmoe: trace written to %s (open it in ui.perfetto.dev)\n",
-                    rt->trace_path);
-            if (status) qmoe_fail(status, "%s", saved); /* keep the operator's message */
-        }
+    if (!status && rt->trace_path && !rt->trace_adopted) {
+        char err[OUTFILE_ERR_LEN];
+        if (outfiles_write(&st->trace, err))
+            status = qmoe_fail(QMOE_ERR_PARAM_INVALID, "%s", err);
+        else
+            cli_runtime_trace_written(rt);
     }
-    free_state(st);
-    rt->state = NULL;
+    cli_runtime_free(rt);
     return status;
 }

@@ -19,6 +19,7 @@
 #include "commands.h"
 #include "kernels/gmm_fast.h"
 #include "qmoe/runtime.h"
+#include "bench_moe_ops.h"
 #ifdef QMOE_HAVE_DNNL
 #include "peer_onednn.h"
 #endif
@@ -319,7 +320,11 @@ static int bench_case(const bench_args *a, const bench_shape *s, int threads, do
             s->name, (long long)s->E, (long long)s->M, (long long)s->K, (long long)s->N,
             a->a8w4 ? "a8w4" : "a8w8");
     op_case c;
-    if (case_generate(&g, &c, err)) {
+    qmoe_op_options check = {0};
+    cli_runtime_options(&a->rt, &check);
+    /* phase one on the shapes first: a case the operator refuses costs no memory */
+    if (case_generate_headers(&g, &c, err) || case_check(&c, &check, err) ||
+        case_generate(&g, &c, err)) {
         fprintf(stderr, "qmoe bench: %s\n", err);
         return 1;
     }
@@ -441,13 +446,19 @@ static int bench_case(const bench_args *a, const bench_shape *s, int threads, do
 done:
     free(ms);
     case_exec_free(&ex);
-    if (cli_runtime_end(&rt) != QMOE_OK && rc == 0) rc = 1;
+    if (rc) {
+        cli_runtime_free(&rt); /* a failed run writes no trace */
+    } else if (cli_runtime_end(&rt) != QMOE_OK) {
+        fprintf(stderr, "qmoe bench: %s\n", qmoe_last_error());
+        rc = 1;
+    }
     case_free(&c);
     return rc;
 }
 
 int cmd_bench(int argc, char **argv)
 {
+    if (argc > 1 && !strcmp(argv[1], "moe-ops")) return bench_moe_ops(argc - 1, argv + 1);
     bench_args a;
     int r = parse(argc, argv, &a);
     if (r) return r > 0 ? 0 : 2;

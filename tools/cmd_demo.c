@@ -171,7 +171,7 @@ static int run_timed(demo_args *a, const op_case *c, case_exec *ex, char *err)
      * raw weights only); the prepacking is not timed. */
     if (a->kernel == QMOE_KERNEL_REFERENCE ? case_plan(c, &o, ex, err)
                                            : case_plan_prepacked(c, &o, ex, err)) {
-        cli_runtime_end(&a->rt);
+        cli_runtime_free(&a->rt); /* a failed run writes no trace */
         return -1;
     }
     fprintf(stderr, "qmoe demo: executing with the %s kernel\n",
@@ -186,7 +186,9 @@ static int run_timed(demo_args *a, const op_case *c, case_exec *ex, char *err)
         st = stream && !rc ? qmoe_stream_synchronize(stream) : QMOE_OK;
     }
     double seconds = now_seconds() - t0;
-    qmoe_status end = cli_runtime_end(&a->rt); /* after the timing: it may write a trace */
+    qmoe_status end = QMOE_OK;
+    if (!rc && !st) end = cli_runtime_end(&a->rt); /* after the timing: it may write a trace */
+    else cli_runtime_free(&a->rt);                  /* a failed run writes no trace */
     if (!rc && (st || end)) {
         case_error(c, st ? st : end, err);
         rc = -1;
@@ -221,6 +223,14 @@ int cmd_demo(int argc, char **argv)
     int rc = parse(argc, argv, &a);
     if (rc) return rc > 0 ? 0 : 2;
     gen_args_describe(&a.gen, what, sizeof what);
+    /* phase one on the shapes first: a case the operator refuses costs no memory */
+    qmoe_op_options o = {0};
+    cli_runtime_options(&a.rt, &o);
+    o.kernel = a.kernel;
+    if (case_generate_headers(&a.gen, &c, err) || case_check(&c, &o, err)) {
+        fprintf(stderr, "qmoe demo: %s: %s\n", what, err);
+        return 1;
+    }
     fprintf(stderr, "qmoe demo: building the case in memory\n");
     if (case_generate(&a.gen, &c, err)) {
         fprintf(stderr, "qmoe demo: %s: %s\n", what, err);

@@ -1,7 +1,7 @@
 /*
  * qmoe gen: a random, realistic case as .npy files in a folder (x, weight, weight_scale,
  * x_scale, group_list, and bias for A8W4), plus the `qmoe run` line that runs it. The files
- * appear together or not at all.
+ * appear together or not at all, by the rules of tools/outfile.h.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -14,6 +14,7 @@
 #include "cli_args.h"
 #include "commands.h"
 #include "gen_args.h"
+#include "outfile.h"
 
 enum { PATH_LEN = 4096 };
 
@@ -85,24 +86,34 @@ static int make_dirs(const char *dir, char *err)
     return 0;
 }
 
+/* outfile_writer for one array. */
+static int write_array(const char *path, void *ctx, char *err)
+{
+    char why[NPY_ERR_LEN];
+    if (!npy_write(path, ctx, why)) return 0;
+    snprintf(err, OUTFILE_ERR_LEN, "%s", why);
+    return -1;
+}
+
+/* Every file together or none, each old file kept until all are in place (tools/outfile.h). */
 static int write_case(const op_case *c, const char *dir, char *err)
 {
-    char paths[CASE_INPUTS][PATH_LEN], why[NPY_ERR_LEN];
-    const char *path_of[CASE_INPUTS];
-    const npy_array *arrays[CASE_INPUTS];
-    int n = 0, failed = 0;
+    char paths[CASE_INPUTS][PATH_LEN];
+    outfiles files;
+    outfiles_init(&files);
     for (int i = 0; i < CASE_INPUTS; i++) {
         if (!c->in[i].data) continue; /* no bias for A8W8 */
-        if (snprintf(paths[n], PATH_LEN, "%s/%s", dir, case_inputs[i].file) >= PATH_LEN) {
+        if (snprintf(paths[i], PATH_LEN, "%s/%s", dir, case_inputs[i].file) >= PATH_LEN) {
             snprintf(err, CASE_ERR_LEN, "%s: path too long", dir);
             return -1;
         }
-        path_of[n] = paths[n];
-        arrays[n++] = &c->in[i];
+        outfile *o = outfiles_output(&files, case_inputs[i].file, paths[i]);
+        o->write = write_array;
+        o->ctx = (void *)&c->in[i];
     }
-    if (!npy_save_all(path_of, arrays, n, &failed, why)) return 0;
-    snprintf(err, CASE_ERR_LEN, "%s: %s", path_of[failed], why);
-    return -1;
+    int rc = outfiles_check(&files, err) || outfiles_write(&files, err) ? -1 : 0;
+    outfiles_free(&files);
+    return rc;
 }
 
 static void print_command(const op_case *c, const gen_params *p, const char *dir)

@@ -1,7 +1,9 @@
 /*
  * qmoe run: the operator on .npy inputs, .npy outputs. Rows past the last group are 0 / 0.0 in
  * the output files (the operator leaves them untouched; the buffers start zeroed). On any error:
- * one line on stderr, exit 1, and no output file.
+ * one line on stderr, exit 1, and no output file changed (tools/outfile.h). Order: files compared
+ * (nothing read yet), headers read, phase one on the shapes (nothing allocated yet), data read,
+ * run, outputs written together.
  */
 #include <stdio.h>
 #include <string.h>
@@ -10,6 +12,7 @@
 #include "cli_args.h"
 #include "cli_runtime.h"
 #include "commands.h"
+#include "outfile.h"
 
 typedef struct run_args {
     op_case c; /* sources set, arrays loaded later */
@@ -29,7 +32,10 @@ static void usage(FILE *f)
         "FRACTAL_NZ int4 packed 8 per int32 (A8W4), int8 3-D [E,K,N] ND, int32 3-D [E,K,N/8] ND\n"
         "packed int4; weight scale float32/float16/uint64 [E,N] or [E,G,N]; x scale float32 [M];\n"
         "group list int64 [E']; bias float32 [E,N] (A8W4's assist matrix).\n"
-        "Outputs: Q int8 [M,N/2], QS float32 [M]; rows past the last group are written as 0.\n\n"
+        "Outputs: Q int8 [M,N/2], QS float32 [M]; rows past the last group are written as 0.\n"
+        "An output may not be an input or another output (compared as files). Files are\n"
+        "replaced together once all are complete (links followed); devices and pipes, such\n"
+        "as /dev/null, are written in place. On any error no file changes.\n\n"
         "  --group-list-type cumsum|count   (default cumsum)\n"
         "  --weight-int4-nd  the weight is int8/uint8 [E,K,N/2] of packed int4 (low nibble first)\n"
         "  --weight-scale-bf16  the weight scale is <u2 holding bfloat16 bits\n"
@@ -80,10 +86,6 @@ static int check_required(const run_args *a)
                 a->out ? "--out-scale" : "--out");
         return -1;
     }
-    if (!strcmp(a->out, a->out_scale)) {
-        fprintf(stderr, "qmoe run: --out-scale: same file as --out\n");
-        return -1;
-    }
     return 0;
 }
 
@@ -111,20 +113,29 @@ static int parse(int argc, char **argv, run_args *a)
     return check_required(a);
 }
 
-/* Both outputs appear together or not at all. */
-static int write_outputs(const run_args *a, const case_exec *ex, char *err)
+/* outfile_writer for one array. */
+static int write_array(const char *path, void *ctx, char *err)
 {
-    const char *paths[2] = {a->out, a->out_scale};
-    const npy_array *arrays[2] = {&ex->out, &ex->out_scale};
     char why[NPY_ERR_LEN];
-    int failed = 0;
-    if (!npy_save_all(paths, arrays, 2, &failed, why)) return 0;
-    snprintf(err, CASE_ERR_LEN, "%s: %s", paths[failed], why);
+    if (!npy_write(path, ctx, why)) return 0;
+    snprintf(err, OUTFILE_ERR_LEN, "%s", why);
     return -1;
 }
 
+/* Every file of the command, compared before anything is read. */
+static int check_files(run_args *a, outfiles *files, outfile **out, char *err)
+{
+    outfiles_init(files);
+    for (int i = 0; i < CASE_INPUTS; i++)
+        if (a->c.source[i]) outfiles_input(files, case_inputs[i].option, a->c.source[i]);
+    out[0] = outfiles_output(files, "--out", a->out);
+    out[1] = outfiles_output(files, "--out-scale", a->out_scale);
+    if (cli_runtime_trace_output(&a->rt, files)) return -1;
+    return outfiles_check(files, err);
+}
+
 /* Plan, execute and write; the stream is drained before anything is freed or written. */
-static int execute(run_args *a, char *err)
+static int execute(run_args *a, outfiles *files, outfile **out, char *err)
 {
     qmoe_op_options o = {0};
     qmoe_stream *stream;
@@ -132,12 +143,19 @@ static int execute(run_args *a, char *err)
     if (cli_runtime_begin(&a->rt, &o, &stream)) return -2; /* message already printed */
     o.kernel = a->kernel;
     int rc = case_plan(&a->c, &o, &ex, err) || case_launch(&a->c, &ex, stream, err) ? -1 : 0;
-    qmoe_status st = cli_runtime_end(&a->rt);
+    qmoe_status st = cli_runtime_sync(&a->rt);
     if (!rc && st) {
         case_error(&a->c, st, err);
         rc = -1;
     }
-    if (!rc) rc = write_outputs(a, &ex, err);
+    if (!rc) {
+        out[0]->write = out[1]->write = write_array;
+        out[0]->ctx = &ex.out;
+        out[1]->ctx = &ex.out_scale;
+        rc = outfiles_write(files, err); /* the trace too, while the devices exist */
+        if (!rc) cli_runtime_trace_written(&a->rt);
+    }
+    cli_runtime_free(&a->rt);
     case_exec_free(&ex);
     return rc;
 }
@@ -145,12 +163,21 @@ static int execute(run_args *a, char *err)
 int cmd_run(int argc, char **argv)
 {
     run_args a;
+    outfiles files;
+    outfile *out[2];
     char err[CASE_ERR_LEN];
     memset(&a, 0, sizeof a);
     int rc = parse(argc, argv, &a);
     if (rc) return rc > 0 ? 0 : 2;
-    rc = case_load(&a.c, err) ? -1 : execute(&a, err);
+    qmoe_op_options o = {0};
+    cli_runtime_options(&a.rt, &o);
+    o.kernel = a.kernel;
+    rc = check_files(&a, &files, out, err) || case_load_headers(&a.c, err) ||
+                 case_check(&a.c, &o, err) || case_load(&a.c, err)
+             ? -1
+             : execute(&a, &files, out, err);
     if (rc == -1) fprintf(stderr, "qmoe run: %s\n", err);
+    outfiles_free(&files);
     case_free(&a.c);
     return rc ? 1 : 0;
 }

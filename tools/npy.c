@@ -319,7 +319,7 @@ static void *alloc_aligned(size_t nbytes)
     return aligned_alloc(128, size ? size : 128);
 }
 
-int npy_alloc(npy_array *out, npy_dtype dtype, int ndim, const int64_t *shape, char *err)
+int npy_describe(npy_array *out, npy_dtype dtype, int ndim, const int64_t *shape, char *err)
 {
     npy_array a;
     memset(&a, 0, sizeof a);
@@ -331,6 +331,14 @@ int npy_alloc(npy_array *out, npy_dtype dtype, int ndim, const int64_t *shape, c
         a.shape[i] = shape[i];
     }
     if (compute_sizes(&a, err)) return -1;
+    *out = a;
+    return 0;
+}
+
+int npy_alloc(npy_array *out, npy_dtype dtype, int ndim, const int64_t *shape, char *err)
+{
+    npy_array a;
+    if (npy_describe(&a, dtype, ndim, shape, err)) return -1;
     a.owned = alloc_aligned(a.nbytes);
     if (!a.owned) return fail(err, "out of memory for %zu bytes", a.nbytes);
     memset(a.owned, 0, a.nbytes);
@@ -401,6 +409,19 @@ static int load_data(FILE *f, npy_array *a, char *err)
     if (ferror(f)) return read_error(err);
     if (extra) return data_length_error(a, a->nbytes + extra, err);
     return 0;
+}
+
+int npy_load_header(const char *path, npy_array *out, char *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return fail(err, "%s", strerror(errno));
+    npy_array a;
+    memset(&a, 0, sizeof a);
+    int rc = load_header(f, &a, err);
+    if (!rc) rc = check_file_size(f, &a, err);
+    fclose(f);
+    if (!rc) *out = a;
+    return rc;
 }
 
 int npy_load(const char *path, npy_array *out, char *err)
@@ -495,42 +516,22 @@ void npy_discard(npy_staged *staged)
     staged->tmp_path = staged->path = NULL;
 }
 
-int npy_save(const char *path, const npy_array *a, char *err)
+int npy_write(const char *path, const npy_array *a, char *err)
 {
-    int failed;
-    return npy_save_all(&path, &a, 1, &failed, err);
+    FILE *f = fopen(path, "wb");
+    if (!f) return fail(err, "cannot open for writing: %s", strerror(errno));
+    int rc = write_file(f, a, err);
+    if (fclose(f) && !rc) rc = fail(err, "write error: %s", strerror(errno));
+    return rc;
 }
 
-int npy_save_all(const char *const *paths, const npy_array *const *arrays, int n, int *failed,
-                 char *err)
+int npy_save(const char *path, const npy_array *a, char *err)
 {
-    npy_staged *staged = calloc((size_t)(n > 0 ? n : 1), sizeof *staged);
-    if (!staged) {
-        *failed = 0;
-        return fail(err, "out of memory");
-    }
-    int rc = 0, renamed = 0;
-    for (int i = 0; i < n && !rc; i++)
-        if (npy_stage(paths[i], arrays[i], &staged[i], err)) {
-            *failed = i;
-            rc = -1;
-        }
-    while (!rc && renamed < n) {
-        if (rename(staged[renamed].tmp_path, staged[renamed].path)) {
-            *failed = renamed;
-            rc = fail(err, "cannot rename the finished file into place: %s", strerror(errno));
-        } else {
-            renamed++;
-        }
-    }
-    for (int i = 0; i < n; i++) {
-        if (i < renamed) {
-            if (rc) remove(staged[i].path); /* roll back: no partial set of files */
-            free(staged[i].tmp_path);
-            staged[i].tmp_path = NULL;
-        }
-        npy_discard(&staged[i]); /* removes what is still staged, frees the names */
-    }
-    free(staged);
+    npy_staged staged;
+    if (npy_stage(path, a, &staged, err)) return -1;
+    int rc = 0;
+    if (rename(staged.tmp_path, staged.path))
+        rc = fail(err, "cannot rename the finished file into place: %s", strerror(errno));
+    npy_discard(&staged); /* removes the temporary file if it is still there */
     return rc;
 }

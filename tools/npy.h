@@ -55,6 +55,13 @@ int npy_parse(const void *buf, size_t len, npy_array *out, char *err);
 /* Reads a .npy file; the data is copied into a 64-byte aligned allocation (free with npy_free). */
 int npy_load(const char *path, npy_array *out, char *err);
 
+/* The header of a .npy file only (data and owned NULL), with the file's size checked against it
+ * when it is a regular file: what the data will need, known before any of it is read. */
+int npy_load_header(const char *path, npy_array *out, char *err);
+
+/* An array's dtype, shape and sizes without memory (data and owned NULL). */
+int npy_describe(npy_array *out, npy_dtype dtype, int ndim, const int64_t *shape, char *err);
+
 /* A zero-filled, 64-byte aligned array of the given shape (free with npy_free). */
 int npy_alloc(npy_array *out, npy_dtype dtype, int ndim, const int64_t *shape, char *err);
 
@@ -63,23 +70,21 @@ npy_array npy_view(const npy_array *a);
 
 void npy_free(npy_array *a); /* a zeroed or view array is a no-op */
 
-/* Writing in two steps so that several outputs appear together or not at all (npy_save_all):
- * npy_stage writes a temporary file next to `path`; npy_discard removes it. */
+/* Writes `a` to `path` as it is opened (fopen "wb"): what tools/outfile.c hands a writer, a
+ * temporary file or a device or pipe written in place. */
+int npy_write(const char *path, const npy_array *a, char *err);
+
+/* A temporary file next to `path` holding `a`; npy_discard removes it and frees the names. */
 typedef struct npy_staged {
     char *tmp_path;
     char *path;
 } npy_staged;
 
 int npy_stage(const char *path, const npy_array *a, npy_staged *staged, char *err);
-void npy_discard(npy_staged *staged); /* also frees what npy_stage allocated */
+void npy_discard(npy_staged *staged);
 
-/* One array, written whole or not at all (npy_save_all of one). */
+/* One array written whole or not at all to a regular file (staged, then renamed). Commands
+ * write through tools/outfile.h instead, which also guards devices, links and inputs. */
 int npy_save(const char *path, const npy_array *a, char *err);
-
-/* n arrays that appear together or not at all: all are staged, then all renamed into place; on
- * a failure the files already renamed are removed again (files they replaced stay gone) and
- * *failed is the index of the path that failed. */
-int npy_save_all(const char *const *paths, const npy_array *const *arrays, int n, int *failed,
-                 char *err);
 
 #endif

@@ -14,6 +14,7 @@ static const struct {
     {"gen", cmd_gen, "write a random, realistic case as .npy files"},
     {"demo", cmd_demo, "run the vendor sample's workload and verify rows against the reference"},
     {"bench", cmd_bench, "benchmark named shapes; JSON lines with ratios to measured peaks"},
+    {"moe", cmd_moe, "a MoE layer: gen writes a random one (safetensors + .npy inputs)"},
 };
 
 static void usage(FILE *f)

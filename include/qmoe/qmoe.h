@@ -12,15 +12,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "qmoe/export.h"
+#include "qmoe/version.h" /* QMOE_VERSION_MAJOR, _MINOR, _PATCH, _STRING (generated) */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-#define QMOE_VERSION_MAJOR 0
-#define QMOE_VERSION_MINOR 1
-#define QMOE_VERSION_PATCH 0
-
-const char *qmoe_version(void);
+/* The loaded library's version, "major.minor.patch" (QMOE_VERSION_STRING of its build). */
+QMOE_API const char *qmoe_version(void);
 
 /* ---------------------------------------------------------------- status ---------------------- */
 
@@ -37,10 +37,45 @@ typedef enum qmoe_status {
 /* Last error of the calling thread in words: which argument, which rule, which value.
  * Never NULL; "" after a call that returned QMOE_OK (accessors and destroy functions leave it
  * as it was). Valid until the thread's next call. */
-const char *qmoe_last_error(void);
+QMOE_API const char *qmoe_last_error(void);
 
 /* A fixed name for a status code, e.g. "QMOE_ERR_PARAM_INVALID". */
-const char *qmoe_status_name(qmoe_status status);
+QMOE_API const char *qmoe_status_name(qmoe_status status);
+
+/* Which rule an argument broke, for programs that act on errors without parsing the message. */
+typedef enum qmoe_error_rule {
+    QMOE_RULE_NONE = 0,       /* no error, or one not tied to an argument (QMOE_ERR_RUNTIME...) */
+    QMOE_RULE_NULL = 1,       /* a required pointer is NULL */
+    QMOE_RULE_RESERVED = 2,   /* a reserved argument is not NULL */
+    QMOE_RULE_DTYPE = 3,      /* the element type is not accepted */
+    QMOE_RULE_RANK = 4,       /* the number of dimensions is wrong */
+    QMOE_RULE_FORMAT = 5,     /* the layout (ND, FRACTAL_NZ) is not accepted */
+    QMOE_RULE_SHAPE = 6,      /* a dimension disagrees with another argument or the layout */
+    QMOE_RULE_LIMIT = 7,      /* a size is outside the operator's limits, or an overflow */
+    QMOE_RULE_OVERLAP = 8,    /* memory overlaps: elements of one output, or output and input */
+    QMOE_RULE_OPTION = 9,     /* a field of an options struct is out of range */
+    QMOE_RULE_UNSUPPORTED = 10, /* valid, but not on this CPU or build (e.g. a kernel) */
+    QMOE_RULE_VALUE = 11,     /* tensor data is out of range (groupList values at phase two) */
+    QMOE_RULE_WORKSPACE = 12, /* workspace too small, NULL or misaligned */
+} qmoe_error_rule;
+
+/* The last error of the calling thread, structured: the status, the rule, and the argument by
+ * the name the vendor API gives it ("x", "weight", "bias", "weightScale", "xScale", "groupList",
+ * "output", "outputScale", "offset", "outputOffset", "options", "workspace", ...; "" when the
+ * error is not about one argument). `message` is qmoe_last_error(). After a call that returned
+ * QMOE_OK: status QMOE_OK, rule QMOE_RULE_NONE, arg "". New fields are only ever appended. */
+typedef struct qmoe_error_info {
+    qmoe_status status;
+    qmoe_error_rule rule;
+    const char *arg;     /* never NULL; a static string */
+    const char *message; /* never NULL */
+} qmoe_error_info;
+
+/* Never NULL; valid (and unchanged) until the calling thread's next qmoe call. */
+QMOE_API const qmoe_error_info *qmoe_last_error_info(void);
+
+/* A fixed name for a rule, e.g. "QMOE_RULE_SHAPE". */
+QMOE_API const char *qmoe_error_rule_name(qmoe_error_rule rule);
 
 /* ---------------------------------------------------------------- tensors --------------------- */
 
@@ -71,18 +106,18 @@ typedef struct qmoe_tensor qmoe_tensor;
  * Returns QMOE_ERR_PARAM_NULLPTR when `out` is NULL, `shape` is NULL with ndim > 0, or `data` is
  * NULL with elements; QMOE_ERR_PARAM_INVALID for a bad rank, dtype, format, negative size or
  * stride, or a byte extent that overflows; QMOE_ERR_INNER when out of memory. */
-qmoe_status qmoe_tensor_create(const int64_t *shape, int ndim, const int64_t *strides,
+QMOE_API qmoe_status qmoe_tensor_create(const int64_t *shape, int ndim, const int64_t *strides,
                                qmoe_dtype dtype, qmoe_format format, void *data,
                                qmoe_tensor **out);
-void qmoe_tensor_destroy(qmoe_tensor *tensor); /* NULL is a no-op */
+QMOE_API void qmoe_tensor_destroy(qmoe_tensor *tensor); /* NULL is a no-op */
 
 /* Accessors; for a NULL tensor or an axis out of range they return -1 (data: NULL). */
-int qmoe_tensor_ndim(const qmoe_tensor *tensor);
-int64_t qmoe_tensor_dim(const qmoe_tensor *tensor, int axis);
-int64_t qmoe_tensor_stride(const qmoe_tensor *tensor, int axis);
-qmoe_dtype qmoe_tensor_dtype(const qmoe_tensor *tensor);
-qmoe_format qmoe_tensor_format(const qmoe_tensor *tensor);
-void *qmoe_tensor_data(const qmoe_tensor *tensor);
+QMOE_API int qmoe_tensor_ndim(const qmoe_tensor *tensor);
+QMOE_API int64_t qmoe_tensor_dim(const qmoe_tensor *tensor, int axis);
+QMOE_API int64_t qmoe_tensor_stride(const qmoe_tensor *tensor, int axis);
+QMOE_API qmoe_dtype qmoe_tensor_dtype(const qmoe_tensor *tensor);
+QMOE_API qmoe_format qmoe_tensor_format(const qmoe_tensor *tensor);
+QMOE_API void *qmoe_tensor_data(const qmoe_tensor *tensor);
 
 /* ---------------------------------------------------------------- runtime (opaque) ------------ */
 
@@ -108,15 +143,28 @@ typedef enum qmoe_kernel {
     QMOE_KERNEL_AMX_INT8 = 6,  /* AMX tiles; AVX-512 VNNI for blocks of few rows */
 } qmoe_kernel;
 
-/* Options of phase one. Zero-initialise, then set what you need: all-zero means the vendor's
- * defaults (cumsum groupList, weight format as declared, fastest kernel, all device threads). */
+/* Options of phase one. Initialise with QMOE_OP_OPTIONS_INIT (or qmoe_op_options_init()), then
+ * set what you need: the defaults are the vendor's (cumsum groupList, weight format as declared,
+ * fastest kernel, all device threads). `struct_size` lets the struct grow without breaking
+ * programs built against an older header: new fields are only ever appended, and the library
+ * reads only the first struct_size bytes, taking defaults for the rest. A zeroed struct
+ * (struct_size 0) is still valid and means this 0.2 layout with all defaults. A struct_size
+ * smaller than the 0.2 layout, or a larger one whose extra bytes (fields this library does not
+ * know) are not zero, is QMOE_ERR_PARAM_INVALID. */
 typedef struct qmoe_op_options {
+    uint32_t struct_size; /* sizeof(qmoe_op_options) as the caller was compiled; 0: the 0.2 layout */
     qmoe_group_list_type group_list_type;
     int force_weight_nz; /* nonzero: ignore weight's declared format, treat as FRACTAL_NZ (vendor) */
     qmoe_kernel kernel;
     int threads; /* 0: the online cores (divided among `devices`); otherwise this many per device */
     int devices; /* 0 or 1: one device; D > 1: split rows over a group of D devices */
 } qmoe_op_options;
+
+#define QMOE_OP_OPTIONS_INIT {(uint32_t)sizeof(qmoe_op_options), QMOE_GROUP_LIST_CUMSUM, 0, \
+                              QMOE_KERNEL_AUTO, 0, 0}
+
+/* Sets *options to QMOE_OP_OPTIONS_INIT. NULL is a no-op. */
+QMOE_API void qmoe_op_options_init(qmoe_op_options *options);
 
 typedef struct qmoe_executor qmoe_executor;
 
@@ -133,7 +181,7 @@ typedef struct qmoe_executor qmoe_executor;
  * On error nothing is allocated, *executor is left as it was, and qmoe_last_error() says why.
  * The tensor objects may be destroyed after this call; their memory must stay valid.
  */
-qmoe_status qmoe_gmm_swiglu_quant_workspace_size(
+QMOE_API qmoe_status qmoe_gmm_swiglu_quant_workspace_size(
     const qmoe_tensor *x, const qmoe_tensor *weight, const qmoe_tensor *bias,
     const qmoe_tensor *offset, const qmoe_tensor *weight_scale, const qmoe_tensor *x_scale,
     const qmoe_tensor *group_list, const qmoe_tensor *output, const qmoe_tensor *output_scale,
@@ -151,14 +199,14 @@ qmoe_status qmoe_gmm_swiglu_quant_workspace_size(
  * A native executor may be executed any number of times (the data its tensors point to may
  * change between runs) and must be destroyed with qmoe_executor_destroy().
  */
-qmoe_status qmoe_gmm_swiglu_quant(void *workspace, uint64_t workspace_size,
+QMOE_API qmoe_status qmoe_gmm_swiglu_quant(void *workspace, uint64_t workspace_size,
                                   qmoe_executor *executor, qmoe_stream *stream);
 
-void qmoe_executor_destroy(qmoe_executor *executor); /* NULL is a no-op */
+QMOE_API void qmoe_executor_destroy(qmoe_executor *executor); /* NULL is a no-op */
 
 /* The kernel phase one chose (never QMOE_KERNEL_AUTO); QMOE_KERNEL_AUTO for a NULL executor. */
-qmoe_kernel qmoe_executor_kernel(const qmoe_executor *executor);
-const char *qmoe_kernel_name(qmoe_kernel kernel);
+QMOE_API qmoe_kernel qmoe_executor_kernel(const qmoe_executor *executor);
+QMOE_API const char *qmoe_kernel_name(qmoe_kernel kernel);
 
 /* ---------------------------------------------------------------- layout helpers -------------- */
 
@@ -168,30 +216,30 @@ const char *qmoe_kernel_name(qmoe_kernel kernel);
  * int4 value out of range) with nothing written. */
 
 /* int8 FRACTAL_NZ [E,N/32,K/16,16,32] <-> ND [E,K,N]; needs K%16==0, N%32==0. */
-qmoe_status qmoe_nd_to_nz_int8(const int8_t *nd, int64_t E, int64_t K, int64_t N, int8_t *nz);
-qmoe_status qmoe_nz_to_nd_int8(const int8_t *nz, int64_t E, int64_t K, int64_t N, int8_t *nd);
+QMOE_API qmoe_status qmoe_nd_to_nz_int8(const int8_t *nd, int64_t E, int64_t K, int64_t N, int8_t *nz);
+QMOE_API qmoe_status qmoe_nz_to_nd_int8(const int8_t *nz, int64_t E, int64_t K, int64_t N, int8_t *nd);
 
 /* int4 FRACTAL_NZ [E,N/64,K/16,16,64] packed (E*K*N/2 bytes) <-> ND values; K%16==0, N%64==0. */
-qmoe_status qmoe_nd_to_nz_int4(const int8_t *nd_values, int64_t E, int64_t K, int64_t N,
+QMOE_API qmoe_status qmoe_nd_to_nz_int4(const int8_t *nd_values, int64_t E, int64_t K, int64_t N,
                                uint8_t *nz_packed);
-qmoe_status qmoe_nz_to_nd_int4(const uint8_t *nz_packed, int64_t E, int64_t K, int64_t N,
+QMOE_API qmoe_status qmoe_nz_to_nd_int4(const uint8_t *nz_packed, int64_t E, int64_t K, int64_t N,
                                int8_t *nd_values);
 
 /* int4 packing: `count` values -> (count+1)/2 bytes, low nibble first; an odd tail's high nibble
  * is 0. */
-qmoe_status qmoe_pack_int4(const int8_t *values, int64_t count, uint8_t *packed);
-qmoe_status qmoe_unpack_int4(const uint8_t *packed, int64_t count, int8_t *values);
+QMOE_API qmoe_status qmoe_pack_int4(const int8_t *values, int64_t count, uint8_t *packed);
+QMOE_API qmoe_status qmoe_unpack_int4(const uint8_t *packed, int64_t count, int8_t *values);
 
 /* The int32 view of packed int4: `count` (a multiple of 8) values -> count/8 int32, element j of
  * each word in bits [4j, 4j+4). Byte-identical to qmoe_pack_int4 on little-endian machines. */
-qmoe_status qmoe_pack_int4_int32(const int8_t *values, int64_t count, int32_t *words);
-qmoe_status qmoe_unpack_int4_int32(const int32_t *words, int64_t count, int8_t *values);
+QMOE_API qmoe_status qmoe_pack_int4_int32(const int8_t *values, int64_t count, int32_t *words);
+QMOE_API qmoe_status qmoe_unpack_int4_int32(const int32_t *words, int64_t count, int8_t *values);
 
 /* The A8W4 weight assist matrix (the operator's `bias`), as real callers build it:
  * per-channel (groups == 0, scale [E,N]):  bias[e,n] = 8 * scale[e,n] * sum_k W[e,k,n]
  * per-group   (groups == G, scale [E,G,N]): bias[e,n] = 8 * sum_k W[e,k,n] * scale[e,k/(K/G),n]
  * W is logical ND int4 values [E,K,N] one per int8. Accumulated in double, rounded to float. */
-qmoe_status qmoe_weight_assist_matrix(const int8_t *nd_values, int64_t E, int64_t K, int64_t N,
+QMOE_API qmoe_status qmoe_weight_assist_matrix(const int8_t *nd_values, int64_t E, int64_t K, int64_t N,
                                       const float *scale, int64_t groups, float *bias);
 
 #ifdef __cplusplus

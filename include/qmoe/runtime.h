@@ -34,8 +34,10 @@ enum { QMOE_MAX_DEVICES = 16 };
 
 /* ---------------------------------------------------------------- devices --------------------- */
 
-/* Zero-initialise, then set what you need. */
+/* Initialise with QMOE_DEVICE_OPTIONS_INIT (or zero it), then set what you need. struct_size
+ * works as in qmoe_op_options: 0 means this 0.2 layout; new fields are only ever appended. */
 typedef struct qmoe_device_options {
+    uint32_t struct_size; /* sizeof(qmoe_device_options) as the caller was compiled; 0: 0.2 layout */
     int threads;          /* 0: one per online core (or per CPU of `cpus`) */
     const int *cpus;      /* optional CPU set: thread t runs on cpus[t % ncpus]; copied */
     int ncpus;            /* entries of cpus; 0: threads are not pinned */
@@ -43,77 +45,66 @@ typedef struct qmoe_device_options {
                                when a plan needs more. */
 } qmoe_device_options;
 
+#define QMOE_DEVICE_OPTIONS_INIT {(uint32_t)sizeof(qmoe_device_options), 0, NULL, 0, 0}
+
 /* QMOE_ERR_PARAM_INVALID for a negative count, more than 4096 threads or a CPU outside the
  * machine; QMOE_ERR_INNER when threads or memory cannot be had. `options` may be NULL. */
-qmoe_status qmoe_device_create(const qmoe_device_options *options, qmoe_device **device);
+QMOE_API qmoe_status qmoe_device_create(const qmoe_device_options *options, qmoe_device **device);
 
 /* Waits for the operators queued on the device, then stops its threads. Destroy the streams that
  * use a device before the device. NULL is a no-op. */
-void qmoe_device_destroy(qmoe_device *device);
+QMOE_API void qmoe_device_destroy(qmoe_device *device);
 
 /* Accessors; for a NULL device they return -1 (scratch bytes: 0). */
-int qmoe_device_threads(const qmoe_device *device);
-uint64_t qmoe_device_scratch_bytes(const qmoe_device *device); /* whole arena, all threads */
-int qmoe_device_id(const qmoe_device *device); /* process-unique; the trace's process id */
+QMOE_API int qmoe_device_threads(const qmoe_device *device);
+QMOE_API uint64_t qmoe_device_scratch_bytes(const qmoe_device *device); /* whole arena, all threads */
+QMOE_API int qmoe_device_id(const qmoe_device *device); /* process-unique; the trace's process id */
 
 /* The instruction sets this CPU offers to qmoe's kernels, fastest first, comma-separated, e.g.
  * "avx512_vnni,avx_vnni,avx2,portable". */
-const char *qmoe_device_isa(const qmoe_device *device);
+QMOE_API const char *qmoe_device_isa(const qmoe_device *device);
 
 /* Online CPU cores of the machine (>= 1). */
-int qmoe_online_cores(void);
+QMOE_API int qmoe_online_cores(void);
 
 /* ---------------------------------------------------------------- streams --------------------- */
 
 /* A stream on one device. */
-qmoe_status qmoe_stream_create(qmoe_device *device, qmoe_stream **stream);
+QMOE_API qmoe_status qmoe_stream_create(qmoe_device *device, qmoe_stream **stream);
 
 /* A stream on a group of `count` (1..QMOE_MAX_DEVICES, distinct) devices: an operator planned for
  * D devices (options.devices) runs on the first D of them, split by output rows in chunks of
  * whole 128-byte lines (README: "Devices, streams and multi-device runs"); the devices meet at
  * fences before and after each operator. Executing a plan for more devices than the stream has
  * is QMOE_ERR_PARAM_INVALID. */
-qmoe_status qmoe_stream_create_group(qmoe_device *const *devices, int count,
+QMOE_API qmoe_status qmoe_stream_create_group(qmoe_device *const *devices, int count,
                                      qmoe_stream **stream);
 
 /* Waits for every operator submitted so far; returns the first error among the operators that
  * finished since the previous synchronize (then forgets it), QMOE_OK otherwise. On error,
  * qmoe_last_error() says which operator failed and why. */
-qmoe_status qmoe_stream_synchronize(qmoe_stream *stream);
+QMOE_API qmoe_status qmoe_stream_synchronize(qmoe_stream *stream);
 
 /* Waits for the work in flight, then frees the stream. NULL is a no-op. */
-void qmoe_stream_destroy(qmoe_stream *stream);
+QMOE_API void qmoe_stream_destroy(qmoe_stream *stream);
 
 /* ---------------------------------------------------------------- tracing --------------------- */
 
 /* Starts recording (enable != 0; events_per_thread per thread, 0 means 1<<16; events past that
  * are dropped) or stops it (enable == 0). Either way the events recorded so far are discarded,
  * so call qmoe_trace_write() before stopping. Call while no operator is in flight on the device. */
-qmoe_status qmoe_device_trace(qmoe_device *device, int enable, uint32_t events_per_thread);
+QMOE_API qmoe_status qmoe_device_trace(qmoe_device *device, int enable, uint32_t events_per_thread);
 
 /* Writes the recorded events of the devices as a Chrome trace-event JSON file that
  * ui.perfetto.dev (or chrome://tracing) opens: one process per device, one track per thread,
  * slices named plan, copy, compute, epilogue, fence with the 16-bit info in args. Call after
  * synchronizing the streams that use them. QMOE_ERR_PARAM_INVALID when the file cannot be
  * written. */
-qmoe_status qmoe_trace_write(const char *path, qmoe_device *const *devices, int count);
+QMOE_API qmoe_status qmoe_trace_write(const char *path, qmoe_device *const *devices, int count);
 
 /* The default device (stream NULL), created on first use; NULL when it cannot be created. The
  * library owns it: streams may be created on it, but it must not be destroyed. */
-qmoe_device *qmoe_default_device(void);
-
-/* ---------------------------------------------------------------- test hooks ------------------ */
-
-/* Test-only: make the device fail the `op_count`-th operator it starts from now (1: the next)
- * with QMOE_ERR_RUNTIME, as a device fault would; 0 cancels. In a group, every device returns
- * that error for the operator (it is passed on through the fences). */
-qmoe_status qmoe_device_inject_failure(qmoe_device *device, uint64_t op_count);
-
-/* Test-only: the status the device returned for the last operator it ran. */
-qmoe_status qmoe_device_last_status(const qmoe_device *device);
-
-/* Test-only: operators the device has run. */
-uint64_t qmoe_device_ops_run(const qmoe_device *device);
+QMOE_API qmoe_device *qmoe_default_device(void);
 
 #ifdef __cplusplus
 }

@@ -24,12 +24,17 @@ extern "C" {
 
 typedef struct qmoe_weights qmoe_weights;
 
-/* Options of qmoe_weights_prepack; zero-initialise. All-zero: weight format as declared, the
- * kernel QMOE_KERNEL_AUTO picks on this CPU (QMOE_ISA may lower it). */
+/* Options of qmoe_weights_prepack: initialise with QMOE_WEIGHTS_OPTIONS_INIT (or zero it), then
+ * set what you need. Defaults: weight format as declared, the kernel QMOE_KERNEL_AUTO picks on
+ * this CPU (QMOE_ISA may lower it). `struct_size` works as in qmoe_op_options: 0 means this
+ * first layout, new fields are only ever appended. */
 typedef struct qmoe_weights_options {
-    qmoe_kernel kernel;  /* the kernel the object is made for; never QMOE_KERNEL_REFERENCE */
-    int force_weight_nz; /* nonzero: treat weight as FRACTAL_NZ, as the operator option does */
+    uint32_t struct_size; /* sizeof(qmoe_weights_options) as the caller was compiled, or 0 */
+    qmoe_kernel kernel;   /* the kernel the object is made for; never QMOE_KERNEL_REFERENCE */
+    int force_weight_nz;  /* nonzero: treat weight as FRACTAL_NZ, as the operator option does */
 } qmoe_weights_options;
+
+#define QMOE_WEIGHTS_OPTIONS_INIT {(uint32_t)sizeof(qmoe_weights_options), QMOE_KERNEL_AUTO, 0}
 
 /*
  * Builds the prepacked weights of the fused operator (GroupedMatmulSwigluQuant) from `weight`

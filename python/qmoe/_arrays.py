@@ -8,8 +8,9 @@ a multiple of the item size, misaligned or byte-swapped data) are copied first.
 from __future__ import annotations
 
 import ctypes
+import functools
 import sys
-from typing import Any, List, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence
 
 import numpy as np
 
@@ -38,11 +39,80 @@ def torch_bfloat16_bits(obj: Any) -> Optional[np.ndarray]:
     return np.asarray(obj.detach().view(torch.int16)).view(np.uint16)
 
 
+def is_torch(obj: Any) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(obj, torch.Tensor)
+
+
+def any_torch(*objs: Any) -> bool:
+    """Whether any argument (or an item of a list/tuple argument) is a PyTorch tensor."""
+    for obj in objs:
+        if isinstance(obj, (list, tuple)):
+            if any_torch(*obj):
+                return True
+        elif is_torch(obj):
+            return True
+    return False
+
+
+def as_torch(result: Any) -> Any:
+    """NumPy results as PyTorch tensors over the same memory (tuples and lists item by item)."""
+    if isinstance(result, np.ndarray):
+        return sys.modules["torch"].from_numpy(result)
+    if isinstance(result, (tuple, list)):
+        return type(result)(as_torch(r) for r in result)
+    return result
+
+
+def torch_io(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """PyTorch tensors in, PyTorch tensors out: results of a call with any torch argument are
+    wrapped with torch.from_numpy (no copy)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        result = fn(*args, **kwargs)
+        return as_torch(result) if any_torch(*args, *kwargs.values()) else result
+
+    return wrapper
+
+
+def dtype_label(obj: Any, arr: np.ndarray) -> str:
+    """The caller's name for the dtype: a torch bfloat16 tensor is bfloat16, not its uint16 bits."""
+    return "bfloat16" if torch_bfloat16_bits(obj) is not None else str(arr.dtype)
+
+
+def _from_sequence(obj: Any, name: str, want: Any) -> np.ndarray:
+    """A plain sequence as an array of `want`, refusing what would change a value: integers that
+    do not fit (checked on the exact Python values, before NumPy could widen them to float) and,
+    where integers are expected, anything that is not an integer."""
+    try:
+        exact = np.asarray(obj, dtype=object)
+        arr = np.asarray(obj) if want is None or np.dtype(want).kind not in "iu" else None
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise invalid(f"{name}: cannot be read as an array ({exc})") from exc
+    if want is None:
+        return arr
+    want = np.dtype(want)
+    if want.kind not in "iu":
+        if arr.size and (arr.dtype == object or arr.dtype.kind not in "biuf"):
+            raise invalid(f"{name}: values are not numbers")
+        return arr.astype(want)
+    info = np.iinfo(want)
+    for v in exact.flat:
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+            what = repr(float(v)) if isinstance(v, (float, np.floating)) else repr(v)
+            raise invalid(f"{name}: {what} is not an integer; expected {want} values")
+        if not info.min <= int(v) <= info.max:
+            raise invalid(f"{name}: value {int(v)} does not fit {want} [{info.min}, {info.max}]")
+    return np.array(exact.tolist() if exact.ndim else int(exact), dtype=want).reshape(exact.shape)
+
+
 def to_numpy(obj: Any, name: str, default_dtype: Any = None) -> Optional[np.ndarray]:
     """A NumPy view of `obj` without copying when the object allows it.
 
     NumPy arrays pass through; objects with __array__ (PyTorch CPU tensors) or __dlpack__ are
-    viewed in place; plain sequences are converted with `default_dtype`.
+    viewed in place (a torch bfloat16 tensor as its uint16 bits); plain sequences are converted
+    to `default_dtype`, refusing values that would change (QmoeError naming `name`).
     """
     if obj is None or isinstance(obj, np.ndarray):
         return obj
@@ -56,9 +126,9 @@ def to_numpy(obj: Any, name: str, default_dtype: Any = None) -> Optional[np.ndar
             return np.asarray(obj)
         if hasattr(obj, "__dlpack__"):
             return np.from_dlpack(obj)
-        return np.asarray(obj, dtype=default_dtype)
     except (TypeError, ValueError, RuntimeError, BufferError) as exc:
         raise invalid(f"{name}: cannot be read as a host array ({exc})") from exc
+    return _from_sequence(obj, name, default_dtype)
 
 
 def is_bfloat16(arr: np.ndarray) -> bool:
@@ -80,10 +150,10 @@ def readable(arr: np.ndarray) -> np.ndarray:
     return np.array(arr, dtype=arr.dtype.newbyteorder("="), order="C", copy=True)
 
 
-def dtype_code(arr: np.ndarray, name: str, accepted: str) -> int:
+def dtype_code(arr: np.ndarray, name: str, accepted: str, obj: Any = None) -> int:
     code = _DTYPES.get(arr.dtype)
-    if code is None:
-        raise invalid(f"{name}: dtype {arr.dtype} is not supported; expected {accepted}")
+    if code is None or torch_bfloat16_bits(obj) is not None:
+        raise invalid(f"{name}: dtype {dtype_label(obj, arr)} is not supported; expected {accepted}")
     return code
 
 

@@ -12,7 +12,7 @@ from typing import Any, Tuple
 import numpy as np
 
 from . import _lib
-from ._arrays import invalid, to_numpy
+from ._arrays import invalid, to_numpy, torch_io
 
 ArrayLike = Any
 
@@ -58,6 +58,7 @@ def _ekn(w: np.ndarray, name: str) -> Tuple[int, int, int]:
     return w.shape
 
 
+@torch_io
 def nd_to_nz(weight_nd: ArrayLike, *, int4: bool = False, as_int32: bool = False) -> np.ndarray:
     """Logical ``[E, K, N]`` weights (int8 values) to FRACTAL_NZ.
 
@@ -85,6 +86,7 @@ def nd_to_nz(weight_nd: ArrayLike, *, int4: bool = False, as_int32: bool = False
     return nz
 
 
+@torch_io
 def nz_to_nd(weight_nz: ArrayLike, *, int4_packed: bool = False) -> np.ndarray:
     """FRACTAL_NZ weights back to logical ``[E, K, N]`` int8 values.
 
@@ -122,6 +124,7 @@ def nz_to_nd(weight_nz: ArrayLike, *, int4_packed: bool = False) -> np.ndarray:
     return nd
 
 
+@torch_io
 def pack_int4(values: ArrayLike, *, as_int32: bool = False) -> np.ndarray:
     """Packs int4 values (int8 in [-8, 7]) along the last axis.
 
@@ -145,11 +148,13 @@ def pack_int4(values: ArrayLike, *, as_int32: bool = False) -> np.ndarray:
     return out
 
 
+@torch_io
 def pack_int4_int32(values: ArrayLike) -> np.ndarray:
     """:func:`pack_int4` into int32 words (``as_int32=True``)."""
     return pack_int4(values, as_int32=True)
 
 
+@torch_io
 def unpack_int4(packed: ArrayLike) -> np.ndarray:
     """Unpacks int4 along the last axis: uint8 (or int8) bytes ``[..., b]`` to int8
     ``[..., 2b]``, or int32 words ``[..., w]`` to int8 ``[..., 8w]``; values in [-8, 7]."""
@@ -165,6 +170,7 @@ def unpack_int4(packed: ArrayLike) -> np.ndarray:
     return out
 
 
+@torch_io
 def unpack_int4_int32(words: ArrayLike) -> np.ndarray:
     """:func:`unpack_int4` of int32 words (8 int4 per word)."""
     arr = to_numpy(words, "words")
@@ -185,6 +191,7 @@ def _scale_f32(obj: ArrayLike) -> np.ndarray:
     return np.ascontiguousarray(arr, dtype=np.float32)
 
 
+@torch_io
 def weight_assist_matrix(weight_nd_values: ArrayLike, scale: ArrayLike, groups: int = 0) -> np.ndarray:
     """The A8W4 ``bias`` (weight assist matrix) as real callers build it.
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import os
-from ctypes import POINTER, c_char_p, c_int, c_int64, c_uint64, c_void_p
+from ctypes import POINTER, c_char_p, c_float, c_int, c_int64, c_uint32, c_uint64, c_void_p
 
 from ._errors import QmoeError
 
@@ -48,15 +48,25 @@ MAX_DIMS = 8
 
 
 class OpOptions(ctypes.Structure):
-    """struct qmoe_op_options (C enums are int-sized)."""
+    """struct qmoe_op_options (C enums are int-sized); struct_size 0 means the 0.2 layout."""
 
     _fields_ = [
+        ("struct_size", c_uint32),
         ("group_list_type", c_int),
         ("force_weight_nz", c_int),
         ("kernel", c_int),
         ("threads", c_int),
         ("devices", c_int),
     ]
+
+
+class ErrorInfo(ctypes.Structure):
+    """struct qmoe_error_info: the structured last error (which rule, which argument)."""
+
+    _fields_ = [("status", c_int), ("rule", c_int), ("arg", c_char_p), ("message", c_char_p)]
+
+
+RULE_OVERLAP = 8  # QMOE_RULE_OVERLAP
 
 
 def _library_path() -> str:
@@ -94,6 +104,8 @@ def _declare(lib: ctypes.CDLL) -> None:
 
     fn("qmoe_version", c_char_p)
     fn("qmoe_last_error", c_char_p)
+    fn("qmoe_last_error_info", POINTER(ErrorInfo))
+    fn("qmoe_error_rule_name", c_char_p, c_int)
     fn("qmoe_status_name", c_char_p, c_int)
     fn("qmoe_kernel_name", c_char_p, c_int)
 
@@ -106,6 +118,9 @@ def _declare(lib: ctypes.CDLL) -> None:
        _P_TENSOR, _P_TENSOR, _P_TENSOR, POINTER(OpOptions), POINTER(c_uint64),
        POINTER(_P_EXECUTOR))
     fn("qmoe_gmm_swiglu_quant", c_int, c_void_p, c_uint64, _P_EXECUTOR, c_void_p)
+    fn("qmoe_gmm_swiglu_quant_weight_list_workspace_size", c_int,
+       _P_TENSOR, POINTER(_P_TENSOR), POINTER(_P_TENSOR), c_int64, _P_TENSOR, _P_TENSOR, c_float,
+       _P_TENSOR, _P_TENSOR, POINTER(OpOptions), POINTER(c_uint64), POINTER(_P_EXECUTOR))
     fn("qmoe_executor_destroy", None, _P_EXECUTOR)
     fn("qmoe_executor_kernel", c_int, _P_EXECUTOR)
 
@@ -135,12 +150,28 @@ def check(status: int) -> None:
     right after the failing call gets that call's message even while other threads use qmoe.
     """
     if status != OK:
+        info = lib.qmoe_last_error_info().contents
         raise QmoeError(status, lib.qmoe_last_error().decode(errors="replace"),
-                        status_name(status))
+                        status_name(status), rule=lib.qmoe_error_rule_name(info.rule).decode(),
+                        arg=info.arg.decode(errors="replace"))
 
 
 def version() -> str:
     return lib.qmoe_version().decode()
+
+
+def package_version() -> str:
+    """The installed distribution's version (pyproject.toml takes it from CMakeLists.txt's
+    project(VERSION), as the library does); the library's when running from a source tree."""
+    try:
+        from importlib.metadata import PackageNotFoundError
+        from importlib.metadata import version as dist_version
+    except ImportError:  # Python < 3.8 has no importlib.metadata
+        return version()
+    try:
+        return dist_version("qmoe")
+    except PackageNotFoundError:
+        return version()
 
 
 def kernel_name(kernel: int) -> str:

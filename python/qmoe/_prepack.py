@@ -19,7 +19,7 @@ from ._op import ArrayLike, _kernel, _plain, _Weight, _weight_scale
 class WeightsOptions(ctypes.Structure):
     """struct qmoe_weights_options."""
 
-    _fields_ = [("kernel", c_int), ("force_weight_nz", c_int)]
+    _fields_ = [("struct_size", ctypes.c_uint32), ("kernel", c_int), ("force_weight_nz", c_int)]
 
 
 def _declare(lib: ctypes.CDLL) -> None:
@@ -130,7 +130,8 @@ def prepack(
     w = _Weight(weight, weight_format, int4_packed)
     ws_arr, ws_dt = _weight_scale(weight_scale, weight_scale_dtype)
     b_arr, b_dt = _plain(bias, "bias", np.float32, "float32")
-    opts = WeightsOptions(kernel=_kernel(kernel), force_weight_nz=0)
+    opts = WeightsOptions(struct_size=ctypes.sizeof(WeightsOptions), kernel=_kernel(kernel),
+                          force_weight_nz=0)
     handle = c_void_p()
     with Tensors() as t:
         _lib.check(_lib.lib.qmoe_weights_prepack(

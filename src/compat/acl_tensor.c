@@ -1,6 +1,7 @@
 /*
  * aclTensor: a description of device memory (view shape, strides, offset, format, storage shape)
- * and its translation to a native qmoe_tensor when an operator is planned.
+ * and its translation to a native qmoe_tensor when an operator is planned. Tensors are in the
+ * handle registry, so destroying one twice, or using a destroyed one, is an error code.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -72,17 +73,45 @@ aclTensor *aclCreateTensor(const int64_t *viewDims, uint64_t viewDimsNum, aclDat
             contiguous *= viewDims[i];
     }
     for (int i = 0; i < t->nstorage; i++) t->storage[i] = storageDims[i];
+    compat_lock();
+    int ok = compat_registry_add(t, COMPAT_TENSOR, -1);
+    compat_unlock();
+    if (!ok) {
+        free(t);
+        compat_fail(ACLNN_ERR_INNER, "aclCreateTensor: out of memory");
+        return NULL;
+    }
     return t;
 }
 
 aclnnStatus aclDestroyTensor(const aclTensor *tensor)
 {
+    if (!tensor) return ACLNN_SUCCESS; /* like free(NULL) */
+    compat_lock();
+    int ok = compat_registry_remove((void *)tensor, COMPAT_TENSOR);
+    compat_unlock();
+    if (!ok)
+        return compat_fail(ACLNN_ERR_PARAM_INVALID,
+                           "aclDestroyTensor: %p was not created by aclCreateTensor or was "
+                           "already destroyed",
+                           (const void *)tensor);
     free((void *)tensor);
     return ACLNN_SUCCESS;
 }
 
-aclDataType compat_tensor_dtype(const aclTensor *t) { return t->dtype; }
-aclFormat compat_tensor_format(const aclTensor *t) { return t->format; }
+static int live(const aclTensor *t)
+{
+    compat_lock();
+    int ok = compat_registry_has(t, COMPAT_TENSOR);
+    compat_unlock();
+    return ok;
+}
+
+aclDataType compat_tensor_dtype(const aclTensor *t) { return live(t) ? t->dtype : ACL_DT_UNDEFINED; }
+aclFormat compat_tensor_format(const aclTensor *t)
+{
+    return live(t) ? t->format : ACL_FORMAT_UNDEFINED;
+}
 
 /* ------------------------------------------------------------------ translation --------------- */
 
@@ -162,6 +191,11 @@ aclnnStatus compat_tensor_to_native(const char *api, const char *name, const acl
 {
     qmoe_dtype dtype;
     qmoe_format format;
+    if (!live(t))
+        return compat_fail(ACLNN_ERR_PARAM_INVALID,
+                           "%s: %s: %p is not a live tensor (destroyed, or not from "
+                           "aclCreateTensor)",
+                           api, name, (const void *)t);
     if (!native_dtype(t->dtype, &dtype))
         return compat_fail(ACLNN_ERR_PARAM_INVALID, "%s: %s: data type %d is not supported here",
                            api, name, (int)t->dtype);

@@ -153,3 +153,10 @@ aclnnStatus aclnnGroupedMatmulSwigluQuant(void *workspace, uint64_t workspaceSiz
 {
     return execute("aclnnGroupedMatmulSwigluQuant", workspace, workspaceSize, executor, stream);
 }
+
+/* Phase two for the other GroupedMatmulSwigluQuant entry points (the weight-list variant). */
+aclnnStatus compat_gmm_execute(const char *api, void *workspace, uint64_t workspace_size,
+                               aclOpExecutor *executor, aclrtStream stream)
+{
+    return execute(api, workspace, workspace_size, executor, stream);
+}

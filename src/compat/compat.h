@@ -1,6 +1,6 @@
 /*
  * Internals of the vendor-compatible layer (libqmoe_acl): the process state behind aclInit, the
- * handle registry that makes every handle checkable (memory, streams, executors), and the
+ * handle registry that makes every handle checkable (memory, streams, executors, tensors), and the
  * thread's error message for aclGetRecentErrMsg.
  */
 #ifndef QMOE_COMPAT_COMPAT_H
@@ -48,6 +48,7 @@ typedef enum compat_kind {
     COMPAT_HOST_MEM = 2,
     COMPAT_STREAM = 3,
     COMPAT_EXECUTOR = 4,
+    COMPAT_TENSOR = 5, /* kept across aclFinalize: tensors do not need aclInit */
 } compat_kind;
 
 /* All with the lock held. add returns 0 when out of memory; remove returns 0 when `ptr` is not a
@@ -55,8 +56,8 @@ typedef enum compat_kind {
 int compat_registry_add(void *ptr, compat_kind kind, int device);
 int compat_registry_has(const void *ptr, compat_kind kind);
 int compat_registry_remove(void *ptr, compat_kind kind);
-/* Removes and releases every handle (streams first: destroying one waits for its work), or the
- * streams of one device. */
+/* Removes and releases every handle but the tensors (streams first: destroying one waits for its
+ * work), or the streams of one device. */
 void compat_registry_release_all(void);
 void compat_registry_release_streams(int device);
 
@@ -77,6 +78,11 @@ struct aclOpExecutor {
 
 void compat_executor_free(aclOpExecutor *executor);
 
+/* Phase two of a GroupedMatmulSwigluQuant executor (aclnn_gmm_swiglu_quant.c): claims it, runs it
+ * on `stream`, always frees it; `api` names the caller in messages. */
+aclnnStatus compat_gmm_execute(const char *api, void *workspace, uint64_t workspace_size,
+                               aclOpExecutor *executor, aclrtStream stream);
+
 /* ------------------------------------------------------------------ tensors -------------------- */
 
 /* How a tensor argument is read: as its view (ND-family formats), or as a FRACTAL_NZ weight whose
@@ -90,6 +96,8 @@ typedef enum compat_tensor_role {
  * returns an aclnn code with the message recorded, and *out is untouched. */
 aclnnStatus compat_tensor_to_native(const char *api, const char *name, const aclTensor *t,
                                     compat_tensor_role role, qmoe_tensor **out);
+/* ACL_DT_UNDEFINED / ACL_FORMAT_UNDEFINED for a tensor that is not live (destroyed or never
+ * created by aclCreateTensor); compat_tensor_to_native then refuses it. */
 aclDataType compat_tensor_dtype(const aclTensor *t);
 aclFormat compat_tensor_format(const aclTensor *t);
 

@@ -10,6 +10,8 @@
 
 #include "runtime/fastdiv.h"
 
+struct qmoe_kernel_ops; /* src/kernels/kernel.h */
+
 typedef enum qmoe_gmm_mode {
     QMOE_MODE_A8W8 = 0,
     QMOE_MODE_A8W4 = 1,
@@ -42,6 +44,7 @@ typedef struct qmoe_gmm_params {
     int32_t per_group;    /* weight_scale is [E,G,N] */
     int32_t group_list_type; /* qmoe_group_list_type */
     int32_t kernel;       /* qmoe_kernel chosen by the planner */
+    const struct qmoe_kernel_ops *kernel_ops; /* its table: phase one's choice, used as is */
 
     /* operands: base pointers and strides in elements of each tensor's dtype */
     const int8_t *x;
@@ -85,10 +88,18 @@ typedef struct qmoe_gmm_params {
     qmoe_fastdiv_t threads_div;    /* by threads: blocks per part */
     qmoe_fastdiv_t devices_div;    /* by devices: chunks per device */
     qmoe_fastdiv_t row_block_div;  /* by row_block: blocks per expert segment */
-    int32_t pad1;
+    /* Per-expert weight lists (src/ops/gmm_list_op.c). swiglu_limit > 0 clamps C before
+     * SwiGLU: activated half to <= limit, linear half to [-limit, limit] (docs/ops/). With
+     * w_list set, expert e's weight starts at w_list[e] and its scale at ws_list[e] (the expert
+     * strides w_s[0], ws_s[0] are unused); phase two copies the tables into the workspace at
+     * list_table_offset, so a queued operator never reads the executor. */
+    float swiglu_limit;
+    const void *const *w_list;
+    const void *const *ws_list;
+    uint64_t list_table_offset;
     /* prepacked weights (core/prepack.h) in place of w, ws, bias; NULL: the raw tensors */
     const struct qmoe_weights *pp;
-    uint8_t reserved[104]; /* room to grow without changing the size */
+    uint8_t reserved[72]; /* room to grow without changing the size */
 } qmoe_gmm_params;
 
 _Static_assert(sizeof(qmoe_gmm_params) == 512, "qmoe_gmm_params is a fixed-size plan");

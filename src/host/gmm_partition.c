@@ -58,15 +58,56 @@ qmoe_row_range qmoe_partition_rows(int64_t total, int32_t rows_per_chunk, int in
     return r;
 }
 
+/* Rows of all experts: g[last] (cumsum) or the sum of counts. */
+static int64_t total_rows(const qmoe_gmm_params *p)
+{
+    int64_t end = 0;
+    for (int64_t e = 0; e < p->E_groups; e++) end = qmoe_gmm_group_end(p, e, end);
+    return end;
+}
+
+/* Blocks of rows [r0, r1): per expert segment, ceil(rows / row_block). */
+static int64_t count_blocks(const qmoe_gmm_params *p, int64_t r0, int64_t r1)
+{
+    int64_t n = 0, start = 0;
+    for (int64_t e = 0; e < p->E_groups && start < r1; e++) {
+        int64_t end = qmoe_gmm_group_end(p, e, start);
+        int64_t a = start > r0 ? start : r0, b = end < r1 ? end : r1;
+        if (b > a) {
+            int64_t rows = b - a + p->row_block - 1;
+            n += rows <= UINT32_MAX ? qmoe_fastdiv((uint32_t)rows, &p->row_block_div)
+                                    : rows / p->row_block;
+        }
+        start = end;
+    }
+    return n;
+}
+
+void qmoe_gmm_plan_split(const qmoe_gmm_params *p, qmoe_gmm_split *split)
+{
+    int64_t total = total_rows(p);
+    for (int d = 0; d < p->devices; d++) {
+        qmoe_gmm_device_split *s = &split->dev[d];
+        qmoe_row_range r = {0, total};
+        if (p->devices > 1)
+            r = qmoe_partition_rows(total, p->rows_per_chunk, d, p->devices, &p->devices_div);
+        s->row_start = r.start;
+        s->nrows = r.count;
+        s->nblocks = count_blocks(p, r.start, r.start + r.count);
+        s->columns = p->col_max_rows && s->nblocks < p->threads && r.count <= p->col_max_rows;
+        s->pad = 0;
+    }
+}
+
 qmoe_status qmoe_gmm_plan_execution(qmoe_gmm_params *p, const qmoe_kernel_ops *k, int threads,
                                     int devices)
 {
     if (devices > QMOE_MAX_DEVICES)
-        return qmoe_fail(QMOE_ERR_PARAM_INVALID, "options: devices = %d exceeds %d", devices,
-                         QMOE_MAX_DEVICES);
+        return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_OPTION, "options",
+                             "options: devices = %d exceeds %d", devices, QMOE_MAX_DEVICES);
     if (threads > MAX_THREADS)
-        return qmoe_fail(QMOE_ERR_PARAM_INVALID, "options: threads = %d exceeds %d", threads,
-                         MAX_THREADS);
+        return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_OPTION, "options",
+                             "options: threads = %d exceeds %d", threads, MAX_THREADS);
     p->devices = devices > 0 ? devices : 1;
     if (threads > 0) {
         p->threads = threads;

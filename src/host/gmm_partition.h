@@ -9,6 +9,8 @@
  *   blocks of at most row_block rows that never cross an expert boundary.
  * - Row split (default): part i of `threads` takes blocks [i*b, min((i+1)*b, nb)) with
  *   b = ceil(nb / threads), all N2 columns, and quantizes each block right after computing it.
+ * - Which split a device uses, and its rows, are decided on the host at phase two
+ *   (qmoe_gmm_plan_split), once the experts' rows are known.
  * - Column split (a device with fewer blocks than parts and at most col_max_rows rows): part i
  *   computes every block for columns [i*c, min((i+1)*c, N2)), c = ceil(N2 / threads) rounded up
  *   to col_block, into the device's S rows in the workspace; after a barrier, part i quantizes
@@ -22,6 +24,7 @@
 #include "core/gmm_params.h"
 #include "kernels/kernel.h"
 #include "qmoe/qmoe.h"
+#include "qmoe/runtime.h"
 
 /* Bump allocator over a region: returns the offset of `bytes` and moves past them, keeping every
  * region 64-byte aligned. */
@@ -74,6 +77,30 @@ int32_t qmoe_gmm_rows_per_chunk(const qmoe_gmm_params *p);
  * there are fewer whole chunks than devices. `count_div` divides by count. */
 qmoe_row_range qmoe_partition_rows(int64_t total, int32_t rows_per_chunk, int index, int count,
                                    const qmoe_fastdiv_t *count_div);
+
+/* Phase two's split of one run over the plan's devices, decided on the host once groupList is
+ * checked (it needs the rows of the experts): each device's row range, its number of row blocks
+ * and whether it splits by columns. The driver executes it as given and derives none of it. */
+typedef struct qmoe_gmm_device_split {
+    int64_t row_start, nrows; /* the device's flattened rows */
+    int64_t nblocks;          /* blocks of at most row_block rows, never across an expert */
+    int32_t columns;          /* 1: column split (fewer blocks than parts, few rows) */
+    int32_t pad;
+} qmoe_gmm_device_split;
+
+typedef struct qmoe_gmm_split {
+    qmoe_gmm_device_split dev[QMOE_MAX_DEVICES];
+} qmoe_gmm_split;
+
+/* The end row of expert e whose rows start at `start` (groupList type of the plan). */
+static inline int64_t qmoe_gmm_group_end(const qmoe_gmm_params *p, int64_t e, int64_t start)
+{
+    int64_t v = p->gl[e * p->gl_s];
+    return p->group_list_type == QMOE_GROUP_LIST_COUNT ? start + v : v;
+}
+
+/* Fills `split` for p->devices devices (groupList checked: qmoe_gmm_check_groups). */
+void qmoe_gmm_plan_split(const qmoe_gmm_params *p, qmoe_gmm_split *split);
 
 /* Fills the execution fields of a validated plan (threads, devices, blocks, splits, scratchpad
  * and workspace sizes, fast-division constants) for kernel `k`. `threads` / `devices` are the

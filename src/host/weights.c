@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/gmm_params.h"
+#include "core/options.h"
 #include "core/prepack.h"
 #include "core/status.h"
 #include "core/tensor.h"
@@ -19,7 +20,9 @@
 #include "kernels/x86_parts.h"
 #endif
 
-#define INVALID(...) qmoe_fail(QMOE_ERR_PARAM_INVALID, __VA_ARGS__)
+/* Argument errors with the structured info (rule, argument by the vendor's name). */
+#define INVALID(rule, arg, ...) qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_##rule, arg, __VA_ARGS__)
+#define NULLPTR(arg, ...) qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, arg, __VA_ARGS__)
 
 /* Its address identifies the loaded copy of the library that made an object: a second copy
  * (another build loaded in the same process) refuses objects of the first. */
@@ -77,7 +80,7 @@ static qmoe_status plan_source(const qmoe_tensor *weight, const qmoe_tensor *wei
         st = qmoe_fail(QMOE_ERR_INNER, "prepack: out of memory");
     } else {
         qmoe_op_options opt;
-        memset(&opt, 0, sizeof opt);
+        qmoe_op_options_init(&opt);
         opt.force_weight_nz = o->force_weight_nz;
         opt.kernel = o->kernel;
         opt.threads = 1;
@@ -133,7 +136,7 @@ static qmoe_status allocate(const qmoe_gmm_params *p, qmoe_dtype ws_dtype, struc
              ws_b + corr_b <= SIZE_MAX;
     if (!ok) {
         free(pp);
-        return INVALID("prepack: the prepacked size of E = %lld experts overflows",
+        return INVALID(LIMIT, "weight", "prepack: the prepacked size of E = %lld experts overflows",
                        (long long)p->E);
     }
     pp->bytes = pp->weight_bytes + ws_b + corr_b;
@@ -155,20 +158,22 @@ qmoe_status qmoe_weights_prepack(const qmoe_tensor *weight, const qmoe_tensor *w
                                  const qmoe_tensor *bias, const qmoe_weights_options *options,
                                  qmoe_weights **out)
 {
-    static const qmoe_weights_options defaults;
-    const qmoe_weights_options *o = options ? options : &defaults;
-    if (!out) return qmoe_fail(QMOE_ERR_PARAM_NULLPTR, "prepack: out is a null pointer");
-    if (!weight) return qmoe_fail(QMOE_ERR_PARAM_NULLPTR, "weight is a null pointer");
-    if (!weight_scale) return qmoe_fail(QMOE_ERR_PARAM_NULLPTR, "weightScale is a null pointer");
-    if (weight->packed) return INVALID("weight: already prepacked");
+    if (!out) return NULLPTR("out", "prepack: out is a null pointer");
+    if (!weight) return NULLPTR("weight", "weight is a null pointer");
+    if (!weight_scale) return NULLPTR("weightScale", "weightScale is a null pointer");
+    qmoe_weights_options opts;
+    qmoe_status st = qmoe_read_options(options, &opts, sizeof opts, sizeof opts, "options");
+    if (st) return st;
+    const qmoe_weights_options *o = &opts;
+    if (weight->packed) return INVALID(FORMAT, "weight", "weight: already prepacked");
     if (o->kernel == QMOE_KERNEL_REFERENCE)
-        return INVALID("prepack: the reference kernel reads raw weights only");
+        return INVALID(UNSUPPORTED, "options", "prepack: the reference kernel reads raw weights only");
     qmoe_gmm_params p;
-    qmoe_status st = plan_source(weight, weight_scale, bias, o, &p);
+    st = plan_source(weight, weight_scale, bias, o, &p);
     if (st) return st;
     const qmoe_gemm_isa *isa = qmoe_gemm_isa_for(p.kernel);
     if (!isa)
-        return INVALID("prepack: kernel %s reads raw weights only (QMOE_ISA=%s?)",
+        return INVALID(UNSUPPORTED, "options", "prepack: kernel %s reads raw weights only (QMOE_ISA=%s?)",
                        qmoe_kernel_name((qmoe_kernel)p.kernel),
                        qmoe_kernel_name((qmoe_kernel)p.kernel));
     struct qmoe_weights *pp = NULL;
@@ -200,9 +205,10 @@ void qmoe_weights_destroy(qmoe_weights *weights)
 
 qmoe_status qmoe_weights_tensor(const qmoe_weights *weights, qmoe_tensor **out)
 {
-    if (!weights) return qmoe_fail(QMOE_ERR_PARAM_NULLPTR, "weights is a null pointer");
-    if (!out) return qmoe_fail(QMOE_ERR_PARAM_NULLPTR, "weights_tensor: out is a null pointer");
-    if (weights->magic != QMOE_PP_MAGIC) return INVALID("weights: not a prepacked weight object");
+    if (!weights) return NULLPTR("weights", "weights is a null pointer");
+    if (!out) return NULLPTR("out", "weights_tensor: out is a null pointer");
+    if (weights->magic != QMOE_PP_MAGIC)
+        return INVALID(FORMAT, "weights", "weights: not a prepacked weight object");
     int64_t shape[3] = {weights->E, weights->K, weights->N};
     qmoe_dtype dt = weights->mode == QMOE_MODE_A8W8 ? QMOE_DTYPE_INT8 : QMOE_DTYPE_INT4;
     qmoe_tensor *t;
@@ -226,12 +232,14 @@ qmoe_kernel qmoe_weights_kernel(const qmoe_weights *weights)
 qmoe_status qmoe_pp_plan_weight(const struct qmoe_weights *pp, qmoe_gmm_params *p, int64_t *Kw)
 {
     if (pp->magic != QMOE_PP_MAGIC || pp->version != QMOE_PP_VERSION || pp->build != &build_tag)
-        return INVALID("weight: prepacked weights of another qmoe build or layout version "
+        return INVALID(UNSUPPORTED, "weight",
+                       "weight: prepacked weights of another qmoe build or layout version "
                        "(or a destroyed object); prepack them again with this library");
     if (pp->op != QMOE_PP_OP_SWIGLU)
-        return INVALID("weight: prepacked for another operator (%u)", pp->op);
+        return INVALID(UNSUPPORTED, "weight", "weight: prepacked for another operator (%u)", pp->op);
     if (pp->cpu != cpu_bits())
-        return INVALID("weight: prepacked on a CPU with other features (0x%x, this one 0x%x)",
+        return INVALID(UNSUPPORTED, "weight",
+                       "weight: prepacked on a CPU with other features (0x%x, this one 0x%x)",
                        pp->cpu, cpu_bits());
     p->mode = pp->mode;
     p->E = pp->E;
@@ -248,11 +256,12 @@ qmoe_status qmoe_pp_plan_scale(const struct qmoe_weights *pp, int ws_dtype, qmoe
     /* ws_dtype < 0: no weightScale given; otherwise phase one checked its shape against E, N */
     if (ws_dtype >= 0) {
         if (ws_dtype != pp->ws_dtype)
-            return INVALID("weightScale: dtype %s, the prepacked weights were made from %s",
+            return INVALID(DTYPE, "weightScale",
+                           "weightScale: dtype %s, the prepacked weights were made from %s",
                            qmoe_dtype_name((qmoe_dtype)ws_dtype),
                            qmoe_dtype_name((qmoe_dtype)pp->ws_dtype));
         if (p->per_group != pp->per_group || p->G != pp->G)
-            return INVALID("weightScale: %lld groups, the prepacked weights have %lld",
+            return INVALID(SHAPE, "weightScale", "weightScale: %lld groups, the prepacked weights have %lld",
                            (long long)p->G, (long long)pp->G);
     }
     p->per_group = pp->per_group;

@@ -105,16 +105,32 @@ qmoe_cpu_features qmoe_cpu_features_get(void)
     return f;
 }
 
+/* A kernel runs only when this build compiled it (QMOE_HAVE_<SET> from
+ * cmake/qmoe_isa.cmake; without them, x86-64 builds have all). */
+#ifndef QMOE_HAVE_AVX2
+#if defined(__x86_64__) || defined(_M_X64)
+#define QMOE_HAVE_AVX2 1
+#define QMOE_HAVE_AVX_VNNI 1
+#define QMOE_HAVE_AVX512_VNNI 1
+#define QMOE_HAVE_AMX_INT8 1
+#else
+#define QMOE_HAVE_AVX2 0
+#define QMOE_HAVE_AVX_VNNI 0
+#define QMOE_HAVE_AVX512_VNNI 0
+#define QMOE_HAVE_AMX_INT8 0
+#endif
+#endif
+
 int qmoe_cpu_runs_kernel(int kernel)
 {
     qmoe_cpu_features f = qmoe_cpu_features_get();
     switch (kernel) {
     case QMOE_KERNEL_REFERENCE:
     case QMOE_KERNEL_PORTABLE: return 1;
-    case QMOE_KERNEL_AVX2: return f.avx2;
-    case QMOE_KERNEL_AVX_VNNI: return f.avx_vnni;
-    case QMOE_KERNEL_AVX512_VNNI: return f.avx512_vnni;
-    case QMOE_KERNEL_AMX_INT8: return f.amx_int8;
+    case QMOE_KERNEL_AVX2: return QMOE_HAVE_AVX2 && f.avx2;
+    case QMOE_KERNEL_AVX_VNNI: return QMOE_HAVE_AVX_VNNI && f.avx_vnni;
+    case QMOE_KERNEL_AVX512_VNNI: return QMOE_HAVE_AVX512_VNNI && f.avx512_vnni;
+    case QMOE_KERNEL_AMX_INT8: return QMOE_HAVE_AMX_INT8 && f.amx_int8;
     }
     return 0;
 }

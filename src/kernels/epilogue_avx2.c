@@ -2,28 +2,34 @@
  * 256-bit epilogue (AVX2 + FMA), shared by the AVX2 and AVX-VNNI tables: per-group fold, fused
  * dequantize + SwiGLU with a vectorized exp, per-token int8 quantization.
  *
- * exp as in the AVX-512 epilogue (Cody-Waite reduction, degree-7 Taylor polynomial), but 2^n is
- * built in the exponent bits, so x is clamped to [-87, 88]: beyond, e^x is taken as e^-87 or
- * e^88 instead of 0 or inf, which changes swish(a) = a / (1 + e^-a) only for |a| > 87 and then by
- * less than 1e-36 absolute (never visible after quantization of a row with any other value).
+ * exp as in the AVX-512 epilogue (Cody-Waite reduction, degree-7 Taylor polynomial, the same
+ * clamp to [-104, 89]), with 2^n built in the exponent bits as 2^(n/2) * 2^(n - n/2), both halves
+ * normal floats: the first product is exact and the second rounds once, to a subnormal, 0 or inf
+ * where e^x is out of range, so the result has the bits of the AVX-512 exp (vscalefps) for every
+ * x. A row whose activated half is all very negative then gives S = -0 (the zero row) in every
+ * kernel, not a tiny scale of its own here.
  */
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
 #include <math.h>
 
 #include "kernels/gmm_fast.h"
+#include "kernels/quant_rule.h"
 #include "kernels/x86_parts.h"
 
 void qmoe_fold_avx2(int64_t rows, int64_t cols, const int32_t *acc, int64_t ldacc,
-                    const int32_t *xoff, int64_t xoff_stride, const float *ws, float *f,
-                    int64_t ldf, int first)
+                    const int32_t *xoff, int64_t xoff_stride, const float *xs, const float *ws,
+                    float *f, int64_t ldf, int first)
 {
     for (int64_t r = 0; r < rows; r++) {
         __m256i o = _mm256_set1_epi32(xoff[r * xoff_stride]);
+        __m256 x = _mm256_set1_ps(xs ? xs[r] : 1.0f); /* times 1 is exact */
         for (int64_t c = 0; c < cols; c += 8) {
             __m256i a = _mm256_sub_epi32(
                 _mm256_loadu_si256((const __m256i *)(acc + r * ldacc + c)), o);
-            __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(a), _mm256_loadu_ps(ws + c));
+            /* acc * xScale * ws, left to right (spec) */
+            __m256 v = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(a), x),
+                                     _mm256_loadu_ps(ws + c));
             if (!first) v = _mm256_add_ps(_mm256_loadu_ps(f + r * ldf + c), v);
             _mm256_storeu_ps(f + r * ldf + c, v);
         }
@@ -32,8 +38,8 @@ void qmoe_fold_avx2(int64_t rows, int64_t cols, const int32_t *acc, int64_t ldac
 
 static inline __m256 exp256(__m256 x)
 {
-    x = _mm256_max_ps(_mm256_set1_ps(-87.0f), x); /* NaN passes (second operand) */
-    x = _mm256_min_ps(_mm256_set1_ps(88.0f), x);
+    x = _mm256_max_ps(_mm256_set1_ps(-104.0f), x); /* NaN passes (second operand) */
+    x = _mm256_min_ps(_mm256_set1_ps(89.0f), x);
     __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
@@ -46,8 +52,12 @@ static inline __m256 exp256(__m256 x)
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
+    /* n in [-150, 129]: n1 = floor(n / 2) and n - n1 are both in [-75, 65] */
+    __m256i ni = _mm256_cvtps_epi32(n), n1 = _mm256_srai_epi32(ni, 1);
+    __m256i n2 = _mm256_sub_epi32(ni, n1), bias = _mm256_set1_epi32(127);
+    __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
+    __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
+    return _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
 }
 
 static inline __m256 swiglu8(__m256 f_act, __m256 c_act, __m256 f_gate, __m256 c_gate, __m256 x)
@@ -62,7 +72,7 @@ void qmoe_swiglu_avx2(int64_t rows, int64_t nc, const float *f, int64_t ldf, int
                       const float *corr, const float *xs, float *s, int64_t lds)
 {
     for (int64_t r = 0; r < rows; r++) {
-        __m256 x = _mm256_set1_ps(xs[r]);
+        __m256 x = _mm256_set1_ps(xs ? xs[r] : 1.0f); /* times 1 is exact */
         const float *fr = f + r * ldf;
         float *sr = s + r * lds;
         int64_t j = 0;
@@ -104,17 +114,13 @@ void qmoe_quantize_row_avx2(const float *s, int64_t n2, int8_t *out, int64_t out
     }
     float lanes[8];
     _mm256_storeu_ps(lanes, amax);
-    float am = 0.0f;
+    float am = 0.0f, sc;
     int has_nan = !_mm256_testz_ps(nan, nan);
     for (int i = 0; i < 8; i++) am = lanes[i] > am ? lanes[i] : am;
-    for (int64_t j = full; j < n2; j++) {
-        float a = fabsf(s[j]);
-        if (isnan(a)) has_nan = 1;
-        else if (a > am) am = a;
-    }
-    float sc = has_nan ? NAN : am / 127.0f;
+    for (int64_t j = full; j < n2; j++) qmoe_qrule_amax(s[j], &am, &has_nan);
+    int quantize = qmoe_qrule_scale(am, has_nan, &sc);
     *scale = sc;
-    if (!isfinite(sc) || am == 0.0f) {
+    if (!quantize) {
         for (int64_t j = 0; j < n2; j++) out[j] = 0;
         return;
     }
@@ -126,9 +132,6 @@ void qmoe_quantize_row_avx2(const float *s, int64_t n2, int8_t *out, int64_t out
         __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1));
         _mm_storel_epi64((__m128i *)(out + j), _mm_packs_epi16(w, w));
     }
-    for (int64_t j = full; j < n2; j++) {
-        float q = rintf(s[j] / sc);
-        out[j] = (int8_t)(q > 127.0f ? 127.0f : q < -127.0f ? -127.0f : q);
-    }
+    for (int64_t j = full; j < n2; j++) out[j] = qmoe_qrule_value(s[j], sc);
 }
 #endif

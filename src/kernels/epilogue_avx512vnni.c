@@ -13,17 +13,21 @@
 #include <math.h>
 
 #include "kernels/gmm_fast.h"
+#include "kernels/quant_rule.h"
 #include "kernels/x86_parts.h"
 
 void qmoe_fold_avx512(int64_t rows, int64_t cols, const int32_t *acc, int64_t ldacc,
-                      const int32_t *xoff, int64_t xoff_stride, const float *ws, float *f,
-                      int64_t ldf, int first)
+                      const int32_t *xoff, int64_t xoff_stride, const float *xs, const float *ws,
+                      float *f, int64_t ldf, int first)
 {
     for (int64_t r = 0; r < rows; r++) {
         __m512i o = _mm512_set1_epi32(xoff[r * xoff_stride]);
+        __m512 x = _mm512_set1_ps(xs ? xs[r] : 1.0f); /* times 1 is exact */
         for (int64_t c = 0; c < cols; c += 16) {
             __m512i a = _mm512_sub_epi32(_mm512_loadu_si512(acc + r * ldacc + c), o);
-            __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(a), _mm512_loadu_ps(ws + c));
+            /* acc * xScale * ws, left to right (spec) */
+            __m512 v = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(a), x),
+                                     _mm512_loadu_ps(ws + c));
             if (!first) v = _mm512_add_ps(_mm512_loadu_ps(f + r * ldf + c), v);
             _mm512_storeu_ps(f + r * ldf + c, v);
         }
@@ -55,7 +59,7 @@ void qmoe_swiglu_avx512(int64_t rows, int64_t nc, const float *f, int64_t ldf, i
 {
     const __m512 one = _mm512_set1_ps(1.0f);
     for (int64_t r = 0; r < rows; r++) {
-        __m512 x = _mm512_set1_ps(xs[r]);
+        __m512 x = _mm512_set1_ps(xs ? xs[r] : 1.0f); /* times 1 is exact */
         const float *fr = f + r * ldf;
         for (int64_t j = 0; j < nc; j += 16) {
             __mmask16 m = nc - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (nc - j)) - 1);
@@ -84,10 +88,10 @@ void qmoe_quantize_row_avx512(const float *s, int64_t n2, int8_t *out, int64_t o
         nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
         amax = _mm512_max_ps(v, amax); /* a NaN v keeps amax */
     }
-    float am = _mm512_reduce_max_ps(amax);
-    float sc = nan ? NAN : am / 127.0f;
+    float am = _mm512_reduce_max_ps(amax), sc;
+    int quantize = qmoe_qrule_scale(am, nan != 0, &sc);
     *scale = sc;
-    if (!isfinite(sc) || am == 0.0f) {
+    if (!quantize) {
         for (int64_t j = 0; j < n2; j++) out[j] = 0;
         return;
     }

@@ -51,13 +51,15 @@ void qmoe_rearrange_portable(const uint8_t *const *src, const int64_t *stride, i
 }
 
 void qmoe_fold_portable(int64_t rows, int64_t cols, const int32_t *acc, int64_t ldacc,
-                        const int32_t *xoff, int64_t xoff_stride, const float *ws, float *f,
-                        int64_t ldf, int first)
+                        const int32_t *xoff, int64_t xoff_stride, const float *xs,
+                        const float *ws, float *f, int64_t ldf, int first)
 {
     for (int64_t r = 0; r < rows; r++) {
         int32_t o = xoff[r * xoff_stride];
         for (int64_t c = 0; c < cols; c++) {
-            float v = (float)(acc[r * ldacc + c] - o) * ws[c];
+            float v = (float)(acc[r * ldacc + c] - o);
+            if (xs) v *= xs[r]; /* acc * xScale * ws, left to right */
+            v *= ws[c];
             f[r * ldf + c] = first ? v : f[r * ldf + c] + v;
         }
     }
@@ -68,8 +70,8 @@ void qmoe_swiglu_portable(int64_t rows, int64_t nc, const float *f, int64_t ldf,
 {
     for (int64_t r = 0; r < rows; r++)
         for (int64_t j = 0; j < nc; j++) {
-            float a = (f[r * ldf + j] + corr[j]) * xs[r];
-            float g = (f[r * ldf + gate + j] + corr[gate + j]) * xs[r];
+            float a = f[r * ldf + j] + corr[j], g = f[r * ldf + gate + j] + corr[gate + j];
+            if (xs) a *= xs[r], g *= xs[r];
             s[r * lds + j] = a / (1.0f + expf(-a)) * g;
         }
 }

@@ -11,11 +11,15 @@
  * Micro-kernels with a gemm_xt (AMX) also get x copied once per call in tile order, so each
  * A tile is one contiguous kilobyte instead of 16 rows K bytes apart, for every column panel.
  * A8W4 uses C = (sum_g acc_g * ws_g + corr) * xs with corr = bias - 8 * sum_g ws_g * colsum_g, the
- * vendor's high/low nibble formula rewritten exactly (in real numbers), honouring any bias.
+ * vendor's high/low nibble formula rewritten exactly (in real numbers), honouring any bias; xScale
+ * comes last, as in the vendor formula. A8W8 multiplies in the spec's order, acc * xScale * ws
+ * (per group, summed in group order), so xScale goes into the fold and swiglu gets none: the same
+ * float operations as the reference kernel, which keeps a weight scale near FLT_MAX from
+ * overflowing acc * ws where the spec's product is finite.
  */
 #include "kernels/gmm_fast.h"
 
-#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -120,6 +124,10 @@ static int unit_source(const qmoe_gmm_params *p, int64_t e, int64_t n, const uin
 {
     const int64_t *s = p->w_s;
     const uint8_t *w = p->w;
+    if (p->w_list) { /* per-expert weight list: the expert's own base, no expert stride */
+        w = p->w_list[e];
+        e = 0;
+    }
     switch ((qmoe_wlayout)p->w_layout) {
     case QMOE_W_INT8_NZ:
         if (s[4] != 1 || n % 16) return 0;
@@ -448,6 +456,15 @@ static void tile_chunk(const qmoe_gemm_isa *isa, const fast_layout *L, const pan
     }
 }
 
+/* The accumulator dump of the test entry point (qmoe_fast_acc_block) exists only in the tests'
+ * build (QMOE_TESTING, see CMakeLists.txt); elsewhere DUMPING() is 0 and its branches are
+ * compiled out of the driver. */
+#ifdef QMOE_TESTING
+#define DUMPING(A) ((A)->dump != NULL)
+#else
+#define DUMPING(A) 0
+#endif
+
 typedef struct block_args {
     const qmoe_gemm_isa *isa;
     const qmoe_gmm_params *p;
@@ -472,6 +489,9 @@ static int direct_panel(const block_args *A, qmoe_copyq *q, uint8_t *sp, const f
     float *f = (float *)(sp + L->f), *xs = (float *)(sp + L->xs);
     const int8_t *x = p->x + A->m0 * p->x_s[0];
     panel_scales(p, L, sp, A->e, pn);
+    for (int64_t r = 0; r < rows && !DUMPING(A); r++) xs[r] = p->xs[(A->m0 + r) * p->xs_s];
+    /* A8W8: xScale in the fold (acc * xScale * ws); A8W4: last, in swiglu (file comment) */
+    const float *xs_fold = int4 ? NULL : xs, *xs_swiglu = int4 ? xs : NULL;
     for (int64_t g = 0; g < p->G; g++) {
         if (L->gk == 0) { /* K = 0: acc and column sums are 0 */
             memset(acc, 0, sizeof(int32_t) * (size_t)(rows * pn->ld));
@@ -493,7 +513,7 @@ static int direct_panel(const block_args *A, qmoe_copyq *q, uint8_t *sp, const f
                 }
             }
         }
-        if (A->dump) {
+        if (DUMPING(A)) {
             for (int64_t r = 0; r < rows; r++)
                 for (int64_t h = 0; h < 2; h++)
                     for (int64_t c = 0; c < pn->nc; c++) {
@@ -506,12 +526,12 @@ static int direct_panel(const block_args *A, qmoe_copyq *q, uint8_t *sp, const f
         if (int4) panel_colsums(p, L, sp, pn, g);
         for (int64_t h = 0; h < 2; h++)
             isa->fold(rows, pn->nu * QMOE_PK_UNIT, acc + h * half, pn->ld, xoff + g, p->G,
-                      pn->wsg + g * pn->ld + h * half, f + h * half, pn->ld, g == 0);
+                      xs_fold, pn->wsg + g * pn->ld + h * half, f + h * half, pn->ld, g == 0);
     }
-    if (A->dump) return 1;
+    if (DUMPING(A)) return 1;
     panel_corr(p, L, sp, A->e, pn);
-    for (int64_t r = 0; r < rows; r++) xs[r] = p->xs[(A->m0 + r) * p->xs_s];
-    isa->swiglu(rows, pn->nc, f, pn->ld, half, pn->corr, xs, A->s + (pn->jc - A->j0), A->lds);
+    isa->swiglu(rows, pn->nc, f, pn->ld, half, pn->corr, xs_swiglu, A->s + (pn->jc - A->j0),
+                A->lds);
     return 1;
 }
 
@@ -630,6 +650,7 @@ static void run_block(const block_args *A, uint8_t *sp, const fast_layout *L)
     float *f = (float *)(sp + L->f), *xs = (float *)(sp + L->xs);
     int8_t *xpack = (int8_t *)(sp + L->xpack);
     int64_t half = pn.ld / 2;
+    int a8w4 = p->mode == QMOE_MODE_A8W4; /* where xScale goes: see the file comment */
     /* Prepacked panels sit at multiples of QMOE_PP_COLS (half): a range that starts elsewhere
      * computes the whole panel and keeps its columns [c_lo, c_hi). */
     int64_t jstart = p->pp ? A->j0 / half * half : A->j0;
@@ -666,6 +687,7 @@ static void run_block(const block_args *A, uint8_t *sp, const fast_layout *L)
                 ldx = L->Kp;
             }
             const int32_t *xo = xoff + (mb - A->m0) * p->G;
+            for (int64_t r = 0; r < rows && !DUMPING(A); r++) xs[r] = p->xs[(mb + r) * p->xs_s];
             for (int64_t g = 0; g < p->G; g++) {
                 if (L->gk == 0) memset(acc, 0, sizeof(int32_t) * (size_t)(rows * pn.ld)); /* K = 0 */
                 /* rows of xt start at multiples of 16: mb - m0 is a multiple of mc */
@@ -679,7 +701,7 @@ static void run_block(const block_args *A, uint8_t *sp, const fast_layout *L)
                     tile_chunk(isa, L, &pn, x, ldx, xb, rows, g * L->gkp + a, (n + 3) / 4, acc,
                                a != 0);
                 }
-                if (A->dump) {
+                if (DUMPING(A)) {
                     for (int64_t r = 0; r < rows; r++)
                         for (int64_t h = 0; h < 2; h++)
                             for (int64_t c = c_lo; c < c_hi; c++) {
@@ -691,20 +713,20 @@ static void run_block(const block_args *A, uint8_t *sp, const fast_layout *L)
                 }
                 for (int64_t h = 0; h < 2; h++)
                     isa->fold(rows, pn.nu * QMOE_PK_UNIT, acc + h * half, pn.ld, xo + g, p->G,
-                              pn.wsg + g * pn.ld + h * half, f + h * half, pn.ld, g == 0);
+                              a8w4 ? NULL : xs, pn.wsg + g * pn.ld + h * half, f + h * half,
+                              pn.ld, g == 0);
             }
-            if (A->dump) continue;
-            for (int64_t r = 0; r < rows; r++) xs[r] = p->xs[(mb + r) * p->xs_s];
+            if (DUMPING(A)) continue;
             float *srow = A->s + (mb - A->m0) * A->lds + (pn.jc + c_lo - A->j0);
             if (c_lo % QMOE_PK_UNIT == 0) {
-                isa->swiglu(rows, c_hi - c_lo, f + c_lo, pn.ld, half, pn.corr + c_lo, xs, srow,
-                            A->lds);
+                isa->swiglu(rows, c_hi - c_lo, f + c_lo, pn.ld, half, pn.corr + c_lo,
+                            a8w4 ? xs : NULL, srow, A->lds);
             } else {
                 /* vector epilogues read whole 16-column groups: start on one, then copy */
                 int64_t c16 = c_lo / QMOE_PK_UNIT * QMOE_PK_UNIT;
                 float *sr = (float *)(sp + L->sr);
-                isa->swiglu(rows, c_hi - c16, f + c16, pn.ld, half, pn.corr + c16, xs, sr,
-                            QMOE_PP_COLS);
+                isa->swiglu(rows, c_hi - c16, f + c16, pn.ld, half, pn.corr + c16,
+                            a8w4 ? xs : NULL, sr, QMOE_PP_COLS);
                 for (int64_t r = 0; r < rows; r++)
                     memcpy(srow + r * A->lds, sr + r * QMOE_PP_COLS + (c_lo - c16),
                            sizeof(float) * (size_t)(c_hi - c_lo));
@@ -713,8 +735,9 @@ static void run_block(const block_args *A, uint8_t *sp, const fast_layout *L)
     }
 }
 
-/* Runs the block in the thread's scratchpad, or (callers that did not size one: a transitional
- * path until every driver plans scratch) in a temporary one. */
+#ifdef QMOE_TESTING
+/* The test entry point's scratch: the caller's when large enough, otherwise a temporary one
+ * (tests call it without planning a scratchpad; the operator never comes here). */
 static int with_scratch(const block_args *A)
 {
     fast_layout L = layout_for(A->isa, A->p, A->m1 - A->m0, A->j1 - A->j0, 0);
@@ -728,6 +751,7 @@ static int with_scratch(const block_args *A)
     free(sp);
     return 1;
 }
+#endif
 
 void qmoe_fast_swiglu_block(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p,
                             qmoe_thread_ctx *ctx, int64_t e, int64_t m0, int64_t m1, int64_t j0,
@@ -735,17 +759,22 @@ void qmoe_fast_swiglu_block(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p,
 {
     if (m1 <= m0 || j1 <= j0) return;
     block_args A = {isa, p, ctx, e, m0, m1, j0, j1, s, lds, NULL};
-    if (with_scratch(&A)) return;
-    if (!p->pp) {
-        qmoe_kernel_reference.swiglu_block(p, ctx, e, m0, m1, j0, j1, s, lds);
-        return;
+    /* Phase one sized the thread's slice with qmoe_fast_scratch_bytes for the plan's largest
+     * block, so every block fits: no allocation and no other kernel here. The checked build
+     * verifies the contract. */
+    fast_layout L = layout_for(isa, p, m1 - m0, j1 - j0, 0);
+#ifdef QMOE_CHECKED
+    if (!ctx->scratch || ctx->scratch_bytes < L.total) {
+        fprintf(stderr, "qmoe: %s block of %lld x %lld needs %llu scratch bytes, the plan gave "
+                "%llu\n", isa->name, (long long)(m1 - m0), (long long)(j1 - j0),
+                (unsigned long long)L.total, (unsigned long long)ctx->scratch_bytes);
+        abort();
     }
-    /* out of memory on the unplanned path with prepacked weights, which the reference kernel
-     * cannot read: NaN rows quantize to a NaN scale, visibly wrong rather than plausible */
-    for (int64_t m = m0; m < m1; m++)
-        for (int64_t j = j0; j < j1; j++) s[(m - m0) * lds + (j - j0)] = NAN;
+#endif
+    run_block(&A, ctx->scratch, &L);
 }
 
+#ifdef QMOE_TESTING
 void qmoe_fast_acc_block(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p, qmoe_thread_ctx *ctx,
                          int64_t e, int64_t m0, int64_t m1, int64_t j0, int64_t j1, int32_t *acc)
 {
@@ -753,6 +782,7 @@ void qmoe_fast_acc_block(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p, qmo
     block_args A = {isa, p, ctx, e, m0, m1, j0, j1, NULL, 0, acc};
     (void)with_scratch(&A);
 }
+#endif
 
 void qmoe_fast_quantize_rows(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p, const float *s,
                              int64_t lds, int64_t m0, int64_t m1)

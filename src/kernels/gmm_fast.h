@@ -44,14 +44,15 @@ typedef struct qmoe_gemm_isa {
     void (*rearrange)(const uint8_t *const *src, const int64_t *stride, int64_t rows, int nub,
                       int int4, uint8_t *dst, int64_t wstep);
 
-    /* f[r][c] = (first ? 0 : f[r][c]) + (float)(acc[r][c] - xoff[r]) * ws[c], r < rows,
-     * c < cols. */
+    /* f[r][c] = (first ? v : f[r][c] + v), v = (float)(acc[r][c] - xoff[r]) * xs[r] * ws[c]
+     * evaluated left to right (the spec's order), r < rows, c < cols; xs NULL: no xs factor
+     * (A8W4, whose xScale comes last, in swiglu). */
     void (*fold)(int64_t rows, int64_t cols, const int32_t *acc, int64_t ldacc,
-                 const int32_t *xoff, int64_t xoff_stride, const float *ws, float *f, int64_t ldf,
-                 int first);
+                 const int32_t *xoff, int64_t xoff_stride, const float *xs, const float *ws,
+                 float *f, int64_t ldf, int first);
 
     /* s[r][j] = swish(a) * g, a = (f[r][j] + corr[j]) * xs[r], g = (f[r][gate + j] + corr[gate +
-     * j]) * xs[r], for r < rows, j < nc. */
+     * j]) * xs[r], for r < rows, j < nc; xs NULL: no xs factor (A8W8 folded it in already). */
     void (*swiglu)(int64_t rows, int64_t nc, const float *f, int64_t ldf, int64_t gate,
                    const float *corr, const float *xs, float *s, int64_t lds);
 
@@ -104,8 +105,8 @@ extern const qmoe_gemm_isa qmoe_isa_amx_int8;
 void qmoe_rearrange_portable(const uint8_t *const *src, const int64_t *stride, int64_t rows,
                              int nub, int int4, uint8_t *dst, int64_t wstep);
 void qmoe_fold_portable(int64_t rows, int64_t cols, const int32_t *acc, int64_t ldacc,
-                        const int32_t *xoff, int64_t xoff_stride, const float *ws, float *f,
-                        int64_t ldf, int first);
+                        const int32_t *xoff, int64_t xoff_stride, const float *xs,
+                        const float *ws, float *f, int64_t ldf, int first);
 void qmoe_swiglu_portable(int64_t rows, int64_t nc, const float *f, int64_t ldf, int64_t gate,
                           const float *corr, const float *xs, float *s, int64_t lds);
 
@@ -118,9 +119,10 @@ void qmoe_fast_swiglu_block(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p,
 void qmoe_fast_quantize_rows(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p, const float *s,
                              int64_t lds, int64_t m0, int64_t m1);
 
-/* Test entry point: the exact int32 accumulators of rows [m0, m1), every K group, for the act
- * columns [j0, j1) followed by the gate columns [N2 + j0, N2 + j1): acc[((m - m0) * G + g) *
- * 2 * (j1 - j0) + c]. Uses the same packing, micro-kernel and correction as swiglu_block. */
+/* Test entry point, built only into the tests' library (QMOE_TESTING): the exact int32
+ * accumulators of rows [m0, m1), every K group, for the act columns [j0, j1) followed by the gate
+ * columns [N2 + j0, N2 + j1): acc[((m - m0) * G + g) * 2 * (j1 - j0) + c]. Uses the same
+ * packing, micro-kernel and correction as swiglu_block. */
 void qmoe_fast_acc_block(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p, qmoe_thread_ctx *ctx,
                          int64_t e, int64_t m0, int64_t m1, int64_t j0, int64_t j1, int32_t *acc);
 

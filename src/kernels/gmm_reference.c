@@ -8,24 +8,21 @@
 #include "kernels/kernel.h"
 #include "qmoe/qmoe.h"
 
-/* Dequantized C[m][n] of expert e before SwiGLU. */
+/* Dequantized C[m][n] of expert e before SwiGLU, in the spec's order: acc * xScale * ws, left to
+ * right (the vendor kernel's; a scale near FLT_MAX times acc would overflow first the other way).
+ * Per-group: the same product per group, summed in group order, so [E,1,N] equals [E,N]. */
 static float dequant_a8w8(const qmoe_gmm_params *p, int64_t e, int64_t m, int64_t n)
 {
     float xs = p->xs[m * p->xs_s];
-    if (!p->per_group) {
-        int32_t acc = 0;
-        for (int64_t k = 0; k < p->K; k++) acc += qmoe_x_get(p, m, k) * qmoe_w_get(p, e, k, n);
-        /* vendor order: times xScale, then times the channel scale */
-        return (float)acc * xs * qmoe_ws_get(p, e, 0, n);
-    }
     float c = 0.0f;
     for (int64_t g = 0; g < p->G; g++) {
         int32_t acc = 0;
         for (int64_t k = g * p->group_k; k < (g + 1) * p->group_k; k++)
             acc += qmoe_x_get(p, m, k) * qmoe_w_get(p, e, k, n);
-        c += (float)acc * qmoe_ws_get(p, e, g, n);
+        float term = (float)acc * xs * qmoe_ws_get(p, e, p->per_group ? g : 0, n);
+        c = g == 0 ? term : c + term;
     }
-    return c * xs;
+    return c;
 }
 
 /* A8W4: x = 16*hi + lo + 8 with hi = floor(x/16), lo = (x & 0xF) - 8; the +8 term comes from the
@@ -74,36 +71,10 @@ static void reference_swiglu_block(const qmoe_gmm_params *p, qmoe_thread_ctx *ct
         for (int64_t j = j0; j < j1; j++) {
             float act = dequant(p, e, m, j);
             float gate = dequant(p, e, m, j + p->N2);
+            if (p->swiglu_limit > 0.0f) qmoe_swiglu_clamp(p->swiglu_limit, &act, &gate);
             float swish = act / (1.0f + expf(-act));
             s[(m - m0) * lds + (j - j0)] = swish * gate;
         }
-}
-
-void qmoe_quantize_row_scalar(const float *s, int64_t n2, int8_t *out, int64_t out_stride,
-                              float *scale)
-{
-    float amax = 0.0f;
-    int has_nan = 0;
-    for (int64_t j = 0; j < n2; j++) {
-        float a = fabsf(s[j]);
-        if (isnan(a)) has_nan = 1;
-        else if (a > amax) amax = a;
-    }
-    float sc = has_nan ? NAN : amax / 127.0f;
-    *scale = sc;
-    if (!isfinite(sc) || sc == 0.0f) {
-        /* all-zero row: scale 0, output 0 (spec); non-finite S: scale as computed, output 0.
-         * A scale that underflows to 0 (amax < 127 * 2^-150) is the zero row too: S / 0 would
-         * be inf or NaN, and no q times a zero scale gives back anything but 0. */
-        for (int64_t j = 0; j < n2; j++) out[j * out_stride] = 0;
-        return;
-    }
-    for (int64_t j = 0; j < n2; j++) {
-        float q = rintf(s[j] / sc); /* round half to even in the default rounding mode */
-        if (q > 127.0f) q = 127.0f;
-        if (q < -127.0f) q = -127.0f;
-        out[j * out_stride] = (int8_t)q;
-    }
 }
 
 static void reference_quantize_rows(const qmoe_gmm_params *p, const float *s, int64_t lds,

@@ -39,8 +39,9 @@ extern const qmoe_kernel_ops qmoe_kernel_reference;
  * run the requested one. */
 const qmoe_kernel_ops *qmoe_kernel_lookup(int32_t requested);
 
-/* One S row -> int8 row and scale, per the spec's quantization step (shared by kernels that have
- * no vector version). */
+/* One S row -> int8 row and scale, per the spec's quantization step: the scalar form of the one
+ * rule every kernel follows (kernels/quant_rule.h); vector epilogues take its decisions from there
+ * too, so every kernel gives the same bits on every row. */
 void qmoe_quantize_row_scalar(const float *s, int64_t n2, int8_t *out, int64_t out_stride,
                               float *scale);
 

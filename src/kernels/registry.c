@@ -43,10 +43,24 @@
     };
 
 FAST_OPS(ops_portable, qmoe_isa_portable, QMOE_KERNEL_PORTABLE, "portable")
-#if defined(__x86_64__) || defined(_M_X64)
+/* QMOE_HAVE_<SET>: the build compiled that set's files (cmake/qmoe_isa.cmake checks the compiler);
+ * without the definitions (a build that does not run that check) x86-64 means all of them. */
+#if !defined(QMOE_HAVE_AVX2) && (defined(__x86_64__) || defined(_M_X64))
+#define QMOE_HAVE_AVX2 1
+#define QMOE_HAVE_AVX_VNNI 1
+#define QMOE_HAVE_AVX512_VNNI 1
+#define QMOE_HAVE_AMX_INT8 1
+#endif
+#if QMOE_HAVE_AVX2
 FAST_OPS(ops_avx2, qmoe_isa_avx2, QMOE_KERNEL_AVX2, "avx2")
+#endif
+#if QMOE_HAVE_AVX_VNNI
 FAST_OPS(ops_avx_vnni, qmoe_isa_avx_vnni, QMOE_KERNEL_AVX_VNNI, "avx_vnni")
+#endif
+#if QMOE_HAVE_AVX512_VNNI
 FAST_OPS(ops_avx512_vnni, qmoe_isa_avx512_vnni, QMOE_KERNEL_AVX512_VNNI, "avx512_vnni")
+#endif
+#if QMOE_HAVE_AMX_INT8
 
 /* AMX-INT8: tiles pay off from 16 rows up (a C tile is 16 rows); smaller blocks (decode) take the
  * AVX-512 VNNI table, whose in-place NZ path streams the weights once. Both tables share the
@@ -94,10 +108,16 @@ const qmoe_gemm_isa *qmoe_gemm_isa_for(int32_t kernel_id)
 {
     switch (kernel_id) {
     case QMOE_KERNEL_PORTABLE: return &qmoe_isa_portable;
-#if defined(__x86_64__) || defined(_M_X64)
+#if QMOE_HAVE_AVX2
     case QMOE_KERNEL_AVX2: return &qmoe_isa_avx2;
+#endif
+#if QMOE_HAVE_AVX_VNNI
     case QMOE_KERNEL_AVX_VNNI: return &qmoe_isa_avx_vnni;
+#endif
+#if QMOE_HAVE_AVX512_VNNI
     case QMOE_KERNEL_AVX512_VNNI: return &qmoe_isa_avx512_vnni;
+#endif
+#if QMOE_HAVE_AMX_INT8
     case QMOE_KERNEL_AMX_INT8: return &qmoe_isa_amx_int8;
 #endif
     }
@@ -109,10 +129,16 @@ static const qmoe_kernel_ops *ops_for(int32_t kernel)
     switch (kernel) {
     case QMOE_KERNEL_REFERENCE: return &qmoe_kernel_reference;
     case QMOE_KERNEL_PORTABLE: return &ops_portable;
-#if defined(__x86_64__) || defined(_M_X64)
+#if QMOE_HAVE_AVX2
     case QMOE_KERNEL_AVX2: return &ops_avx2;
+#endif
+#if QMOE_HAVE_AVX_VNNI
     case QMOE_KERNEL_AVX_VNNI: return &ops_avx_vnni;
+#endif
+#if QMOE_HAVE_AVX512_VNNI
     case QMOE_KERNEL_AVX512_VNNI: return &ops_avx512_vnni;
+#endif
+#if QMOE_HAVE_AMX_INT8
     case QMOE_KERNEL_AMX_INT8: return &ops_amx_int8;
 #endif
     }

@@ -26,8 +26,8 @@ void qmoe_amx_release(void);
 
 /* epilogue_avx512vnni.c */
 void qmoe_fold_avx512(int64_t rows, int64_t cols, const int32_t *acc, int64_t ldacc,
-                      const int32_t *xoff, int64_t xoff_stride, const float *ws, float *f,
-                      int64_t ldf, int first);
+                      const int32_t *xoff, int64_t xoff_stride, const float *xs, const float *ws,
+                      float *f, int64_t ldf, int first);
 void qmoe_swiglu_avx512(int64_t rows, int64_t nc, const float *f, int64_t ldf, int64_t gate,
                         const float *corr, const float *xs, float *s, int64_t lds);
 void qmoe_quantize_row_avx512(const float *s, int64_t n2, int8_t *out, int64_t out_stride,
@@ -35,8 +35,8 @@ void qmoe_quantize_row_avx512(const float *s, int64_t n2, int8_t *out, int64_t o
 
 /* epilogue_avx2.c (also used by the AVX-VNNI table) */
 void qmoe_fold_avx2(int64_t rows, int64_t cols, const int32_t *acc, int64_t ldacc,
-                    const int32_t *xoff, int64_t xoff_stride, const float *ws, float *f,
-                    int64_t ldf, int first);
+                    const int32_t *xoff, int64_t xoff_stride, const float *xs, const float *ws,
+                    float *f, int64_t ldf, int first);
 void qmoe_swiglu_avx2(int64_t rows, int64_t nc, const float *f, int64_t ldf, int64_t gate,
                       const float *corr, const float *xs, float *s, int64_t lds);
 void qmoe_quantize_row_avx2(const float *s, int64_t n2, int8_t *out, int64_t out_stride,

@@ -13,11 +13,22 @@
 #include "kernels/kernel.h"
 #include "runtime/device.h"
 
+/* The pipeline faults of src/testing.h exist only in the tests' build; elsewhere FAULT() is 0
+ * and the branches are compiled out. */
+#ifdef QMOE_TESTING
+#include "testing.h"
 qmoe_gmm_fault qmoe_gmm_test_fault;
+#define FAULT(f) (fault == (f))
+#else
+#define FAULT(f) 0
+#endif
 
+/* What a queued operator holds: the plan (with the kernel phase one chose) and the split the
+ * host decided for this run. */
 typedef struct gmm_op {
     qmoe_gmm_params p;
     void *workspace;
+    qmoe_gmm_split split;
 } gmm_op;
 
 /* What the parts of one device share: a row range, never a device index. */
@@ -43,22 +54,16 @@ typedef struct block {
     int64_t e, m0, m1;
 } block;
 
-static int64_t group_end(const qmoe_gmm_params *p, int64_t e, int64_t start)
-{
-    int64_t v = p->gl[e * p->gl_s];
-    return p->group_list_type == QMOE_GROUP_LIST_COUNT ? start + v : v;
-}
-
 static void iter_init(block_iter *it, const qmoe_gmm_params *p, int64_t r0, int64_t r1)
 {
     it->p = p;
     it->e = 0;
     it->e_start = 0;
-    it->e_end = p->E_groups ? group_end(p, 0, 0) : 0;
+    it->e_end = p->E_groups ? qmoe_gmm_group_end(p, 0, 0) : 0;
     while (it->e_end <= r0 && it->e + 1 < p->E_groups) {
         it->e++;
         it->e_start = it->e_end;
-        it->e_end = group_end(p, it->e, it->e_start);
+        it->e_end = qmoe_gmm_group_end(p, it->e, it->e_start);
     }
     it->m = r0;
     it->r1 = r1;
@@ -69,37 +74,13 @@ static block iter_next(block_iter *it)
     while (it->m >= it->e_end) { /* past this expert (empty experts are skipped) */
         it->e++;
         it->e_start = it->e_end;
-        it->e_end = group_end(it->p, it->e, it->e_start);
+        it->e_end = qmoe_gmm_group_end(it->p, it->e, it->e_start);
     }
     int64_t end = it->e_end < it->r1 ? it->e_end : it->r1;
     if (end - it->m > it->p->row_block) end = it->m + it->p->row_block;
     block b = {it->e, it->m, end};
     it->m = end;
     return b;
-}
-
-/* Rows of all experts: g[last] (cumsum) or the sum of counts. */
-static int64_t total_rows(const qmoe_gmm_params *p)
-{
-    int64_t end = 0;
-    for (int64_t e = 0; e < p->E_groups; e++) end = group_end(p, e, end);
-    return end;
-}
-
-static int64_t count_blocks(const qmoe_gmm_params *p, int64_t r0, int64_t r1)
-{
-    int64_t n = 0, start = 0;
-    for (int64_t e = 0; e < p->E_groups && start < r1; e++) {
-        int64_t end = group_end(p, e, start);
-        int64_t a = start > r0 ? start : r0, b = end < r1 ? end : r1;
-        if (b > a) {
-            int64_t rows = b - a + p->row_block - 1;
-            n += rows <= UINT32_MAX ? qmoe_fastdiv((uint32_t)rows, &p->row_block_div)
-                                    : rows / p->row_block;
-        }
-        start = end;
-    }
-    return n;
 }
 
 static int64_t ceil_div_threads(const qmoe_gmm_params *p, int64_t n)
@@ -144,7 +125,9 @@ static void run_blocks(const gmm_work *w, qmoe_thread_ctx *ctx, int64_t b0, int6
     lp.xs_s = 1;
     int staged = p->x_s[1] == 1 || p->K <= 1;
     int depth = p->stage_depth;
+#ifdef QMOE_TESTING
     qmoe_gmm_fault fault = qmoe_gmm_test_fault;
+#endif
 
     block_iter ahead, at;
     iter_init(&ahead, p, w->row_start, w->row_start + w->nrows);
@@ -166,15 +149,15 @@ static void run_blocks(const gmm_work *w, qmoe_thread_ctx *ctx, int64_t b0, int6
         int8_t *xd = (int8_t *)(slice + lay.x_stage + (uint64_t)slot * lay.x_slot_bytes);
         float *xsd = (float *)(slice + lay.xs_stage + (uint64_t)slot * lay.xs_slot_bytes);
         int last = i + 1 == b1;
-        int pop_late = fault == QMOE_GMM_FAULT_READ_BEFORE_POP;
+        int pop_late = FAULT(QMOE_GMM_FAULT_READ_BEFORE_POP);
         if (!pop_late) {
             QMOE_TRACE_START(ctx->trace, QMOE_EV_COPY, i);
-            if (fault == QMOE_GMM_FAULT_POP_OUT_OF_ORDER) {
+            if (FAULT(QMOE_GMM_FAULT_POP_OUT_OF_ORDER)) {
                 qmoe_copyq_pop_expect(q, xsd);
                 qmoe_copyq_pop_expect(q, xd);
             } else {
                 qmoe_copyq_pop_expect(q, xd);
-                if (!(last && fault == QMOE_GMM_FAULT_SKIP_POP)) qmoe_copyq_pop_expect(q, xsd);
+                if (!(last && FAULT(QMOE_GMM_FAULT_SKIP_POP))) qmoe_copyq_pop_expect(q, xsd);
             }
             QMOE_TRACE_STOP(ctx->trace, QMOE_EV_COPY, i);
         }
@@ -285,27 +268,22 @@ static qmoe_status check_copy_queues(qmoe_device *dev)
 
 static qmoe_status gmm_device_run(const void *opdata, qmoe_device *dev, int index, int count)
 {
+    (void)count; /* the split was made for the plan's device count, which the stream runs */
     const gmm_op *op = opdata;
     const qmoe_gmm_params *p = &op->p;
     qmoe_trace_buf *tr = dev->ctx[0].trace;
-    QMOE_TRACE_START(tr, QMOE_EV_PLAN, index);
-    int64_t total = total_rows(p), row_start = 0, nrows = total;
-    if (count > 1) {
-        qmoe_row_range r = qmoe_partition_rows(total, p->rows_per_chunk, index, count,
-                                               &p->devices_div);
-        row_start = r.start;
-        nrows = r.count;
-    }
+    QMOE_TRACE_START(tr, QMOE_EV_PLAN, index); /* taking this device's share of the host's split */
+    const qmoe_gmm_device_split *sp = &op->split.dev[index];
     gmm_work w = {
         .p = p,
-        .k = qmoe_kernel_lookup(p->kernel),
-        .row_start = row_start,
-        .nrows = nrows,
-        .nblocks = count_blocks(p, row_start, row_start + nrows),
+        .k = p->kernel_ops,
+        .row_start = sp->row_start,
+        .nrows = sp->nrows,
+        .nblocks = sp->nblocks,
+        .columns = sp->columns,
     };
-    w.columns = p->col_max_rows && w.nblocks < p->threads && nrows <= p->col_max_rows;
     QMOE_TRACE_STOP(tr, QMOE_EV_PLAN, index);
-    if (nrows == 0) return QMOE_OK;
+    if (w.nrows == 0) return QMOE_OK;
     if (w.columns) {
         w.s_rows = (float *)((char *)op->workspace + (uint64_t)index * p->device_ws_bytes);
         w.barrier = p->threads <= dev->threads; /* a barrier needs one thread per part */
@@ -322,7 +300,9 @@ static qmoe_status gmm_device_run(const void *opdata, qmoe_device *dev, int inde
 
 qmoe_status qmoe_gmm_run(const qmoe_gmm_params *p, void *workspace, qmoe_stream *stream)
 {
-    gmm_op op = {*p, workspace};
+    /* Host side, once per run: the split of the experts' rows over the devices. */
+    gmm_op op = {.p = *p, .workspace = workspace};
+    qmoe_gmm_plan_split(p, &op.split);
     return qmoe_stream_submit(stream, p->devices, gmm_device_run, &op, sizeof op,
                               p->thread_scratch_bytes);
 }

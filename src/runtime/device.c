@@ -3,16 +3,73 @@
 #define _GNU_SOURCE
 #include "runtime/device.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "core/options.h"
 #include "core/status.h"
 #include "runtime/job.h"
 
 enum { MAX_THREADS = 4096, DEFAULT_SLICE = 1 << 20, ALIGN = 64 };
 
 static atomic_int next_device_id;
+
+/* A thread's CPU-time clock, published by the thread itself (known is set after id). */
+struct qmoe_thread_clock {
+    atomic_int known;
+    clockid_t id;
+};
+
+static void publish_clock(qmoe_device *dev, int t)
+{
+    struct qmoe_thread_clock *c = &dev->clocks[t];
+    if (atomic_load_explicit(&c->known, memory_order_acquire)) return;
+    if (!pthread_getcpuclockid(pthread_self(), &c->id))
+        atomic_store_explicit(&c->known, 1, memory_order_release);
+}
+
+static uint64_t cpu_ns(const struct qmoe_thread_clock *c)
+{
+    struct timespec ts;
+    if (!atomic_load_explicit(&c->known, memory_order_acquire) || clock_gettime(c->id, &ts))
+        return 0;
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t qmoe_device_progress(const qmoe_device *dev)
+{
+    uint64_t p = atomic_load_explicit(&dev->progress, memory_order_relaxed);
+    for (int t = 0; t < dev->threads; t++) p += cpu_ns(&dev->clocks[t]);
+    return p;
+}
+
+uint64_t qmoe_device_progress_of(void *devices, int index)
+{
+    return qmoe_device_progress(((qmoe_device *const *)devices)[index]);
+}
+
+typedef struct counted_work {
+    qmoe_device *dev;
+    qmoe_work_fn f;
+    void *data;
+} counted_work;
+
+static void counted_part(qmoe_thread_ctx *ctx, void *data, int part, int nparts)
+{
+    counted_work *w = data;
+    publish_clock(w->dev, ctx->thread);
+    w->f(ctx, w->data, part, nparts);
+    atomic_fetch_add_explicit(&w->dev->progress, 1, memory_order_relaxed);
+}
+
+void qmoe_device_run(qmoe_device *dev, qmoe_work_fn f, void *data, int nparts)
+{
+    counted_work w = {dev, f, data};
+    qmoe_workq_run(dev->wq, counted_part, &w, nparts);
+}
 
 int qmoe_online_cores(void)
 {
@@ -53,6 +110,7 @@ static void *command_main(void *arg)
 {
     qmoe_device *dev = arg;
     if (dev->ncpus > 0) qmoe_pin_self(dev->cpus[0]);
+    publish_clock(dev, 0); /* the command thread is thread 0 */
     pthread_mutex_lock(&dev->mu);
     for (;;) {
         while (!dev->head && !dev->stop) pthread_cond_wait(&dev->cv, &dev->mu);
@@ -62,7 +120,9 @@ static void *command_main(void *arg)
         if (!dev->head) dev->tail = NULL;
         dev->running = 1;
         pthread_mutex_unlock(&dev->mu);
+        atomic_fetch_add_explicit(&dev->progress, 1, memory_order_relaxed);
         qmoe_job_run_on_device(cmd, dev);
+        atomic_fetch_add_explicit(&dev->progress, 1, memory_order_relaxed);
         pthread_mutex_lock(&dev->mu);
         dev->running = 0;
         pthread_cond_broadcast(&dev->cv);
@@ -115,6 +175,7 @@ static void free_device(qmoe_device *dev)
     free(dev->stageq);
     free(dev->trace);
     free(dev->cpus);
+    free(dev->clocks);
     pthread_mutex_destroy(&dev->mu);
     pthread_cond_destroy(&dev->cv);
     free(dev);
@@ -122,11 +183,17 @@ static void free_device(qmoe_device *dev)
 
 qmoe_status qmoe_device_create(const qmoe_device_options *options, qmoe_device **device)
 {
-    static const qmoe_device_options defaults;
-    const qmoe_device_options *o = options ? options : &defaults;
     if (!device) return qmoe_fail(QMOE_ERR_PARAM_NULLPTR, "device is a null pointer");
+    /* a grown struct is read up to its struct_size (0: the 0.2 layout, up to scratch_bytes) */
+    qmoe_device_options opts;
+    qmoe_status st = qmoe_read_options(options, &opts, sizeof opts,
+                                       offsetof(qmoe_device_options, scratch_bytes) +
+                                           sizeof opts.scratch_bytes,
+                                       "options");
+    if (st) return st;
+    const qmoe_device_options *o = &opts;
     int cores = qmoe_online_cores();
-    qmoe_status st = check_options(o, cores);
+    st = check_options(o, cores);
     if (st) return st;
     qmoe_device *dev = calloc(1, sizeof *dev);
     if (!dev) return qmoe_fail(QMOE_ERR_INNER, "out of memory for a device");
@@ -137,10 +204,12 @@ qmoe_status qmoe_device_create(const qmoe_device_options *options, qmoe_device *
     dev->copyq = calloc((size_t)dev->threads, sizeof *dev->copyq);
     dev->stageq = calloc((size_t)dev->threads, sizeof *dev->stageq);
     dev->trace = calloc((size_t)dev->threads, sizeof *dev->trace);
+    dev->clocks = calloc((size_t)dev->threads, sizeof *dev->clocks);
     dev->cpus = o->ncpus ? malloc((size_t)o->ncpus * sizeof *dev->cpus) : NULL;
     pthread_mutex_init(&dev->mu, NULL);
     pthread_cond_init(&dev->cv, NULL);
-    if (!dev->ctx || !dev->copyq || !dev->stageq || !dev->trace || (o->ncpus && !dev->cpus)) {
+    if (!dev->ctx || !dev->copyq || !dev->stageq || !dev->trace || !dev->clocks ||
+        (o->ncpus && !dev->cpus)) {
         st = qmoe_fail(QMOE_ERR_INNER, "out of memory for a device");
         goto fail;
     }
@@ -252,12 +321,15 @@ qmoe_status qmoe_device_inject_failure(qmoe_device *dev, uint64_t op_count)
     return QMOE_OK;
 }
 
+/* Like the other accessors, a NULL device gets an error value, not a crash. */
 qmoe_status qmoe_device_last_status(const qmoe_device *dev)
 {
+    if (!dev) return QMOE_ERR_PARAM_NULLPTR;
     return (qmoe_status)atomic_load(&((qmoe_device *)dev)->last_status);
 }
 
 uint64_t qmoe_device_ops_run(const qmoe_device *dev)
 {
+    if (!dev) return UINT64_MAX;
     return atomic_load(&((qmoe_device *)dev)->ops_run);
 }

@@ -37,6 +37,10 @@ struct qmoe_device {
     qmoe_cmd *head, *tail;
     int stop, running;
     atomic_ullong ops_run;
+    /* liveness, for peers waiting at a fence: bumped as commands start and finish and as work
+     * parts complete; with the CPU time of the device's threads it is qmoe_device_progress */
+    atomic_ullong progress;
+    struct qmoe_thread_clock *clocks; /* per thread: its CPU-time clock (device.c) */
     atomic_ullong inject_at; /* fail the op with this ops_run number; 0: none */
     atomic_int last_status;
 };
@@ -54,11 +58,16 @@ typedef qmoe_status (*qmoe_op_run_fn)(const void *op, qmoe_device *dev, int inde
 qmoe_status qmoe_stream_submit(qmoe_stream *stream, int ndev, qmoe_op_run_fn run, const void *op,
                                size_t op_bytes, uint64_t slice_bytes);
 
-/* Runs work on the device's pool, called from the device's command thread by an operator. */
-static inline void qmoe_device_run(qmoe_device *dev, qmoe_work_fn f, void *data, int nparts)
-{
-    qmoe_workq_run(dev->wq, f, data, nparts);
-}
+/* Runs work on the device's pool, called from the device's command thread by an operator; each
+ * completed part counts as progress. */
+void qmoe_device_run(qmoe_device *dev, qmoe_work_fn f, void *data, int nparts);
+
+/* A number that changes while the device is alive and working: commands and work parts done
+ * plus the CPU time its threads used. A device blocked or gone leaves it still. */
+uint64_t qmoe_device_progress(const qmoe_device *dev);
+
+/* For qmoe_fence_watch over the devices of a job: ctx is a qmoe_device *const * array. */
+uint64_t qmoe_device_progress_of(void *devices, int index);
 
 /* Comma-separated instruction sets of this CPU, fastest first (qmoe_cpu_isa_list). */
 const char *qmoe_cpu_isa_string(void);

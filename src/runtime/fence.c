@@ -65,13 +65,31 @@ static uint64_t default_timeout_ns(void)
     return (uint64_t)ms * 1000000u;
 }
 
+/* Takes each late peer's progress number; returns 1 when one of them moved since the last look. */
+static int late_peer_moved(qmoe_fence_slot *slots, int count, uint32_t seq,
+                           const qmoe_fence_watch *watch, uint64_t *seen)
+{
+    int moved = 0;
+    if (!watch || count > QMOE_FENCE_MAX_WATCHED) return 0;
+    for (int j = 0; j < count; j++) {
+        qmoe_status ignored;
+        uint64_t now = watch->progress(watch->ctx, j);
+        if (!peer_arrived(&slots[j], seq, &ignored) && now != seen[j]) moved = 1;
+        seen[j] = now;
+    }
+    return moved;
+}
+
 qmoe_status qmoe_fence_barrier(qmoe_fence_slot *slots, int self, int count, uint32_t seq,
-                               qmoe_status status, uint64_t timeout_ns, qmoe_trace_buf *trace)
+                               qmoe_status status, uint64_t timeout_ns, qmoe_trace_buf *trace,
+                               const qmoe_fence_watch *watch)
 {
     QMOE_TRACE_START(trace, QMOE_EV_FENCE, seq);
     qmoe_fence_write(&slots[self], seq, status);
     qmoe_status result = status;
-    uint64_t start = 0, deadline = 0;
+    uint64_t start = 0, deadline = 0, timeout = 0;
+    uint64_t seen[QMOE_FENCE_MAX_WATCHED] = {0};
+    int expired = 0; /* the deadline passed with no late peer moving: one last look, then fail */
     for (uint64_t spin = 0;; spin++) {
         int arrived = 0;
         for (int j = 0; j < count; j++) {
@@ -81,17 +99,28 @@ qmoe_status qmoe_fence_barrier(qmoe_fence_slot *slots, int self, int count, uint
             if (peer != QMOE_OK && result == QMOE_OK) result = peer;
         }
         if (arrived == count) break;
+        if (expired) {
+            if (result == QMOE_OK)
+                result = qmoe_fail(QMOE_ERR_RUNTIME,
+                                   "fence %u: a peer device made no progress for %llu ms and did "
+                                   "not arrive",
+                                   (unsigned)seq, (unsigned long long)(timeout / 1000000u));
+            break;
+        }
         if (spin % 64 == 63) {
             uint64_t t = now_ns();
             if (!deadline) {
                 start = t;
-                deadline = t + (timeout_ns ? timeout_ns : default_timeout_ns());
+                timeout = timeout_ns ? timeout_ns : default_timeout_ns();
+                deadline = timeout > UINT64_MAX - t ? UINT64_MAX : t + timeout;
+                late_peer_moved(slots, count, seq, watch, seen);
             } else if (t > deadline) {
-                if (result == QMOE_OK)
-                    result = qmoe_fail(QMOE_ERR_RUNTIME,
-                                       "fence %u: a peer device did not arrive in time",
-                                       (unsigned)seq);
-                break;
+                /* a late peer that is still working is not lost: wait another period */
+                if (late_peer_moved(slots, count, seq, watch, seen))
+                    deadline = timeout > UINT64_MAX - t ? UINT64_MAX : t + timeout;
+                else
+                    expired = 1;
+                continue;
             }
             if (t - start < SPIN_NS) {
                 sched_yield();

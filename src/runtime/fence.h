@@ -4,8 +4,11 @@
  * A device arriving at barrier `seq` publishes its status, then its seq (release); it leaves when
  * every peer's seq has reached `seq` (compared by signed difference, so wrap-around is harmless).
  * The barrier's result is the first error any device brought: a peer's error is adopted and
- * republished in the device's own slot, so it passes on. The wait is bounded: past the timeout
- * the barrier returns QMOE_ERR_RUNTIME instead of hanging.
+ * republished in the device's own slot, so it passes on. The wait is bounded by lack of progress,
+ * not by time: a late peer that is alive and working (a watch says so: its progress number
+ * changes) extends the wait, since several streams may share a device and its queue may hold
+ * long work ahead of the barrier; only a whole timeout without any late peer moving returns
+ * QMOE_ERR_RUNTIME instead of hanging.
  *
  * A device that leaves barrier s may publish s + 1 before a slower peer has read its status for
  * s, so a slot keeps the statuses of the last two barriers (by seq parity); a peer cannot reach
@@ -40,10 +43,21 @@ void qmoe_fence_free(qmoe_fence_slot *slots);
 
 void qmoe_fence_write(qmoe_fence_slot *slot, uint32_t seq, qmoe_status status);
 
+/* How a waiter tells a slow peer from a dead one: progress(ctx, j) returns a number that changes
+ * while peer j is alive and working (runtime/device.c: work completed plus CPU time used). */
+typedef struct qmoe_fence_watch {
+    uint64_t (*progress)(void *ctx, int peer);
+    void *ctx;
+} qmoe_fence_watch;
+
+enum { QMOE_FENCE_MAX_WATCHED = 64 }; /* groups larger than this are not watched */
+
 /* Device `self` of `count` arrives at barrier `seq` with `status`; returns the group's status:
- * `status` if not OK, else the first peer error, else QMOE_ERR_RUNTIME on timeout, else OK.
+ * `status` if not OK, else the first peer error, else QMOE_ERR_RUNTIME when `timeout_ns` passed
+ * without any late peer making progress (`watch` NULL: without any late peer arriving), else OK.
  * `timeout_ns` 0 means the default (QMOE_FENCE_TIMEOUT_MS, 60 s unless set in the environment). */
 qmoe_status qmoe_fence_barrier(qmoe_fence_slot *slots, int self, int count, uint32_t seq,
-                               qmoe_status status, uint64_t timeout_ns, qmoe_trace_buf *trace);
+                               qmoe_status status, uint64_t timeout_ns, qmoe_trace_buf *trace,
+                               const qmoe_fence_watch *watch);
 
 #endif

@@ -2,7 +2,8 @@
  * Error paths of the vendor-compatible API: every first-phase rule returns the vendor's code with
  * a message naming the argument; second-phase failures destroy the one-shot executor and leave the
  * outputs untouched; the runtime subset returns error codes (never crashes) for NULL pointers,
- * unknown handles, unknown copy kinds and too-small destinations. What a program forgets to free
+ * unknown handles (tensors destroyed twice included), unknown copy kinds and too-small
+ * destinations. What a program forgets to free
  * is released by aclFinalize (the valgrind run of this program checks it).
  */
 #define _POSIX_C_SOURCE 200809L /* setenv */
@@ -204,6 +205,39 @@ static void test_create_tensor(void)
     CHECK(aclCreateTensor(ok, 2, ACL_INT8, NULL, -1, ACL_FORMAT_ND, ok, 2, arena) == NULL);
     CHECK(strstr(aclGetRecentErrMsg(), "offset") != NULL);
     CHECK(aclDestroyTensor(NULL) == ACLNN_SUCCESS);
+}
+
+/* Tensors are registered handles: a second destroy, a pointer that never was a tensor and a
+ * destroyed tensor handed to phase one are error codes, not heap corruption. */
+static void test_destroy_tensor(void)
+{
+    int64_t ok[2] = {2, 2}, not_a_tensor = 0;
+    aclTensor *t = mk(ok, 2, ACL_INT8, ACL_FORMAT_ND);
+    CHECK(t != NULL);
+    CHECK(aclDestroyTensor(t) == ACLNN_SUCCESS);
+    EXPECT_FAIL(aclDestroyTensor(t), ACLNN_ERR_PARAM_INVALID, "already destroyed");
+    EXPECT_FAIL(aclDestroyTensor((const aclTensor *)&not_a_tensor), ACLNN_ERR_PARAM_INVALID,
+                "not created by aclCreateTensor");
+
+    args a = valid(0);
+    CHECK(aclDestroyTensor(a.xs) == ACLNN_SUCCESS);
+    uint64_t size = 0;
+    aclOpExecutor *ex = NULL;
+    EXPECT_FAIL(phase_one(&a, &size, &ex), ACLNN_ERR_PARAM_INVALID, "not a live tensor");
+    CHECK(ex == NULL);
+    a.xs = NULL;
+    destroy(&a);
+
+    /* many live at once (the registry grows and shrinks): each destroy succeeds exactly once */
+    enum { MANY = 5000 };
+    static aclTensor *many[MANY];
+    for (int i = 0; i < MANY; i++) CHECK((many[i] = mk(ok, 2, ACL_INT8, ACL_FORMAT_ND)) != NULL);
+    int bad = 0;
+    for (int i = 0; i < MANY; i += 2) bad += aclDestroyTensor(many[i]) != ACLNN_SUCCESS;
+    for (int i = MANY - 1; i >= 0; i -= 2) bad += aclDestroyTensor(many[i]) != ACLNN_SUCCESS;
+    for (int i = 0; i < MANY; i += 7) bad += aclDestroyTensor(many[i]) != ACLNN_ERR_PARAM_INVALID;
+    CHECK_MSG(bad == 0, "%d destroys with the wrong result", bad);
+    (void)aclGetRecentErrMsg();
 }
 
 static void test_phase_one(void)
@@ -413,6 +447,8 @@ static void test_phase_two(void)
 static void test_finalize(void)
 {
     void *leftover = NULL;
+    int64_t two[1] = {2};
+    aclTensor *kept = mk(two, 1, ACL_FLOAT, ACL_FORMAT_ND); /* tensors do not need aclInit */
     CHECK(aclrtMalloc(&leftover, 4096, ACL_MEM_MALLOC_HUGE_FIRST) == ACL_SUCCESS);
     CHECK(aclrtResetDevice(0) == ACL_SUCCESS);
     int32_t dev;
@@ -424,6 +460,7 @@ static void test_finalize(void)
     CHECK(aclInit("") == ACL_SUCCESS);
     EXPECT_FAIL(aclrtGetDevice(&dev), ACL_ERROR_RT_CONTEXT_NULL, "no device");
     CHECK(aclFinalize() == ACL_SUCCESS);
+    CHECK(aclDestroyTensor(kept) == ACLNN_SUCCESS); /* outlives aclFinalize, freed once */
 }
 
 int main(void)
@@ -433,6 +470,7 @@ int main(void)
     test_memory();
     test_streams();
     test_create_tensor();
+    test_destroy_tensor();
     test_phase_one();
     test_phase_two();
     test_finalize();

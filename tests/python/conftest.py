@@ -1,6 +1,7 @@
 """Shared helpers of the qmoe pytest suite: random problems and the spec's acceptance check."""
 
 import functools
+import os
 
 import numpy as np
 import pytest
@@ -9,6 +10,42 @@ import qmoe
 import vendor_ref as vr
 
 KERNELS = ["reference", "auto", "portable", "avx2", "avx_vnni", "avx512_vnni", "amx_int8"]
+
+TORCH_SKIP = ("PyTorch is not installed in this virtual environment (its PyPI wheel is large, so "
+              "`make test` leaves it out); `make test-torch` runs these tests with PyTorch")
+
+
+def need_torch():
+    """The torch module, or a skip that says how to run the test (a failure under
+    `make test-torch`, which sets QMOE_REQUIRE_TORCH=1: there every torch test must run)."""
+    if os.environ.get("QMOE_REQUIRE_TORCH") == "1":
+        import torch
+        return torch
+    return pytest.importorskip("torch", reason=TORCH_SKIP)
+
+
+def need_ml_dtypes():
+    """ml_dtypes (NumPy's bfloat16), or a skip; required under `make test-torch`, which installs it."""
+    if os.environ.get("QMOE_REQUIRE_TORCH") == "1":
+        import ml_dtypes
+        return ml_dtypes
+    return pytest.importorskip("ml_dtypes", reason="ml_dtypes (NumPy's bfloat16) is not installed "
+                               "here; `make test-torch` installs it and runs these tests")
+
+
+def as_np(value):
+    """A result as NumPy (torch tensors through .numpy(), which shares their memory)."""
+    return value.numpy() if hasattr(value, "numpy") and not isinstance(value, np.ndarray) else value
+
+
+@pytest.fixture(params=["numpy", "torch"])
+def backend(request):
+    """Each test once with NumPy arrays and once with PyTorch tensors: `wrap` turns a NumPy
+    input into the backend's type (torch.from_numpy shares the memory)."""
+    if request.param == "numpy":
+        return "numpy", (lambda a: a)
+    torch = need_torch()
+    return "torch", (lambda a: torch.from_numpy(np.ascontiguousarray(a)) if isinstance(a, np.ndarray) else a)
 
 
 @functools.lru_cache(maxsize=None)

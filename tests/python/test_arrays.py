@@ -8,7 +8,7 @@ import pytest
 
 import qmoe
 from qmoe import _arrays
-from conftest import Problem, assert_accepted
+from conftest import Problem, assert_accepted, need_torch, need_ml_dtypes
 
 
 def test_readable_arrays_are_not_copied(rng):
@@ -57,20 +57,22 @@ def test_array_objects_are_accepted(rng, wrap):
 
 
 def test_torch_tensors_when_installed(rng):
-    torch = pytest.importorskip("torch")
+    torch = need_torch()
     p = Problem(rng, M=12, K=32, N=64, E=2, group_list=[5, 12], int4=True)
     from vendor_ref import bf16_bits, bf16_to_f32, words_from_nibbles
     bf = torch.from_numpy(p.ws).to(torch.bfloat16)
-    out, scale, _ = qmoe.npu_grouped_matmul_swiglu_quant(
+    out, scale, offset = qmoe.npu_grouped_matmul_swiglu_quant(
         torch.from_numpy(p.x), torch.from_numpy(words_from_nibbles(p.w)),
         torch.from_numpy(p.group_list), bf, torch.from_numpy(p.xs),
         bias=torch.from_numpy(p.bias))
-    assert_accepted(out, scale, *p.expected(ws=bf16_to_f32(bf16_bits(p.ws))))
+    assert all(isinstance(t, torch.Tensor) for t in (out, scale, offset))
+    assert out.dtype == torch.int8 and scale.dtype == torch.float32
+    assert_accepted(out.numpy(), scale.numpy(), *p.expected(ws=bf16_to_f32(bf16_bits(p.ws))))
 
 
 def test_help_explains_every_argument():
     for fn in (qmoe.grouped_matmul_swiglu_quant, qmoe.reference, qmoe.nd_to_nz, qmoe.nz_to_nd,
-               qmoe.weight_assist_matrix):
+               qmoe.weight_assist_matrix, qmoe.grouped_matmul_swiglu_quant_weight_nz_tensor_list):
         doc = inspect.getdoc(fn)
         params = inspect.signature(fn).parameters
         documented = doc if fn is not qmoe.reference else inspect.getdoc(
@@ -80,7 +82,7 @@ def test_help_explains_every_argument():
 
 
 def test_ml_dtypes_bfloat16_scale_when_installed(rng):
-    ml_dtypes = pytest.importorskip("ml_dtypes")
+    ml_dtypes = need_ml_dtypes()
     from vendor_ref import bf16_bits, bf16_to_f32
     p = Problem(rng, M=12, K=32, N=64, E=2, group_list=[5, 12])
     bf = p.ws.astype(ml_dtypes.bfloat16)

@@ -72,8 +72,8 @@ INVALID_CASES = {
     "uint64 scale for A8W8": lambda p: dict(weight_scale=p.ws.astype(np.uint64)),
     "uint16 scale without flag": lambda p: dict(weight_scale=vr.bf16_bits(p.ws)),
     "x_scale shape": lambda p: dict(x_scale=p.xs[:4]),
-    "x_scale dtype": lambda p: dict(x_scale=p.xs.astype(np.float16)),
-    "group_list dtype": lambda p: dict(group_list=p.group_list.astype(np.int32)),
+    "x_scale dtype": lambda p: dict(x_scale=p.xs.astype(np.float64)),
+    "group_list dtype": lambda p: dict(group_list=p.group_list.astype(np.float32)),
     "output shape": lambda p: dict(out=(np.zeros((8, 31), np.int8), np.zeros(8, np.float32))),
     "output_scale dtype": lambda p: dict(out=(np.zeros((8, 32), np.int8), np.zeros(8))),
     "read-only output": lambda p: dict(out=(np.broadcast_to(np.int8(0), (8, 32)),
@@ -117,7 +117,7 @@ def test_bad_group_list_values_leave_outputs_untouched(a8w4, group_list, kind):
     out = np.full((8, 32), 55, np.int8)
     scale = np.full(8, -3.0, np.float32)
     expect(INVALID, call, a8w4, group_list=np.array(group_list, np.int64),
-           group_list_type=kind, out=(out, scale), match="groupList")
+           group_list_type=kind, out=(out, scale), match="group_list")
     assert np.all(out == 55) and np.all(scale == -3.0)
 
 

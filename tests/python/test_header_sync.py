@@ -7,7 +7,8 @@ from pathlib import Path
 import qmoe
 from qmoe import _lib
 
-HEADER = (Path(__file__).resolve().parents[2] / "include" / "qmoe" / "qmoe.h").read_text()
+ROOT = Path(__file__).resolve().parents[2]
+HEADER = (ROOT / "include" / "qmoe" / "qmoe.h").read_text()
 
 
 def header_constants():
@@ -45,14 +46,19 @@ def test_op_options_fields_match_the_header():
     body = re.search(r"typedef struct qmoe_op_options\s*\{(.*?)\}\s*qmoe_op_options;", HEADER,
                      re.S).group(1)
     body = re.sub(r"/\*.*?\*/", "", body, flags=re.S)
-    fields = re.findall(r"^\s*(?:int|qmoe_\w+)\s+(\w+)\s*;", body, re.M)
+    fields = re.findall(r"^\s*(?:int|uint32_t|qmoe_\w+)\s+(\w+)\s*;", body, re.M)
     assert len(fields) == body.count(";"), "a field that is not an int-sized type"
+    assert fields[0] == "struct_size" and _lib.OpOptions._fields_[0][1] is _lib.c_uint32
     assert fields == [name for name, _ in _lib.OpOptions._fields_]
 
 
 def test_versions_agree():
-    header = "{}.{}.{}".format(*(int(re.search(rf"#define\s+QMOE_VERSION_{p}\s+(\d+)", HEADER)
-                                     .group(1)) for p in ("MAJOR", "MINOR", "PATCH")))
-    pyproject = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text()
-    assert re.search(r'^version\s*=\s*"([^"]+)"', pyproject, re.M).group(1) == header
-    assert qmoe.__version__ == header == qmoe.library_version()
+    # One source: CMakeLists.txt's project(VERSION) -> qmoe/version.h, qmoe_version() and
+    # (pyproject.toml's regex provider) the package's metadata.
+    cmake = re.search(r"^project\(qmoe VERSION (\d+\.\d+\.\d+)",
+                      (ROOT / "CMakeLists.txt").read_text(), re.M).group(1)
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert re.search(r'^dynamic\s*=\s*\["version"\]', pyproject, re.M)
+    regex = re.search(r"^regex\s*=\s*'([^']+)'", pyproject, re.M).group(1)
+    assert re.search(regex, (ROOT / "CMakeLists.txt").read_text()).group("value") == cmake
+    assert qmoe.__version__ == cmake == qmoe.library_version()

@@ -140,10 +140,24 @@ def swiglu_quant(C, rows):
     return out, scale
 
 
-def operator(x, w, ws, xs, group_list, bias=None, kind="cumsum"):
+def swiglu_clamp(C, limit):
+    """The weight-list operator's swiglu_limit (vendor kernel, when limit > 1e-8): the activated
+    half min(C, limit), the linear half clipped to [-limit, limit]; NaN stays NaN."""
+    if not limit > 1e-8:
+        return C
+    n2 = C.shape[1] // 2
+    C = C.copy()
+    a, lin = C[:, :n2], C[:, n2:]
+    a[a > F32(limit)] = F32(limit)
+    lin[lin > F32(limit)] = F32(limit)
+    lin[lin < -F32(limit)] = -F32(limit)
+    return C
+
+
+def operator(x, w, ws, xs, group_list, bias=None, kind="cumsum", swiglu_limit=0.0):
     """(output, output_scale) for logical weights w [E, K, N] and float32 scales; rows past the
     last group are 0 (as in a zero-filled output)."""
     ends = group_ends(group_list, kind)
-    C = dequant(x, w, ws, xs, ends, bias)
+    C = swiglu_clamp(dequant(x, w, ws, xs, ends, bias), swiglu_limit)
     last = int(ends[-1]) if len(ends) else 0
     return swiglu_quant(C, np.arange(last))

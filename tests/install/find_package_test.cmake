@@ -1,0 +1,36 @@
+# Installs BUILD_DIR into PREFIX, configures, builds and runs the consumer project (which needs
+# find_package(qmoe 0.2 CONFIG) and refuses 0.1, 0.3 and 1.0), then moves the prefix elsewhere and
+# does it all again from a fresh build folder: the installed package files hold no absolute path.
+file(REMOVE_RECURSE ${PREFIX} ${PREFIX}-moved ${PREFIX}-build ${PREFIX}-moved-build)
+execute_process(COMMAND ${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${PREFIX}
+  RESULT_VARIABLE rc OUTPUT_QUIET)
+if(rc)
+  message(FATAL_ERROR "cmake --install failed: ${rc}")
+endif()
+
+function(build_and_run prefix)
+  set(bin ${prefix}-build)
+  execute_process(COMMAND ${CMAKE_COMMAND} -S ${CONSUMER} -B ${bin} -G ${GENERATOR}
+      -DCMAKE_C_COMPILER=${CC} -DCMAKE_PREFIX_PATH=${prefix}
+    RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(rc)
+    message(FATAL_ERROR "configuring the consumer against ${prefix} failed:\n${out}\n${err}")
+  endif()
+  execute_process(COMMAND ${CMAKE_COMMAND} --build ${bin}
+    RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(rc)
+    message(FATAL_ERROR "building the consumer against ${prefix} failed:\n${out}\n${err}")
+  endif()
+  foreach(exe consumer_native consumer_acl)
+    execute_process(COMMAND ${bin}/${exe} RESULT_VARIABLE rc OUTPUT_VARIABLE out
+      ERROR_VARIABLE err)
+    if(rc)
+      message(FATAL_ERROR "${exe} (against ${prefix}) failed: ${rc}\n${out}\n${err}")
+    endif()
+    message(STATUS "${exe}: ${out}")
+  endforeach()
+endfunction()
+
+build_and_run(${PREFIX})
+file(RENAME ${PREFIX} ${PREFIX}-moved)
+build_and_run(${PREFIX}-moved)
