@@ -6,10 +6,12 @@
  * of 5 columns. Every run must give the expected bits of output and outputScale, which are the
  * spec's, so all kernels also agree with each other bit for bit. Also: the 256-bit and 512-bit
  * SwiGLU epilogues give the same S bits for activations across the whole float range (their
- * exp differs only in how 2^n is applied, which rounds once either way).
+ * exp differs only in how 2^n is applied, which rounds once either way), and every SwiGLU
+ * epilogue clamps (swiglu_limit) exactly as the reference kernel does.
  */
 #include <stdio.h>
 
+#include "core/gmm_access.h"
 #include "core/gmm_params.h"
 #include "kernels/cpu_features.h"
 #include "kernels/gmm_fast.h"
@@ -121,17 +123,90 @@ static void check_swiglu_bits(void)
     for (int i = 0; i < ROWS; i++) xs[i] = i % 4 == 3 ? 1e30f : qt_uniform(&r, 0.5f, 2.0f);
     int64_t bad = 0;
     for (int with_xs = 0; with_xs < 2; with_xs++) {
-        v2->swiglu(ROWS, NC, f, LD, HALF, corr, with_xs ? xs : NULL, s2, NC);
-        v5->swiglu(ROWS, NC, f, LD, HALF, corr, with_xs ? xs : NULL, s5, NC);
+        v2->swiglu(ROWS, NC, f, LD, HALF, corr, with_xs ? xs : NULL, 0.0f, s2, NC);
+        v5->swiglu(ROWS, NC, f, LD, HALF, corr, with_xs ? xs : NULL, 0.0f, s5, NC);
         for (int i = 0; i < ROWS * NC; i++) bad += memcmp(&s2[i], &s5[i], sizeof(float)) != 0;
     }
     CHECK_MSG(bad == 0, "%lld S values differ between the AVX2 and AVX-512 epilogues",
               (long long)bad);
 }
 
+/* The swiglu_limit clamp of every SwiGLU epilogue this CPU runs (portable, AVX2, AVX-512) is the
+ * reference kernel's: swiglu with a limit gives the bits of swiglu without one on inputs clamped
+ * beforehand by qmoe_swiglu_clamp (the function the reference kernel calls), in scalar code
+ * here. Activations and gates span both sides of the limit, hit it exactly and one ulp off, and
+ * include NaN and infinities; with and without the x-scale factor (A8W4 / A8W8). */
+static void check_swiglu_clamp_bits(void)
+{
+    enum { ROWS = 24, NC = 45, HALF = 48, LD = 2 * HALF };
+    static float f[ROWS * LD], corr[LD], xs[ROWS], fc[ROWS * LD], zero[LD], s1[ROWS * NC],
+        s2[ROWS * NC];
+    const float L = 3.5f;
+    qt_rng r = {0xc1a4};
+    for (int i = 0; i < ROWS * LD; i++) {
+        float v = qt_uniform(&r, -12.0f, 12.0f);
+        switch (qt_range(&r, 0, 15)) {
+        case 0: v = L; break;
+        case 1: v = -L; break;
+        case 2: v = nextafterf(L, 100.0f); break;
+        case 3: v = nextafterf(-L, -100.0f); break;
+        case 4: v = NAN; break;
+        case 5: v = qt_range(&r, 0, 1) ? INFINITY : -INFINITY; break;
+        case 6: v = qt_range(&r, 0, 1) ? 0.0f : -0.0f; break;
+        default: break;
+        }
+        f[i] = v;
+    }
+    for (int i = 0; i < LD; i++) {
+        corr[i] = i % 3 ? -0.0f : qt_uniform(&r, -0.5f, 0.5f);
+        zero[i] = -0.0f; /* v + -0 is v for every v, -0 included */
+    }
+    for (int i = 0; i < ROWS; i++) xs[i] = i % 5 == 4 ? 1.0f : qt_uniform(&r, 0.25f, 2.0f);
+    /* every table of this build (ids past the x86 ones: other architectures'), each epilogue
+     * once */
+    void (*seen[16])(int64_t, int64_t, const float *, int64_t, int64_t, const float *,
+                     const float *, float, float *, int64_t);
+    int tables = 0;
+    for (int32_t id = QMOE_KERNEL_PORTABLE; id < 16; id++) {
+        const qmoe_gemm_isa *isa = qmoe_gemm_isa_for(id);
+        if (!isa || !qmoe_cpu_runs_kernel(id)) continue;
+        int dup = 0;
+        for (int i = 0; i < tables; i++) dup |= seen[i] == isa->swiglu;
+        if (dup) continue;
+        seen[tables++] = isa->swiglu;
+        int64_t bad = 0, clamped = 0, nan_values = 0;
+        for (int with_xs = 0; with_xs < 2; with_xs++) {
+            for (int m = 0; m < ROWS; m++)
+                for (int j = 0; j < NC; j++) {
+                    float a = f[m * LD + j] + corr[j], g = f[m * LD + HALF + j] + corr[HALF + j];
+                    if (with_xs) a *= xs[m], g *= xs[m];
+                    float a0 = a, g0 = g;
+                    qmoe_swiglu_clamp(L, &a, &g);
+                    clamped += memcmp(&a, &a0, sizeof a) || memcmp(&g, &g0, sizeof g);
+                    fc[m * LD + j] = a;
+                    fc[m * LD + HALF + j] = g;
+                }
+            isa->swiglu(ROWS, NC, f, LD, HALF, corr, with_xs ? xs : NULL, L, s1, NC);
+            isa->swiglu(ROWS, NC, fc, LD, HALF, zero, NULL, 0.0f, s2, NC);
+            for (int i = 0; i < ROWS * NC; i++) {
+                /* a NaN's sign and payload are the compiler's choice of operand order */
+                bad += isnan(s1[i]) ? !isnan(s2[i]) : memcmp(&s1[i], &s2[i], sizeof(float)) != 0;
+                nan_values += isnan(s1[i]);
+            }
+        }
+        CHECK_MSG(bad == 0, "%s: %lld clamped S values differ from SwiGLU of the clamped inputs",
+                  isa->name, (long long)bad);
+        /* the data does what it claims: many values clamped, NaN passing through */
+        CHECK_MSG(clamped > ROWS * NC / 2 && nan_values > 0, "%s: %lld clamped, %lld NaN",
+                  isa->name, (long long)clamped, (long long)nan_values);
+    }
+    CHECK(tables >= 1); /* portable at least */
+}
+
 int main(void)
 {
     check_swiglu_bits();
+    check_swiglu_clamp_bits();
     int ran[NKERNELS] = {0};
     for (size_t i = 0; i < NKERNELS; i++) {
         const qmoe_kernel_ops *k = qmoe_kernel_lookup(kernel_ids[i]);

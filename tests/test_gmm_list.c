@@ -1,8 +1,10 @@
 /*
  * The per-expert weight-list operator (qmoe/gmm_list.h): each expert's weight and scale in its
- * own allocation, every kernel this CPU runs, against support/oracle.c; the swiglu_limit clamp
- * against a double-precision formula written here from the vendor's definition; the argument
- * rules; and a run queued on a stream whose executor is destroyed before the stream finishes.
+ * own allocation, every kernel this CPU runs, against support/oracle.c; the swiglu_limit clamp in
+ * every kernel against a double-precision formula written here from the vendor's definition
+ * (rows clamped on both halves, rows far past the limit, NaN rows); the argument
+ * rules; a run queued on a stream whose executor is destroyed before the stream finishes; and a bad
+ * groupList, reported when the operator runs.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -135,19 +137,26 @@ static void check_against_oracle(problem *p, const char *what)
               (long long)identical, (long long)total);
 }
 
+/* Every kernel id (auto, reference, portable, the x86 sets, other architectures' after them);
+ * the ones this build or CPU lacks are refused at phase one and skipped. */
+static const qmoe_kernel kernels[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
+enum { NKERNELS = sizeof kernels / sizeof kernels[0] };
+
+/* A kernel this CPU (or build) does not run is refused at phase one naming the kernel. */
+static int unavailable(qmoe_status st)
+{
+    return st == QMOE_ERR_PARAM_INVALID && strstr(qmoe_last_error(), "kernel") != NULL;
+}
+
 static void test_kernels_against_oracle(void)
 {
-    static const qmoe_kernel kernels[] = {QMOE_KERNEL_AUTO,        QMOE_KERNEL_REFERENCE,
-                                          QMOE_KERNEL_PORTABLE,    QMOE_KERNEL_AVX2,
-                                          QMOE_KERNEL_AVX_VNNI,    QMOE_KERNEL_AVX512_VNNI,
-                                          QMOE_KERNEL_AMX_INT8};
     int ran = 0;
     for (int nz = 0; nz <= 1; nz++)
-        for (size_t k = 0; k < sizeof kernels / sizeof kernels[0]; k++) {
+        for (size_t k = 0; k < NKERNELS; k++) {
             problem *p = malloc(sizeof *p);
             make(p, nz, 0x5eed + k);
             qmoe_status st = run(p, kernels[k], 0.0f);
-            if (st == QMOE_ERR_PARAM_INVALID && strstr(qmoe_last_error(), "kernel")) {
+            if (unavailable(st)) {
                 release(p);
                 free(p);
                 continue; /* this CPU does not run it */
@@ -164,13 +173,15 @@ static void test_kernels_against_oracle(void)
 }
 
 /* The clamp, from the vendor kernel's definition, in double: C = acc * xScale * ws; the activated
- * half min(C, L); the linear half clip(C, -L, L); SwiGLU; per-row int8. */
-static void clamp_oracle(const problem *p, double L, double *S, double *scale)
+ * half min(C, L); the linear half clip(C, -L, L) (a NaN stays NaN); SwiGLU; per-row int8.
+ * nan[m]: the row has a NaN (its scale is then NaN and its output zeros, the spec's rule). */
+static void clamp_oracle(const problem *p, double L, double *S, double *scale, int *nan)
 {
     int64_t start = 0;
     for (int e = 0; e < E; e++) {
         for (int64_t m = start; m < p->gl[e]; m++) {
             double amax = 0;
+            nan[m] = 0;
             for (int j = 0; j < N2; j++) {
                 double c[2];
                 for (int h = 0; h < 2; h++) {
@@ -182,7 +193,8 @@ static void clamp_oracle(const problem *p, double L, double *S, double *scale)
                 double a = c[0] > L ? L : c[0];
                 double lin = c[1] > L ? L : c[1] < -L ? -L : c[1];
                 S[m * N2 + j] = a / (1.0 + exp(-a)) * lin;
-                if (fabs(S[m * N2 + j]) > amax) amax = fabs(S[m * N2 + j]);
+                if (isnan(S[m * N2 + j])) nan[m] = 1;
+                else if (fabs(S[m * N2 + j]) > amax) amax = fabs(S[m * N2 + j]);
             }
             scale[m] = amax / 127.0;
         }
@@ -190,40 +202,104 @@ static void clamp_oracle(const problem *p, double L, double *S, double *scale)
     }
 }
 
+/* Row kinds of the clamp problem, by the row's xScale: ordinary rows whose C spans about
+ * [-3, 3] (a good share clamped on both halves), rows scaled by 1e30 (every non-zero C far past
+ * the limit on both sides: only the clamp keeps them finite and non-zero), and NaN rows. */
+static int row_kind(int64_t m) { return m % 7 == 3 ? 1 : m % 11 == 5 ? 2 : 0; }
+
+static void clamp_problem(problem *p, int nz, uint64_t seed)
+{
+    make(p, nz, seed);
+    for (int64_t m = 0; m < M; m++) {
+        if (row_kind(m) == 1) p->xs[m] = 1e30f;
+        if (row_kind(m) == 2) p->xs[m] = NAN;
+    }
+}
+
+/* Every kernel (both weight layouts) with a clamp against clamp_oracle; the reference and
+ * portable kernels do the same float operations, so their bits must match too. */
+static void test_swiglu_limit_every_kernel(void)
+{
+    const float L = 0.75f;
+    static double S[M * N2], scale[M];
+    int nan[M];
+    int ran = 0;
+    for (int nz = 0; nz <= 1; nz++) {
+        int8_t ref_out[M * N2];
+        float ref_scale[M];
+        int have_ref = 0;
+        for (size_t k = 0; k < NKERNELS; k++) {
+            problem *p = malloc(sizeof *p);
+            clamp_problem(p, nz, 0xc1a3); /* one problem for every kernel */
+            qmoe_status st = run(p, kernels[k], L);
+            char what[64];
+            snprintf(what, sizeof what, "clamp %s %s", nz ? "NZ" : "ND",
+                     qmoe_kernel_name(kernels[k]));
+            if (unavailable(st)) {
+                release(p);
+                free(p);
+                continue;
+            }
+            CHECK_MSG(st == QMOE_OK, "%s: %s", what, qmoe_last_error());
+            ran++;
+            clamp_oracle(p, L, S, scale, nan);
+            int kinds[3] = {0};
+            for (int m = 0; m < LAST; m++) {
+                const int8_t *o = p->out + m * N2;
+                if (nan[m]) {
+                    CHECK_MSG(isnan(p->scale[m]), "%s: NaN row %d scale %g", what, m,
+                              (double)p->scale[m]);
+                    for (int j = 0; j < N2; j++)
+                        CHECK_MSG(o[j] == 0, "%s: NaN row %d [%d] = %d", what, m, j, o[j]);
+                    kinds[2]++;
+                    continue;
+                }
+                CHECK_MSG(fabs(p->scale[m] - scale[m]) <= 1e-5 * scale[m],
+                          "%s: row %d scale %g vs %g", what, m, (double)p->scale[m], scale[m]);
+                /* |S| <= swish(L) * L once C is clamped (swish(L) > 0.279 >= |swish| below L),
+                 * while unclamped rows here reach several units */
+                CHECK_MSG(p->scale[m] * 127.0 <= L / (1.0 + exp(-L)) * L * (1.0 + 1e-6),
+                          "%s: row %d is not clamped", what, m);
+                for (int j = 0; j < N2; j++) {
+                    double want = rint(S[m * N2 + j] / scale[m]);
+                    CHECK_MSG(fabs(o[j] - want) <= 1, "%s: [%d,%d] %d vs %g", what, m, j, o[j],
+                              want);
+                }
+                kinds[row_kind(m)]++;
+            }
+            CHECK_MSG(kinds[0] >= 20 && kinds[1] >= 4 && kinds[2] >= 2,
+                      "%s: %d ordinary, %d huge, %d NaN rows", what, kinds[0], kinds[1], kinds[2]);
+            if (kernels[k] == QMOE_KERNEL_REFERENCE) {
+                memcpy(ref_out, p->out, sizeof ref_out);
+                memcpy(ref_scale, p->scale, sizeof ref_scale);
+                have_ref = 1;
+            }
+            if (kernels[k] == QMOE_KERNEL_PORTABLE && have_ref)
+                CHECK_MSG(!memcmp(ref_out, p->out, sizeof ref_out) &&
+                              !memcmp(ref_scale, p->scale, sizeof ref_scale),
+                          "%s: bits differ from the reference kernel's", what);
+            release(p);
+            free(p);
+        }
+    }
+    CHECK(ran >= 6); /* auto, reference and portable in both layouts at least */
+}
+
 static void test_swiglu_limit(void)
 {
     problem *p = malloc(sizeof *p);
     make(p, 1, 0xc1a3);
-    const float L = 0.75f; /* C spans about [-3, 3] here: a good share is clamped */
-    qmoe_status st = run(p, QMOE_KERNEL_AUTO, L);
-    CHECK_MSG(st == QMOE_OK, "%s", qmoe_last_error());
-    static double S[M * N2], scale[M];
-    clamp_oracle(p, L, S, scale);
-    int clamped_rows = 0;
-    for (int m = 0; m < LAST; m++) {
-        CHECK_MSG(fabs(p->scale[m] - scale[m]) <= 1e-5 * scale[m], "row %d scale %g vs %g", m,
-                  (double)p->scale[m], scale[m]);
-        /* |S| <= swish(L) * L once C is clamped (swish(L) > 0.279 >= |swish| below L), while
-         * unclamped rows here reach several units */
-        clamped_rows += p->scale[m] * 127.0 <= L / (1.0 + exp(-L)) * L * (1.0 + 1e-6);
-        for (int j = 0; j < N2; j++) {
-            double want = rint(S[m * N2 + j] / scale[m]);
-            CHECK_MSG(fabs(p->out[m * N2 + j] - want) <= 1, "[%d,%d] %d vs %g", m, j,
-                      p->out[m * N2 + j], want);
-        }
-    }
-    CHECK(clamped_rows == LAST);
-
     /* A limit at or below 1e-8 is no clamp, as the vendor's: the oracle without it holds. */
-    memset(p->out, 0, sizeof p->out);
-    memset(p->scale, 0, sizeof p->scale);
     CHECK(run(p, QMOE_KERNEL_AUTO, 1e-9f) == QMOE_OK);
     check_against_oracle(p, "limit 1e-9");
-
-    /* Only the reference kernel implements the clamp: another explicit kernel is refused. */
-    CHECK(run(p, QMOE_KERNEL_PORTABLE, L) == QMOE_ERR_PARAM_INVALID);
-    CHECK(strstr(qmoe_last_error(), "swiglu_limit") != NULL);
-    CHECK(run(p, QMOE_KERNEL_REFERENCE, L) == QMOE_OK);
+    /* With a clamp, AUTO picks the kernel it picks without one (no fallback to the reference). */
+    qmoe_executor *ex0 = NULL, *ex1 = NULL;
+    uint64_t size = 0;
+    CHECK(plan(p, QMOE_KERNEL_AUTO, 0.0f, &ex0, &size) == QMOE_OK);
+    CHECK(plan(p, QMOE_KERNEL_AUTO, 0.75f, &ex1, &size) == QMOE_OK);
+    CHECK(ex0 && ex1 && qmoe_executor_kernel(ex0) == qmoe_executor_kernel(ex1));
+    qmoe_executor_destroy(ex0);
+    qmoe_executor_destroy(ex1);
     CHECK(run(p, QMOE_KERNEL_AUTO, NAN) == QMOE_ERR_PARAM_INVALID);
     CHECK(run(p, QMOE_KERNEL_AUTO, -1.0f) == QMOE_ERR_PARAM_INVALID);
     release(p);
@@ -315,11 +391,54 @@ static void test_stream_outlives_executor(void)
     free(p);
 }
 
+/* groupList is read when the operator runs: a bad one (decreasing ends) is not refused at the
+ * launch on a stream but by the stream's synchronize, and with a NULL stream by the call; both
+ * outputs stay untouched either way. */
+static void test_bad_group_list(void)
+{
+    problem *p = malloc(sizeof *p);
+    make(p, 1, 0xbad1);
+    qmoe_device *dev = NULL;
+    qmoe_stream *s = NULL;
+    CHECK(qmoe_device_create(NULL, &dev) == QMOE_OK);
+    CHECK(dev && qmoe_stream_create(dev, &s) == QMOE_OK);
+    p->gl[3] = 12; /* below groupList[2] = 19 */
+    for (int queued = 0; queued < 2; queued++) {
+        memset(p->out, 0x5A, sizeof p->out);
+        memset(p->scale, 0x5A, sizeof p->scale);
+        qmoe_executor *ex = NULL;
+        uint64_t size = 0;
+        CHECK(plan(p, QMOE_KERNEL_AUTO, 0.75f, &ex, &size) == QMOE_OK);
+        void *ws = aligned_alloc(64, (size_t)((size + 63) / 64 * 64));
+        qmoe_status st = qmoe_gmm_swiglu_quant(ws, size, ex, queued ? s : NULL);
+        qmoe_executor_destroy(ex);
+        if (queued) {
+            CHECK(st == QMOE_OK);
+            st = qmoe_stream_synchronize(s);
+        }
+        CHECK_MSG(st == QMOE_ERR_PARAM_INVALID && strstr(qmoe_last_error(), "groupList[3]"),
+                  "%s: %d %s", queued ? "queued" : "synchronous", (int)st, qmoe_last_error());
+        CHECK(qmoe_last_error_info()->rule == QMOE_RULE_VALUE);
+        int untouched = 1;
+        for (size_t i = 0; i < sizeof p->out; i++) untouched &= (uint8_t)p->out[i] == 0x5A;
+        for (size_t i = 0; i < sizeof p->scale; i++)
+            untouched &= ((uint8_t *)p->scale)[i] == 0x5A;
+        CHECK(untouched);
+        free(ws);
+    }
+    qmoe_stream_destroy(s);
+    qmoe_device_destroy(dev);
+    release(p);
+    free(p);
+}
+
 int main(void)
 {
     test_kernels_against_oracle();
+    test_swiglu_limit_every_kernel();
     test_swiglu_limit();
     test_rules();
     test_stream_outlives_executor();
+    test_bad_group_list();
     return qt_finish("test_gmm_list");
 }

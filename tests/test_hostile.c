@@ -323,8 +323,9 @@ static void test_zero_sizes(void)
         }
 }
 
-/* The same groupList checks when the operator goes to a stream: refused at submission, nothing
- * queued, nothing written; and a workspace smaller than phase one asked for, or NULL. */
+/* The same groupList checks when the operator goes to a stream: the launch succeeds, the
+ * operator reads groupList when it runs and the synchronize in run_case reports the error,
+ * nothing written; and a workspace smaller than phase one asked for, or NULL. */
 static void test_stream_and_workspace(void)
 {
     qmoe_device *dev = NULL;
@@ -332,7 +333,7 @@ static void test_stream_and_workspace(void)
     CHECK(qmoe_device_create(&o, &dev) == QMOE_OK);
     CHECK(qmoe_stream_create(dev, &run_stream) == QMOE_OK);
     test_group_list();
-    CHECK(qmoe_stream_synchronize(run_stream) == QMOE_OK); /* no failed operator was queued */
+    CHECK(qmoe_stream_synchronize(run_stream) == QMOE_OK); /* each error was reported once */
     qmoe_stream_destroy(run_stream);
     qmoe_device_destroy(dev);
     run_stream = NULL;

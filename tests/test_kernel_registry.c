@@ -8,11 +8,15 @@
 #include "qmoe/qmoe.h"
 #include "support/testlib.h"
 
-/* The best kernel id at or below `cap` that this CPU runs, by the features alone. */
+/* The best kernel this CPU runs, by the features alone, at or below `cap` in the architecture's
+ * priority table (from its top when `cap` is not in it: the cap is then ignored). */
 static int32_t best_at_most(int32_t cap)
 {
-    for (int32_t k = cap; k > QMOE_KERNEL_REFERENCE; k--)
-        if (qmoe_cpu_runs_kernel(k)) return k;
+    size_t n, i = 0;
+    const int32_t *order = qmoe_kernel_priority(&n);
+    while (i < n && order[i] != cap) i++;
+    for (i = i < n ? i : 0; i < n; i++)
+        if (order[i] == QMOE_KERNEL_REFERENCE || qmoe_cpu_runs_kernel(order[i])) return order[i];
     return QMOE_KERNEL_REFERENCE;
 }
 
@@ -45,26 +49,36 @@ int main(void)
     CHECK(!f.avx512_vbmi || __builtin_cpu_supports("avx512vbmi"));
 #endif
 
-    CHECK(auto_with(NULL) == best_at_most(QMOE_KERNEL_AMX_INT8));
     CHECK(auto_with(NULL) != QMOE_KERNEL_REFERENCE);
+#if defined(__aarch64__)
+    /* ARM's order, written out: I8MM, then the dot product, then portable C */
+    CHECK(auto_with(NULL) == (f.neon_i8mm ? QMOE_KERNEL_NEON_I8MM
+                              : f.neon_dot ? QMOE_KERNEL_NEON_DOT : QMOE_KERNEL_PORTABLE));
+    CHECK(auto_with("neon_dot") == (f.neon_dot ? QMOE_KERNEL_NEON_DOT : QMOE_KERNEL_PORTABLE));
+#elif defined(__x86_64__)
+    CHECK(!qmoe_cpu_runs_kernel(QMOE_KERNEL_NEON_DOT));
+    CHECK(!qmoe_cpu_runs_kernel(QMOE_KERNEL_NEON_I8MM));
+#endif
     CHECK(auto_with("amx_int8") == best_at_most(QMOE_KERNEL_AMX_INT8));
     CHECK(auto_with("avx512_vnni") == best_at_most(QMOE_KERNEL_AVX512_VNNI));
     CHECK(auto_with("avx_vnni") == best_at_most(QMOE_KERNEL_AVX_VNNI));
     CHECK(auto_with("avx2") == best_at_most(QMOE_KERNEL_AVX2));
     CHECK(auto_with("portable") == QMOE_KERNEL_PORTABLE);
     CHECK(auto_with("reference") == QMOE_KERNEL_REFERENCE);
-    CHECK(auto_with("no-such-isa") == best_at_most(QMOE_KERNEL_AMX_INT8)); /* ignored */
+    CHECK(auto_with("neon_i8mm") == best_at_most(QMOE_KERNEL_NEON_I8MM));
+    CHECK(auto_with("neon_dot") == best_at_most(QMOE_KERNEL_NEON_DOT));
+    CHECK(auto_with("no-such-isa") == best_at_most(-1)); /* ignored */
+    CHECK(auto_with(NULL) == best_at_most(-1));
     unsetenv("QMOE_ISA");
 
     /* explicit requests: the kernel itself, or NULL when the CPU cannot run it */
-    for (int32_t k = QMOE_KERNEL_REFERENCE; k <= QMOE_KERNEL_AMX_INT8; k++) {
+    for (int32_t k = QMOE_KERNEL_REFERENCE; k <= QMOE_KERNEL_NEON_I8MM; k++) {
         const qmoe_kernel_ops *ops = qmoe_kernel_lookup(k);
         CHECK_MSG(qmoe_cpu_runs_kernel(k) ? ops && ops->id == k : ops == NULL, "kernel %d", k);
         if (ops) CHECK(!strcmp(ops->name, qmoe_kernel_name((qmoe_kernel)k)));
     }
     setenv("QMOE_ISA", "portable", 1); /* the cap does not apply to explicit requests */
-    CHECK(qmoe_kernel_lookup(best_at_most(QMOE_KERNEL_AMX_INT8))->id ==
-          best_at_most(QMOE_KERNEL_AMX_INT8));
+    CHECK(qmoe_kernel_lookup(best_at_most(-1))->id == best_at_most(-1));
     unsetenv("QMOE_ISA");
     CHECK(qmoe_kernel_lookup(99) == NULL);
     CHECK(qmoe_kernel_lookup(-1) == NULL);
@@ -76,6 +90,9 @@ int main(void)
     CHECK((strstr(list, "avx512_vnni") != NULL) == (f.avx512_vnni != 0));
     CHECK((strstr(list, "avx2") != NULL) == (f.avx2 != 0));
     CHECK((strstr(list, "amx_int8") != NULL) == (f.amx_int8 != 0));
+    CHECK((strstr(list, "neon_dot") != NULL) == (f.neon_dot != 0));
+    CHECK((strstr(list, "neon_i8mm") != NULL) == (f.neon_i8mm != 0));
+    CHECK(!f.neon_i8mm || f.neon_dot);
     char small[4];
     CHECK(qmoe_cpu_isa_list(small, sizeof small) == len && strlen(small) == 3);
     return qt_finish("test_kernel_registry");

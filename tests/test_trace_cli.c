@@ -7,12 +7,13 @@
 #define _DEFAULT_SOURCE
 #include <limits.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include "support/testlib.h"
 #include "test_trace_json.h"
 
-static char qmoe_bin[PATH_MAX], dir[PATH_MAX];
+static char qmoe_bin[PATH_MAX], qmoe_cmd[2 * PATH_MAX], dir[PATH_MAX];
 
 /* snprintf that fails the test instead of truncating */
 static void fmt(char *buf, size_t size, const char *f, ...)
@@ -29,10 +30,10 @@ static int run_case(const char *tag, const char *extra)
 {
     char cmd[8 * PATH_MAX];
     fmt(cmd, sizeof cmd,
-             "'%s' run --x '%s/x.npy' --weight '%s/weight.npy' --weight-scale '%s/weight_scale.npy' "
+             "%s run --x '%s/x.npy' --weight '%s/weight.npy' --weight-scale '%s/weight_scale.npy' "
              "--x-scale '%s/x_scale.npy' --group-list '%s/group_list.npy' --out '%s/out%s.npy' "
              "--out-scale '%s/out_scale%s.npy' %s 2> /dev/null",
-             qmoe_bin, dir, dir, dir, dir, dir, dir, tag, dir, tag, extra);
+             qmoe_cmd, dir, dir, dir, dir, dir, dir, tag, dir, tag, extra);
     return system(cmd);
 }
 
@@ -63,10 +64,13 @@ int main(void)
     *strrchr(self, '/') = '\0';
     fmt(qmoe_bin, sizeof qmoe_bin, "%s/../tools/qmoe", self);
     if (access(qmoe_bin, X_OK)) return qt_skip("test_trace_cli", "no qmoe program in this build");
+    /* cross builds run the program under the tests' emulator (tests/CMakeLists.txt) */
+    const char *emu = getenv("QMOE_TEST_EMULATOR");
+    fmt(qmoe_cmd, sizeof qmoe_cmd, "%s '%s'", emu ? emu : "", qmoe_bin);
     fmt(dir, sizeof dir, "%s/trace_cli_case", self);
     char cmd[4 * PATH_MAX], path[PATH_MAX + 32], other[PATH_MAX + 32];
-    fmt(cmd, sizeof cmd, "'%s' gen --out '%s' --E 2 --M 160 --K 64 --N 128 --mode a8w8 > /dev/null",
-             qmoe_bin, dir);
+    fmt(cmd, sizeof cmd, "%s gen --out '%s' --E 2 --M 160 --K 64 --N 128 --mode a8w8 > /dev/null",
+             qmoe_cmd, dir);
     CHECK(system(cmd) == 0);
     fmt(path, sizeof path, "--threads 2 --trace '%s/trace.json'", dir);
     CHECK(run_case("2", path) == 0);

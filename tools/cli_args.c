@@ -48,7 +48,7 @@ int args_choice(const char *cmd, const char *opt, const char *text, const char *
 
 int args_kernel(const char *cmd, const char *text, qmoe_kernel *out)
 {
-    enum { KERNELS = QMOE_KERNEL_AMX_INT8 + 1 };
+    enum { KERNELS = QMOE_KERNEL_NEON_I8MM + 1 };
     const char *names[KERNELS];
     int k;
     for (int i = 0; i < KERNELS; i++) names[i] = qmoe_kernel_name((qmoe_kernel)i);

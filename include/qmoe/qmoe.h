@@ -141,6 +141,8 @@ typedef enum qmoe_kernel {
     QMOE_KERNEL_AVX_VNNI = 4,
     QMOE_KERNEL_AVX512_VNNI = 5,
     QMOE_KERNEL_AMX_INT8 = 6,  /* AMX tiles; AVX-512 VNNI for blocks of few rows */
+    QMOE_KERNEL_NEON_DOT = 7,  /* ARM64: NEON sdot (ARMv8.2 dot product) */
+    QMOE_KERNEL_NEON_I8MM = 8, /* ARM64: NEON usmmla (int8 matrix multiply) */
 } qmoe_kernel;
 
 /* Options of phase one. Initialise with QMOE_OP_OPTIONS_INIT (or qmoe_op_options_init()), then
@@ -189,13 +191,16 @@ QMOE_API qmoe_status qmoe_gmm_swiglu_quant_workspace_size(
     qmoe_executor **executor);
 
 /*
- * Phase two: check the groupList values (decreasing, negative or past M is QMOE_ERR_PARAM_INVALID
- * with both outputs untouched), then compute. `workspace` must hold at least the size phase one
- * returned (it may be NULL when that size is 0) and be aligned for float (64 bytes is best;
- * QMOE_ERR_PARAM_INVALID otherwise). `stream` NULL runs synchronously on the process-wide
- * default device (see qmoe/runtime.h); otherwise the operator is queued and its status
- * is also reported by qmoe_stream_synchronize(); the workspace and the tensors' memory must then
- * stay valid until the stream is synchronized, while the executor may be destroyed at once.
+ * Phase two: run. When the operator runs (after the operators queued before it on the stream,
+ * which may write groupList), it checks the groupList values (decreasing, negative or past M is
+ * QMOE_ERR_PARAM_INVALID with both outputs untouched: reported by this call with a NULL stream,
+ * by qmoe_stream_synchronize() otherwise), then computes. `workspace` must hold at least the
+ * size phase one returned (it may be NULL when that size is 0) and be aligned for float (64
+ * bytes is best; QMOE_ERR_PARAM_INVALID otherwise). `stream` NULL runs synchronously on the
+ * process-wide default device (see qmoe/runtime.h); otherwise the operator is queued and its
+ * status is also reported by qmoe_stream_synchronize(); the workspace and the tensors' memory
+ * must then stay valid until the stream is synchronized, while the executor may be destroyed at
+ * once.
  * A native executor may be executed any number of times (the data its tensors point to may
  * change between runs) and must be destroyed with qmoe_executor_destroy().
  */

@@ -16,7 +16,9 @@
  * threads (results are bit-identical for any thread or device count).
  *
  * Asynchronous execution (stream not NULL), as with the vendor's runtime: qmoe_gmm_swiglu_quant()
- * checks its arguments and groupList, queues the operator and returns. The workspace and every
+ * checks its arguments, queues the operator and returns. The operator reads groupList when it
+ * runs, after the operators queued before it (which may write it), so a bad groupList is
+ * reported by qmoe_stream_synchronize(), with nothing written. The workspace and every
  * tensor's memory belong to the caller and must stay valid and unchanged until
  * qmoe_stream_synchronize() returns; the executor itself may be destroyed right after the call
  * (the queued operator holds a copy of the plan).

@@ -42,6 +42,8 @@ KERNELS = {
     "avx_vnni": 4,
     "avx512_vnni": 5,
     "amx_int8": 6,
+    "neon_dot": 7,
+    "neon_i8mm": 8,
 }
 
 MAX_DIMS = 8

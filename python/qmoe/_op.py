@@ -414,7 +414,8 @@ def grouped_matmul_swiglu_quant(
         devices: split the rows over this many devices (None, 0 or 1: one device).
             Results are bit-identical for any ``threads`` and ``devices``.
         kernel: ``"auto"`` (fastest this CPU runs), ``"reference"``, ``"portable"``, ``"avx2"``,
-            ``"avx_vnni"``, ``"avx512_vnni"`` or ``"amx_int8"``. A kernel the CPU lacks raises
+            ``"avx_vnni"``, ``"avx512_vnni"``, ``"amx_int8"`` (x86-64), ``"neon_dot"`` or
+            ``"neon_i8mm"`` (ARM64). A kernel the CPU lacks raises
             QmoeError.
         out: optional ``(output, output_scale)`` arrays to write instead of new ones (int8
             ``[M, N/2]`` and float32 ``[M]``, writable, any non-negative strides). Rows at and

@@ -14,7 +14,7 @@ from typing import Any, Optional
 import numpy as np
 
 from . import _lib
-from ._arrays import any_torch, as_torch, invalid, to_numpy
+from ._arrays import any_torch, as_torch, invalid, to_numpy, torch_bfloat16_bits
 
 ArrayLike = Any
 
@@ -75,7 +75,7 @@ def _float_experts(obj: ArrayLike, name: str):
         raise invalid(f"{name} is None")
     if arr.ndim != 3:
         raise invalid(f"{name}: rank {arr.ndim}, expected 3 ({name} [E, out, in])")
-    bf16_torch = arr.dtype == np.uint16 and any_torch(obj)
+    bf16_torch = torch_bfloat16_bits(obj) is not None
     if bf16_torch or (arr.dtype.itemsize == 2 and arr.dtype.name == "bfloat16"):
         code, arr = _lib.DTYPE_BFLOAT16, arr.view(np.uint16)
     elif arr.dtype == np.float16:

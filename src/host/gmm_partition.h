@@ -9,8 +9,9 @@
  *   blocks of at most row_block rows that never cross an expert boundary.
  * - Row split (default): part i of `threads` takes blocks [i*b, min((i+1)*b, nb)) with
  *   b = ceil(nb / threads), all N2 columns, and quantizes each block right after computing it.
- * - Which split a device uses, and its rows, are decided on the host at phase two
- *   (qmoe_gmm_plan_split), once the experts' rows are known.
+ * - Which split a device uses, and its rows, are these rules applied to the experts' rows
+ *   (qmoe_gmm_plan_split), at execution time: groupList may be written by an operator queued
+ *   before this one, so the driver calls it on each device once groupList is checked.
  * - Column split (a device with fewer blocks than parts and at most col_max_rows rows): part i
  *   computes every block for columns [i*c, min((i+1)*c, N2)), c = ceil(N2 / threads) rounded up
  *   to col_block, into the device's S rows in the workspace; after a barrier, part i quantizes
@@ -78,8 +79,8 @@ int32_t qmoe_gmm_rows_per_chunk(const qmoe_gmm_params *p);
 qmoe_row_range qmoe_partition_rows(int64_t total, int32_t rows_per_chunk, int index, int count,
                                    const qmoe_fastdiv_t *count_div);
 
-/* Phase two's split of one run over the plan's devices, decided on the host once groupList is
- * checked (it needs the rows of the experts): each device's row range, its number of row blocks
+/* The split of one run over the plan's devices, a pure function of the plan and the checked
+ * groupList (it needs the rows of the experts): each device's row range, its number of row blocks
  * and whether it splits by columns. The driver executes it as given and derives none of it. */
 typedef struct qmoe_gmm_device_split {
     int64_t row_start, nrows; /* the device's flattened rows */

@@ -1,5 +1,6 @@
 /* Float checkpoint weights -> the operators' quantized weights, scales and assist matrix
  * (include/qmoe/quantize.h; the scheme is docs/moe-layer.md). */
+#include <float.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -62,28 +63,53 @@ static inline float quant_value(float w, float scale, float qmax)
     return q > qmax ? qmax : q < -qmax ? -qmax : q;
 }
 
+/* clamp(round_half_even(x), -7, 7) in a form the compiler vectorizes (the candidate loop below
+ * is the load's hot loop): adding then subtracting 1.5 * 2^23 rounds half to even in the default
+ * rounding mode, as nearbyintf does, for |x| < 2^22 (here |x| <= 14: every candidate scale is at
+ * least half of amax / 7); the clamp is on integers, which vectorizes without -ffast-math. */
+static inline int round_int4(float x)
+{
+#if FLT_EVAL_METHOD == 0
+    int q = (int)((x + 0x1.8p23f) - 0x1.8p23f);
+#else /* wider intermediates (x87) would not round at the float's units */
+    int q = (int)nearbyintf(x > 8.0f ? 8.0f : x < -8.0f ? -8.0f : x);
+#endif
+    q = q > 7 ? 7 : q;
+    return q < -7 ? -7 : q;
+}
+
 /* The scale of one group of `count` weights: amax / qmax, or with clip search the candidate
- * (amax * r) / 7 of least squared error, accumulated in double in index order. */
+ * (amax * r) / 7 of least squared error. Each candidate's error is accumulated in double in
+ * index order (its own accumulator, so evaluating the candidates side by side changes no bit);
+ * the first of equal errors wins. */
 static float group_scale(const float *w, int64_t count, int a8w4, int clip)
 {
     float amax = 0.0f;
     for (int64_t i = 0; i < count; i++) amax = fmaxf(amax, fabsf(w[i]));
     float qmax = a8w4 ? 7.0f : 127.0f, best = amax / qmax;
     if (best == 0.0f || !clip) return best;
-    double best_err = INFINITY;
+    float cand[CLIP_STEPS + 1];
+    double err[CLIP_STEPS + 1];
+    int nc = 0;
     for (int step = 0; step <= CLIP_STEPS; step++) {
         float r = (float)(100 - step) / 100.0f, s = (amax * r) / 7.0f;
         if (s == 0.0f) break; /* smaller ratios underflow too */
-        double err = 0.0;
-        for (int64_t i = 0; i < count; i++) {
-            double d = (double)w[i] - (double)quant_value(w[i], s, 7.0f) * (double)s;
-            err += d * d;
-        }
-        if (err < best_err) {
-            best_err = err;
-            best = s;
+        cand[nc] = s;
+        err[nc++] = 0.0;
+    }
+    for (int64_t i = 0; i < count; i++) {
+        float wi = w[i];
+        for (int c = 0; c < nc; c++) {
+            double d = (double)wi - (double)round_int4(wi / cand[c]) * (double)cand[c];
+            err[c] += d * d;
         }
     }
+    double best_err = INFINITY;
+    for (int c = 0; c < nc; c++)
+        if (err[c] < best_err) {
+            best_err = err[c];
+            best = cand[c];
+        }
     return best;
 }
 
@@ -154,50 +180,51 @@ typedef struct worker {
     int64_t first, last;
     pthread_t tid;
     int started;
-    int oom;
+    float *row, *tile_scale; /* a row of K floats; pass two: a [G, 64] scale tile */
+    int8_t *q;               /* pass two: a [K, 64] tile of values */
 } worker;
 
 static void *run_worker(void *arg)
 {
     worker *w = arg;
-    job *j = w->j;
-    int64_t groups = j->G ? j->G : 1;
-    float *row = malloc((size_t)j->K * sizeof(float) + 1);
-    int8_t *q = w->pass == 2 ? malloc((size_t)j->K * TILE + 1) : NULL;
-    float *ts = w->pass == 2 ? malloc((size_t)groups * TILE * sizeof(float)) : NULL;
-    if (!row || (w->pass == 2 && (!q || !ts))) {
-        w->oom = 1;
-    } else {
-        for (int64_t i = w->first; i < w->last; i++) {
-            if (w->pass == 1) scale_item(j, i, row);
-            else write_item(j, i, row, q, ts);
-        }
+    for (int64_t i = w->first; i < w->last; i++) {
+        if (w->pass == 1) scale_item(w->j, i, w->row);
+        else write_item(w->j, i, w->row, w->q, w->tile_scale);
     }
-    free(row);
-    free(q);
-    free(ts);
     return NULL;
 }
 
 /* Runs one pass over every item on `threads` threads (contiguous item ranges; each item's
- * result depends on nothing but its inputs, so the split does not change any bit). Threads
- * that cannot be started leave their range to the calling thread. */
+ * result depends on nothing but its inputs, so the split does not change any bit). Every
+ * buffer is allocated before any worker starts, so running out of memory writes nothing.
+ * Threads that cannot be started leave their range to the calling thread. */
 static int run_pass(job *j, int pass, int threads)
 {
     worker ws[MAX_THREADS];
-    int64_t T = threads < j->items ? threads : j->items;
+    int64_t T = threads < j->items ? threads : j->items, groups = j->G ? j->G : 1;
+    int oom = 0;
     if (T < 1) T = 1;
     for (int64_t t = 0; t < T; t++) {
         ws[t] = (worker){.j = j, .pass = pass, .first = j->items * t / T,
                          .last = j->items * (t + 1) / T};
-        if (t > 0) ws[t].started = pthread_create(&ws[t].tid, NULL, run_worker, &ws[t]) == 0;
+        ws[t].row = malloc((size_t)j->K * sizeof(float) + 1);
+        if (pass == 2) {
+            ws[t].q = malloc((size_t)j->K * TILE + 1);
+            ws[t].tile_scale = malloc((size_t)groups * TILE * sizeof(float));
+        }
+        oom |= !ws[t].row || (pass == 2 && (!ws[t].q || !ws[t].tile_scale));
     }
-    run_worker(&ws[0]);
-    int oom = ws[0].oom;
-    for (int64_t t = 1; t < T; t++) {
+    for (int64_t t = 1; t < T && !oom; t++)
+        ws[t].started = pthread_create(&ws[t].tid, NULL, run_worker, &ws[t]) == 0;
+    if (!oom) run_worker(&ws[0]);
+    for (int64_t t = 1; t < T && !oom; t++) {
         if (ws[t].started) pthread_join(ws[t].tid, NULL);
         else run_worker(&ws[t]);
-        oom |= ws[t].oom;
+    }
+    for (int64_t t = 0; t < T; t++) {
+        free(ws[t].row);
+        free(ws[t].q);
+        free(ws[t].tile_scale);
     }
     return oom ? -1 : 0;
 }
@@ -353,7 +380,6 @@ static qmoe_status quantize(job *j, const qmoe_quant_options *options, void *wei
                      (long long)j->bad_col[i]);
             goto out;
         }
-    /* Pass two needs a few KiB per thread: allocated before anything is written. */
     if (run_pass(j, 2, threads)) {
         st = qmoe_fail(QMOE_ERR_INNER, "quantize: out of memory for a tile of K = %lld",
                        (long long)j->K);

@@ -1,6 +1,7 @@
-/* CPU feature detection for the kernel registry: CPUID for the instructions, XGETBV for the
- * register state the OS saves (AVX-512 needs the mask and upper-zmm state too; AMX the tile
- * state, which Linux in addition hands out per process on request). */
+/* CPU feature detection for the kernel registry. x86-64: CPUID for the instructions, XGETBV for
+ * the register state the OS saves (AVX-512 needs the mask and upper-zmm state too; AMX the tile
+ * state, which Linux in addition hands out per process on request). aarch64 Linux: the hwcaps
+ * the kernel reports (user space cannot read the ID registers reliably on every kernel). */
 #define _GNU_SOURCE /* syscall() */
 #include "kernels/cpu_features.h"
 
@@ -76,6 +77,22 @@ static qmoe_cpu_features detect(void)
                  ((d7 >> 25) & 1) /* AMX-INT8 */ && amx_allowed();
     return f;
 }
+#elif defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+
+/* The kernel's hwcap bits (asm/hwcap.h), spelled out for C libraries whose headers predate them. */
+enum { QMOE_HWCAP_ASIMDDP = 1 << 20, QMOE_HWCAP2_I8MM = 1 << 13 };
+
+static qmoe_cpu_features detect(void)
+{
+    qmoe_cpu_features f;
+    memset(&f, 0, sizeof f);
+    unsigned long hw = getauxval(AT_HWCAP), hw2 = getauxval(AT_HWCAP2);
+    f.neon_dot = (hw & QMOE_HWCAP_ASIMDDP) != 0;
+    /* every CPU with I8MM has the dot product too (ARMv8.6); qmoe's ARM order relies on it */
+    f.neon_i8mm = f.neon_dot && (hw2 & QMOE_HWCAP2_I8MM) != 0;
+    return f;
+}
 #else
 static qmoe_cpu_features detect(void)
 {
@@ -95,13 +112,14 @@ qmoe_cpu_features qmoe_cpu_features_get(void)
     if (!(w >> 31)) {
         f = detect();
         w = 1u << 31 | f.avx2 | f.avx_vnni << 1 | f.avx512 << 2 | f.avx512_vnni << 3 |
-            f.avx512_vbmi << 4 | f.amx_int8 << 5;
+            f.avx512_vbmi << 4 | f.amx_int8 << 5 | f.neon_dot << 6 | f.neon_i8mm << 7;
         __atomic_store_n(&word, w, __ATOMIC_RELEASE);
         return f;
     }
     memset(&f, 0, sizeof f);
     f.avx2 = w & 1, f.avx_vnni = w >> 1 & 1, f.avx512 = w >> 2 & 1, f.avx512_vnni = w >> 3 & 1;
     f.avx512_vbmi = w >> 4 & 1, f.amx_int8 = w >> 5 & 1;
+    f.neon_dot = w >> 6 & 1, f.neon_i8mm = w >> 7 & 1;
     return f;
 }
 
@@ -120,6 +138,10 @@ qmoe_cpu_features qmoe_cpu_features_get(void)
 #define QMOE_HAVE_AMX_INT8 0
 #endif
 #endif
+#ifndef QMOE_HAVE_NEON_DOT
+#define QMOE_HAVE_NEON_DOT 0
+#define QMOE_HAVE_NEON_I8MM 0
+#endif
 
 int qmoe_cpu_runs_kernel(int kernel)
 {
@@ -131,6 +153,8 @@ int qmoe_cpu_runs_kernel(int kernel)
     case QMOE_KERNEL_AVX_VNNI: return QMOE_HAVE_AVX_VNNI && f.avx_vnni;
     case QMOE_KERNEL_AVX512_VNNI: return QMOE_HAVE_AVX512_VNNI && f.avx512_vnni;
     case QMOE_KERNEL_AMX_INT8: return QMOE_HAVE_AMX_INT8 && f.amx_int8;
+    case QMOE_KERNEL_NEON_DOT: return QMOE_HAVE_NEON_DOT && f.neon_dot;
+    case QMOE_KERNEL_NEON_I8MM: return QMOE_HAVE_NEON_I8MM && f.neon_i8mm;
     }
     return 0;
 }
@@ -143,6 +167,8 @@ size_t qmoe_cpu_isa_list(char *buf, size_t size)
     if (f.avx512_vnni) strcat(list, "avx512_vnni,");
     if (f.avx_vnni) strcat(list, "avx_vnni,");
     if (f.avx2) strcat(list, "avx2,");
+    if (f.neon_i8mm) strcat(list, "neon_i8mm,");
+    if (f.neon_dot) strcat(list, "neon_dot,");
     strcat(list, "portable");
     if (size) snprintf(buf, size, "%s", list);
     return strlen(list);

@@ -60,17 +60,31 @@ static inline __m256 exp256(__m256 x)
     return _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
 }
 
-static inline __m256 swiglu8(__m256 f_act, __m256 c_act, __m256 f_gate, __m256 c_gate, __m256 x)
+/* clamp: the swiglu_limit clamp with lim = limit and nlim = -limit, lane by lane what
+ * qmoe_swiglu_clamp does: min_ps(lim, v) is (lim < v ? lim : v) and max_ps(nlim, v) is
+ * (nlim > v ? nlim : v), so a NaN v passes through both, as in the scalar comparisons. */
+static inline __attribute__((always_inline)) __m256 swiglu8(__m256 f_act, __m256 c_act,
+                                                            __m256 f_gate, __m256 c_gate, __m256 x,
+                                                            int clamp, __m256 lim, __m256 nlim)
 {
     __m256 a = _mm256_mul_ps(_mm256_add_ps(f_act, c_act), x);
     __m256 g = _mm256_mul_ps(_mm256_add_ps(f_gate, c_gate), x);
+    if (clamp) {
+        a = _mm256_min_ps(lim, a);
+        g = _mm256_max_ps(nlim, _mm256_min_ps(lim, g));
+    }
     __m256 e = exp256(_mm256_sub_ps(_mm256_setzero_ps(), a));
     return _mm256_mul_ps(_mm256_div_ps(a, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), g);
 }
 
-void qmoe_swiglu_avx2(int64_t rows, int64_t nc, const float *f, int64_t ldf, int64_t gate,
-                      const float *corr, const float *xs, float *s, int64_t lds)
+/* `clamp` is a constant at both calls in qmoe_swiglu_avx2: each copy has no test of the other. */
+static inline __attribute__((always_inline)) void swiglu_rows(int64_t rows, int64_t nc,
+                                                              const float *f, int64_t ldf,
+                                                              int64_t gate, const float *corr,
+                                                              const float *xs, float limit,
+                                                              int clamp, float *s, int64_t lds)
 {
+    const __m256 lim = _mm256_set1_ps(limit), nlim = _mm256_set1_ps(-limit);
     for (int64_t r = 0; r < rows; r++) {
         __m256 x = _mm256_set1_ps(xs ? xs[r] : 1.0f); /* times 1 is exact */
         const float *fr = f + r * ldf;
@@ -79,7 +93,8 @@ void qmoe_swiglu_avx2(int64_t rows, int64_t nc, const float *f, int64_t ldf, int
         for (; j + 8 <= nc; j += 8)
             _mm256_storeu_ps(sr + j, swiglu8(_mm256_loadu_ps(fr + j), _mm256_loadu_ps(corr + j),
                                              _mm256_loadu_ps(fr + gate + j),
-                                             _mm256_loadu_ps(corr + gate + j), x));
+                                             _mm256_loadu_ps(corr + gate + j), x, clamp, lim,
+                                             nlim));
         if (j < nc) {
             /* the tail through the same vector code, so a column's value never depends on
              * where a block boundary falls */
@@ -91,10 +106,18 @@ void qmoe_swiglu_avx2(int64_t rows, int64_t nc, const float *f, int64_t ldf, int
                 t[3][i] = corr[gate + j + i];
             }
             _mm256_storeu_ps(out, swiglu8(_mm256_loadu_ps(t[0]), _mm256_loadu_ps(t[1]),
-                                          _mm256_loadu_ps(t[2]), _mm256_loadu_ps(t[3]), x));
+                                          _mm256_loadu_ps(t[2]), _mm256_loadu_ps(t[3]), x,
+                                          clamp, lim, nlim));
             for (int64_t i = 0; i < nc - j; i++) sr[j + i] = out[i];
         }
     }
+}
+
+void qmoe_swiglu_avx2(int64_t rows, int64_t nc, const float *f, int64_t ldf, int64_t gate,
+                      const float *corr, const float *xs, float limit, float *s, int64_t lds)
+{
+    if (limit > 0.0f) swiglu_rows(rows, nc, f, ldf, gate, corr, xs, limit, 1, s, lds);
+    else swiglu_rows(rows, nc, f, ldf, gate, corr, xs, 0.0f, 0, s, lds);
 }
 
 void qmoe_quantize_row_avx2(const float *s, int64_t n2, int8_t *out, int64_t out_stride,

@@ -54,10 +54,17 @@ static inline __m512 exp512(__m512 x)
     return _mm512_scalef_ps(p, n);
 }
 
-void qmoe_swiglu_avx512(int64_t rows, int64_t nc, const float *f, int64_t ldf, int64_t gate,
-                        const float *corr, const float *xs, float *s, int64_t lds)
+/* `clamp` is a constant at both calls in qmoe_swiglu_avx512: each copy has no test of the other.
+ * The clamp is qmoe_swiglu_clamp lane by lane: min_ps(lim, v) is (lim < v ? lim : v) and
+ * max_ps(-lim, v) is (-lim > v ? -lim : v), so a NaN v passes through, as in the scalar code. */
+static inline __attribute__((always_inline)) void swiglu_rows(int64_t rows, int64_t nc,
+                                                              const float *f, int64_t ldf,
+                                                              int64_t gate, const float *corr,
+                                                              const float *xs, float limit,
+                                                              int clamp, float *s, int64_t lds)
 {
-    const __m512 one = _mm512_set1_ps(1.0f);
+    const __m512 one = _mm512_set1_ps(1.0f), lim = _mm512_set1_ps(limit),
+                 nlim = _mm512_set1_ps(-limit);
     for (int64_t r = 0; r < rows; r++) {
         __m512 x = _mm512_set1_ps(xs ? xs[r] : 1.0f); /* times 1 is exact */
         const float *fr = f + r * ldf;
@@ -66,11 +73,22 @@ void qmoe_swiglu_avx512(int64_t rows, int64_t nc, const float *f, int64_t ldf, i
             __m512 a = _mm512_mul_ps(_mm512_add_ps(_mm512_loadu_ps(fr + j), _mm512_loadu_ps(corr + j)), x);
             __m512 g = _mm512_mul_ps(
                 _mm512_add_ps(_mm512_loadu_ps(fr + gate + j), _mm512_loadu_ps(corr + gate + j)), x);
+            if (clamp) {
+                a = _mm512_min_ps(lim, a);
+                g = _mm512_max_ps(nlim, _mm512_min_ps(lim, g));
+            }
             __m512 e = exp512(_mm512_sub_ps(_mm512_setzero_ps(), a));
             __m512 v = _mm512_mul_ps(_mm512_div_ps(a, _mm512_add_ps(one, e)), g);
             _mm512_mask_storeu_ps(s + r * lds + j, m, v);
         }
     }
+}
+
+void qmoe_swiglu_avx512(int64_t rows, int64_t nc, const float *f, int64_t ldf, int64_t gate,
+                        const float *corr, const float *xs, float limit, float *s, int64_t lds)
+{
+    if (limit > 0.0f) swiglu_rows(rows, nc, f, ldf, gate, corr, xs, limit, 1, s, lds);
+    else swiglu_rows(rows, nc, f, ldf, gate, corr, xs, 0.0f, 0, s, lds);
 }
 
 void qmoe_quantize_row_avx512(const float *s, int64_t n2, int8_t *out, int64_t out_stride,

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/gmm_access.h"
 #include "kernels/gmm_fast.h"
 
 static void gemm_portable(int mr, int nu, int64_t kq, const int8_t *x, int64_t ldx,
@@ -65,15 +66,25 @@ void qmoe_fold_portable(int64_t rows, int64_t cols, const int32_t *acc, int64_t 
     }
 }
 
-void qmoe_swiglu_portable(int64_t rows, int64_t nc, const float *f, int64_t ldf, int64_t gate,
-                          const float *corr, const float *xs, float *s, int64_t lds)
+/* `clamp` is a constant at both calls below, so each copy is compiled without the other's test. */
+static inline void swiglu_rows(int64_t rows, int64_t nc, const float *f, int64_t ldf,
+                               int64_t gate, const float *corr, const float *xs, float limit,
+                               int clamp, float *s, int64_t lds)
 {
     for (int64_t r = 0; r < rows; r++)
         for (int64_t j = 0; j < nc; j++) {
             float a = f[r * ldf + j] + corr[j], g = f[r * ldf + gate + j] + corr[gate + j];
             if (xs) a *= xs[r], g *= xs[r];
+            if (clamp) qmoe_swiglu_clamp(limit, &a, &g); /* the reference's own clamp */
             s[r * lds + j] = a / (1.0f + expf(-a)) * g;
         }
+}
+
+void qmoe_swiglu_portable(int64_t rows, int64_t nc, const float *f, int64_t ldf, int64_t gate,
+                          const float *corr, const float *xs, float limit, float *s, int64_t lds)
+{
+    if (limit > 0.0f) swiglu_rows(rows, nc, f, ldf, gate, corr, xs, limit, 1, s, lds);
+    else swiglu_rows(rows, nc, f, ldf, gate, corr, xs, 0.0f, 0, s, lds);
 }
 
 static uint64_t peak_portable(uint64_t iters)

@@ -530,8 +530,8 @@ static int direct_panel(const block_args *A, qmoe_copyq *q, uint8_t *sp, const f
     }
     if (DUMPING(A)) return 1;
     panel_corr(p, L, sp, A->e, pn);
-    isa->swiglu(rows, pn->nc, f, pn->ld, half, pn->corr, xs_swiglu, A->s + (pn->jc - A->j0),
-                A->lds);
+    isa->swiglu(rows, pn->nc, f, pn->ld, half, pn->corr, xs_swiglu, p->swiglu_limit,
+                A->s + (pn->jc - A->j0), A->lds);
     return 1;
 }
 
@@ -720,13 +720,13 @@ static void run_block(const block_args *A, uint8_t *sp, const fast_layout *L)
             float *srow = A->s + (mb - A->m0) * A->lds + (pn.jc + c_lo - A->j0);
             if (c_lo % QMOE_PK_UNIT == 0) {
                 isa->swiglu(rows, c_hi - c_lo, f + c_lo, pn.ld, half, pn.corr + c_lo,
-                            a8w4 ? xs : NULL, srow, A->lds);
+                            a8w4 ? xs : NULL, p->swiglu_limit, srow, A->lds);
             } else {
                 /* vector epilogues read whole 16-column groups: start on one, then copy */
                 int64_t c16 = c_lo / QMOE_PK_UNIT * QMOE_PK_UNIT;
                 float *sr = (float *)(sp + L->sr);
                 isa->swiglu(rows, c_hi - c16, f + c16, pn.ld, half, pn.corr + c16,
-                            a8w4 ? xs : NULL, sr, QMOE_PP_COLS);
+                            a8w4 ? xs : NULL, p->swiglu_limit, sr, QMOE_PP_COLS);
                 for (int64_t r = 0; r < rows; r++)
                     memcpy(srow + r * A->lds, sr + r * QMOE_PP_COLS + (c_lo - c16),
                            sizeof(float) * (size_t)(c_hi - c_lo));

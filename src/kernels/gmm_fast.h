@@ -52,9 +52,12 @@ typedef struct qmoe_gemm_isa {
                  float *f, int64_t ldf, int first);
 
     /* s[r][j] = swish(a) * g, a = (f[r][j] + corr[j]) * xs[r], g = (f[r][gate + j] + corr[gate +
-     * j]) * xs[r], for r < rows, j < nc; xs NULL: no xs factor (A8W8 folded it in already). */
+     * j]) * xs[r], for r < rows, j < nc; xs NULL: no xs factor (A8W8 folded it in already).
+     * limit > 0: a and g are first clamped exactly as qmoe_swiglu_clamp does (core/gmm_access.h;
+     * the weight-list operator's swiglu_limit), so every kernel gives the reference's clamped
+     * values; limit 0: no clamp, and no cost (the test is made once per call, not per element). */
     void (*swiglu)(int64_t rows, int64_t nc, const float *f, int64_t ldf, int64_t gate,
-                   const float *corr, const float *xs, float *s, int64_t lds);
+                   const float *corr, const float *xs, float limit, float *s, int64_t lds);
 
     /* One S row -> int8 and scale (the spec's step 4). */
     void (*quantize_row)(const float *s, int64_t n2, int8_t *out, int64_t out_stride,
@@ -108,7 +111,7 @@ void qmoe_fold_portable(int64_t rows, int64_t cols, const int32_t *acc, int64_t 
                         const int32_t *xoff, int64_t xoff_stride, const float *xs,
                         const float *ws, float *f, int64_t ldf, int first);
 void qmoe_swiglu_portable(int64_t rows, int64_t nc, const float *f, int64_t ldf, int64_t gate,
-                          const float *corr, const float *xs, float *s, int64_t lds);
+                          const float *corr, const float *xs, float limit, float *s, int64_t lds);
 
 /* The driver, for any table. */
 uint64_t qmoe_fast_scratch_bytes(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p,

@@ -1,11 +1,13 @@
 /*
  * Kernel selection by request and CPU features.
  *
- * QMOE_KERNEL_AUTO picks the fastest kernel this CPU runs. The environment variable QMOE_ISA
- * (amx_int8 | avx512_vnni | avx_vnni | avx2 | portable | reference) caps that choice, so every
- * lower kernel can be exercised on one machine; a cap the CPU cannot run falls to the best kernel
- * below it, and an unknown value is ignored (AUTO stays the fastest). Explicit requests ignore
- * QMOE_ISA and return NULL when the CPU cannot run the kernel.
+ * QMOE_KERNEL_AUTO picks the fastest kernel this CPU runs, walking the architecture's priority
+ * table (x86-64: amx_int8, avx512_vnni, avx_vnni, avx2; aarch64: neon_i8mm, neon_dot; then
+ * portable, reference). The environment variable QMOE_ISA (a kernel name) caps that choice, so
+ * every lower kernel can be exercised on one machine: the walk starts at the named kernel, so a
+ * cap the CPU cannot run falls to the best kernel below it; a name not in this architecture's
+ * table is ignored (AUTO stays the fastest). Explicit requests ignore QMOE_ISA and return NULL
+ * when the CPU cannot run the kernel.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +16,7 @@
 #include "kernels/gmm_fast.h"
 #include "kernels/kernel.h"
 #include "kernels/x86_parts.h"
+#include "kernels/arm_parts.h"
 #include "qmoe/qmoe.h"
 
 #define FAST_OPS(sym, isa, kid, kname)                                                           \
@@ -59,6 +62,16 @@ FAST_OPS(ops_avx_vnni, qmoe_isa_avx_vnni, QMOE_KERNEL_AVX_VNNI, "avx_vnni")
 #endif
 #if QMOE_HAVE_AVX512_VNNI
 FAST_OPS(ops_avx512_vnni, qmoe_isa_avx512_vnni, QMOE_KERNEL_AVX512_VNNI, "avx512_vnni")
+#endif
+#ifndef QMOE_HAVE_NEON_DOT
+#define QMOE_HAVE_NEON_DOT 0
+#define QMOE_HAVE_NEON_I8MM 0
+#endif
+#if QMOE_HAVE_NEON_DOT
+FAST_OPS(ops_neon_dot, qmoe_isa_neon_dot, QMOE_KERNEL_NEON_DOT, "neon_dot")
+#endif
+#if QMOE_HAVE_NEON_I8MM
+FAST_OPS(ops_neon_i8mm, qmoe_isa_neon_i8mm, QMOE_KERNEL_NEON_I8MM, "neon_i8mm")
 #endif
 #if QMOE_HAVE_AMX_INT8
 
@@ -120,6 +133,12 @@ const qmoe_gemm_isa *qmoe_gemm_isa_for(int32_t kernel_id)
 #if QMOE_HAVE_AMX_INT8
     case QMOE_KERNEL_AMX_INT8: return &qmoe_isa_amx_int8;
 #endif
+#if QMOE_HAVE_NEON_DOT
+    case QMOE_KERNEL_NEON_DOT: return &qmoe_isa_neon_dot;
+#endif
+#if QMOE_HAVE_NEON_I8MM
+    case QMOE_KERNEL_NEON_I8MM: return &qmoe_isa_neon_i8mm;
+#endif
     }
     return NULL;
 }
@@ -141,31 +160,50 @@ static const qmoe_kernel_ops *ops_for(int32_t kernel)
 #if QMOE_HAVE_AMX_INT8
     case QMOE_KERNEL_AMX_INT8: return &ops_amx_int8;
 #endif
+#if QMOE_HAVE_NEON_DOT
+    case QMOE_KERNEL_NEON_DOT: return &ops_neon_dot;
+#endif
+#if QMOE_HAVE_NEON_I8MM
+    case QMOE_KERNEL_NEON_I8MM: return &ops_neon_i8mm;
+#endif
     }
     return NULL;
 }
 
-/* The QMOE_ISA cap as a kernel id; the fastest id when unset or unknown. */
-static int32_t isa_cap(void)
+/* AUTO's order on this architecture: the enum's order says nothing about speed across sets. */
+static const int32_t priority[] = {
+#if defined(__x86_64__) || defined(_M_X64)
+    QMOE_KERNEL_AMX_INT8, QMOE_KERNEL_AVX512_VNNI, QMOE_KERNEL_AVX_VNNI, QMOE_KERNEL_AVX2,
+#elif defined(__aarch64__)
+    QMOE_KERNEL_NEON_I8MM, QMOE_KERNEL_NEON_DOT,
+#endif
+    QMOE_KERNEL_PORTABLE, QMOE_KERNEL_REFERENCE,
+};
+enum { PRIORITY_COUNT = sizeof priority / sizeof priority[0] };
+
+const int32_t *qmoe_kernel_priority(size_t *count)
 {
-    static const struct { const char *name; int32_t id; } names[] = {
-        {"amx_int8", QMOE_KERNEL_AMX_INT8}, {"avx512_vnni", QMOE_KERNEL_AVX512_VNNI},
-        {"avx_vnni", QMOE_KERNEL_AVX_VNNI}, {"avx2", QMOE_KERNEL_AVX2},
-        {"portable", QMOE_KERNEL_PORTABLE},
-        {"reference", QMOE_KERNEL_REFERENCE},
-    };
+    *count = PRIORITY_COUNT;
+    return priority;
+}
+
+/* Where AUTO's walk starts: the QMOE_ISA cap's place in the table; 0 when unset or not there. */
+static size_t isa_cap(void)
+{
     const char *v = getenv("QMOE_ISA");
     if (v)
-        for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-            if (!strcmp(v, names[i].name)) return names[i].id;
-    return QMOE_KERNEL_AMX_INT8;
+        for (size_t i = 0; i < PRIORITY_COUNT; i++)
+            if (!strcmp(v, qmoe_kernel_name((qmoe_kernel)priority[i]))) return i;
+    return 0;
 }
 
 const qmoe_kernel_ops *qmoe_kernel_lookup(int32_t requested)
 {
     if (requested == QMOE_KERNEL_AUTO) {
-        for (int32_t k = isa_cap(); k >= QMOE_KERNEL_REFERENCE; k--)
-            if (qmoe_cpu_runs_kernel(k) && ops_for(k)) return ops_for(k);
+        for (size_t i = isa_cap(); i < PRIORITY_COUNT; i++) {
+            const qmoe_kernel_ops *ops = ops_for(priority[i]);
+            if (ops && qmoe_cpu_runs_kernel(priority[i])) return ops;
+        }
         return &qmoe_kernel_reference;
     }
     if (!qmoe_cpu_runs_kernel(requested)) return NULL;
@@ -182,6 +220,8 @@ const char *qmoe_kernel_name(qmoe_kernel kernel)
     case QMOE_KERNEL_AVX_VNNI: return "avx_vnni";
     case QMOE_KERNEL_AVX512_VNNI: return "avx512_vnni";
     case QMOE_KERNEL_AMX_INT8: return "amx_int8";
+    case QMOE_KERNEL_NEON_DOT: return "neon_dot";
+    case QMOE_KERNEL_NEON_I8MM: return "neon_i8mm";
     }
     return "unknown";
 }

@@ -29,7 +29,7 @@ void qmoe_fold_avx512(int64_t rows, int64_t cols, const int32_t *acc, int64_t ld
                       const int32_t *xoff, int64_t xoff_stride, const float *xs, const float *ws,
                       float *f, int64_t ldf, int first);
 void qmoe_swiglu_avx512(int64_t rows, int64_t nc, const float *f, int64_t ldf, int64_t gate,
-                        const float *corr, const float *xs, float *s, int64_t lds);
+                        const float *corr, const float *xs, float limit, float *s, int64_t lds);
 void qmoe_quantize_row_avx512(const float *s, int64_t n2, int8_t *out, int64_t out_stride,
                               float *scale);
 
@@ -38,7 +38,7 @@ void qmoe_fold_avx2(int64_t rows, int64_t cols, const int32_t *acc, int64_t ldac
                     const int32_t *xoff, int64_t xoff_stride, const float *xs, const float *ws,
                     float *f, int64_t ldf, int first);
 void qmoe_swiglu_avx2(int64_t rows, int64_t nc, const float *f, int64_t ldf, int64_t gate,
-                      const float *corr, const float *xs, float *s, int64_t lds);
+                      const float *corr, const float *xs, float limit, float *s, int64_t lds);
 void qmoe_quantize_row_avx2(const float *s, int64_t n2, int8_t *out, int64_t out_stride,
                             float *scale);
 

@@ -131,7 +131,7 @@ qmoe_status qmoe_gmm_swiglu_quant_weight_list_workspace_size(
         return INVALID(RANK, "weightScale", "weightScales[0]: rank %d, expected 1 [N] or 2 [G, N]",
                        s0->ndim);
 
-    /* A local copy (the kernel may change below) of the fields this library knows; a struct_size
+    /* A local copy (force_weight_nz changes below) of the fields this library knows; a struct_size
      * too small for them goes to the planner as given, which refuses it. */
     qmoe_op_options o = {0};
     const qmoe_op_options *opts = &o;
@@ -148,16 +148,8 @@ qmoe_status qmoe_gmm_swiglu_quant_weight_list_workspace_size(
         memcpy(&o, options, sizeof o);
         o.struct_size = (uint32_t)sizeof o;
     }
+    /* every kernel's SwiGLU step takes the clamp: the kernel is chosen as without one */
     int clamp = swiglu_limit > SWIGLU_LIMIT_OFF;
-    if (clamp) {
-        /* Only the reference kernel has the clamp in its epilogue so far. */
-        if (o.kernel == QMOE_KERNEL_AUTO) o.kernel = QMOE_KERNEL_REFERENCE;
-        else if (o.kernel != QMOE_KERNEL_REFERENCE)
-            return INVALID(UNSUPPORTED, "options",
-                           "options: kernel %s does not implement swiglu_limit; use auto or "
-                           "reference",
-                           qmoe_kernel_name(o.kernel));
-    }
     o.force_weight_nz = 0; /* each expert's declared format is the truth */
 
     qmoe_tensor w, s;

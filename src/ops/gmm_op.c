@@ -6,7 +6,6 @@
 #include "core/status.h"
 #include "host/gmm_plan.h"
 #include "kernels/kernel.h"
-#include "ops/gmm_groups.h"
 #include "ops/gmm_list.h"
 #include "ops/gmm_run.h"
 
@@ -55,11 +54,10 @@ qmoe_status qmoe_gmm_swiglu_quant(void *workspace, uint64_t workspace_size,
     if (p->workspace_bytes && (uintptr_t)workspace % alignof(float))
         return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_WORKSPACE, "workspace",
                              "workspace %p is not aligned for float", workspace);
-    qmoe_status st = qmoe_gmm_check_groups(p);
-    if (st) return st;
+    /* groupList is read on the device, after the operators queued before this one (gmm_run.c) */
     qmoe_gmm_params run = *p;
     qmoe_gmm_list_bind(&run, workspace); /* weight-list plans: tables into the workspace */
-    st = qmoe_gmm_run(&run, workspace, stream);
+    qmoe_status st = qmoe_gmm_run(&run, workspace, stream);
     if (st == QMOE_OK) qmoe_clear_error();
     return st;
 }

@@ -11,6 +11,7 @@
 #include "core/status.h"
 #include "host/gmm_partition.h"
 #include "kernels/kernel.h"
+#include "ops/gmm_groups.h"
 #include "runtime/device.h"
 
 /* The pipeline faults of src/testing.h exist only in the tests' build; elsewhere FAULT() is 0
@@ -23,12 +24,10 @@ qmoe_gmm_fault qmoe_gmm_test_fault;
 #define FAULT(f) 0
 #endif
 
-/* What a queued operator holds: the plan (with the kernel phase one chose) and the split the
- * host decided for this run. */
+/* What a queued operator holds: the plan (with the kernel phase one chose) and the workspace. */
 typedef struct gmm_op {
     qmoe_gmm_params p;
     void *workspace;
-    qmoe_gmm_split split;
 } gmm_op;
 
 /* What the parts of one device share: a row range, never a device index. */
@@ -271,9 +270,18 @@ static qmoe_status gmm_device_run(const void *opdata, qmoe_device *dev, int inde
     (void)count; /* the split was made for the plan's device count, which the stream runs */
     const gmm_op *op = opdata;
     const qmoe_gmm_params *p = &op->p;
+    /* groupList is read here, once the operators queued before this one on the stream (which may
+     * write it: init routing) have run on every device of the group, and checked before any
+     * output is written; every device reads the same values, so all refuse or none does. */
+    qmoe_status st = qmoe_gmm_check_groups(p);
+    if (st) return st;
     qmoe_trace_buf *tr = dev->ctx[0].trace;
-    QMOE_TRACE_START(tr, QMOE_EV_PLAN, index); /* taking this device's share of the host's split */
-    const qmoe_gmm_device_split *sp = &op->split.dev[index];
+    /* The split is the plan's rules applied to those rows (host/gmm_partition.h): the same pure
+     * function of plan and groupList on every device, so the devices' shares tile the rows. */
+    QMOE_TRACE_START(tr, QMOE_EV_PLAN, index);
+    qmoe_gmm_split split;
+    qmoe_gmm_plan_split(p, &split);
+    const qmoe_gmm_device_split *sp = &split.dev[index];
     gmm_work w = {
         .p = p,
         .k = p->kernel_ops,
@@ -300,9 +308,7 @@ static qmoe_status gmm_device_run(const void *opdata, qmoe_device *dev, int inde
 
 qmoe_status qmoe_gmm_run(const qmoe_gmm_params *p, void *workspace, qmoe_stream *stream)
 {
-    /* Host side, once per run: the split of the experts' rows over the devices. */
     gmm_op op = {.p = *p, .workspace = workspace};
-    qmoe_gmm_plan_split(p, &op.split);
     return qmoe_stream_submit(stream, p->devices, gmm_device_run, &op, sizeof op,
                               p->thread_scratch_bytes);
 }

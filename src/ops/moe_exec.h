@@ -36,8 +36,8 @@ typedef struct moe_view {
 typedef void (*moe_qrow_fn)(const float *s, int64_t n, int8_t *out, int64_t out_stride,
                             float *scale);
 typedef void (*moe_swiglu_fn)(int64_t rows, int64_t nc, const float *f, int64_t ldf,
-                              int64_t gate, const float *corr, const float *xs, float *s,
-                              int64_t lds);
+                              int64_t gate, const float *corr, const float *xs, float limit,
+                              float *s, int64_t lds);
 
 typedef struct moe_quant_plan {
     moe_view x, smooth, y, scale;

@@ -24,7 +24,7 @@ void moe_swiglu_rows(const moe_swiglu_plan *p, int64_t r0, int64_t r1, float *sc
         }
         if (vector) { /* the row's halves are A then B: the kernels' SwiGLU over float rows */
             moe_load_row(&p->x, xo, p->x.st[last], 2 * n, f);
-            p->sw(1, n, f, 2 * n, n, zero, NULL, s, n);
+            p->sw(1, n, f, 2 * n, n, zero, NULL, 0.0f, s, n); /* no clamp */
             moe_store_row(&p->out, oo, p->out.st[last], n, s);
             continue;
         }

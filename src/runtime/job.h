@@ -27,6 +27,8 @@ struct qmoe_job {
     int done;
     qmoe_status status; /* first error of the devices */
     char msg[256];
+    qmoe_error_rule rule; /* msg's structured info (qmoe_last_error_info): an argument error */
+    const char *arg;      /* found on the device, e.g. groupList data, keeps rule and argument */
     int msg_from_origin; /* msg is from the device where the error arose */
     qmoe_cmd cmds[QMOE_MAX_DEVICES];
     max_align_t op[]; /* the operator's data, copied at submission */

@@ -20,6 +20,8 @@ struct qmoe_stream {
     uint64_t submitted, completed;
     qmoe_status status; /* sticky first error since the last synchronize */
     char msg[256];
+    qmoe_error_rule rule; /* and its structured info */
+    const char *arg;
 };
 
 static pthread_mutex_t submit_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -72,10 +74,12 @@ qmoe_status qmoe_stream_synchronize(qmoe_stream *s)
     qmoe_status st = s->status;
     char msg[sizeof s->msg];
     memcpy(msg, s->msg, sizeof msg);
+    qmoe_error_rule rule = s->rule;
+    const char *arg = s->arg;
     s->status = QMOE_OK;
     s->msg[0] = '\0';
     pthread_mutex_unlock(&s->mu);
-    if (st) return qmoe_fail(st, "%s", msg);
+    if (st) return qmoe_fail_arg(st, rule, arg, "%s", msg);
     qmoe_clear_error();
     return QMOE_OK;
 }
@@ -100,12 +104,17 @@ static void job_finish(qmoe_job *job, qmoe_status st, const char *msg, int origi
         if (!job->status) job->status = st;
         job->msg_from_origin = origin;
         snprintf(job->msg, sizeof job->msg, "%s", msg);
+        const qmoe_error_info *info = qmoe_last_error_info(); /* the device thread's */
+        job->rule = info->rule;
+        job->arg = info->arg;
     }
     if (--job->remaining == 0) {
         s->completed++;
         if (!job->sync && job->status && !s->status) {
             s->status = job->status;
             memcpy(s->msg, job->msg, sizeof s->msg);
+            s->rule = job->rule;
+            s->arg = job->arg;
         }
         job->done = 1;
         pthread_cond_broadcast(&s->cv);
@@ -236,7 +245,7 @@ qmoe_status qmoe_stream_submit(qmoe_stream *stream, int ndev, qmoe_op_run_fn run
     while (!job->done) pthread_cond_wait(&s->cv, &s->mu);
     pthread_mutex_unlock(&s->mu);
     qmoe_status st = job->status;
-    if (st) qmoe_fail(st, "%s", job->msg);
+    if (st) qmoe_fail_arg(st, job->rule, job->arg, "%s", job->msg);
     free(job);
     return st;
 }

@@ -324,3 +324,17 @@ def test_fused_operator_reads_the_weights():
         want_scale = np.abs(s).max() / 127
         assert abs(oscale[m] - want_scale) <= 1e-5 * want_scale
         assert np.abs(out[m].astype(int) - np.rint(s / want_scale)).max() <= 1
+
+
+def test_ctypes_options_match_the_header():
+    """qmoe/_quantize.py's struct and mode numbers agree with include/qmoe/quantize.h."""
+    import re
+    from pathlib import Path
+    from qmoe import _quantize
+
+    text = (Path(__file__).resolve().parents[2] / "include" / "qmoe" / "quantize.h").read_text()
+    body = re.search(r"typedef struct qmoe_quant_options \{(.*?)\} qmoe_quant_options;", text, re.S)
+    fields = re.findall(r"^\s*[\w ]+?\s(\w+);", body.group(1), re.M)
+    assert fields == [f[0] for f in _quantize._QuantOptions._fields_]
+    modes = dict(re.findall(r"QMOE_QUANT_(A8W\d) = (\d+)", text))
+    assert {k.lower(): int(v) for k, v in modes.items()} == _quantize._MODES

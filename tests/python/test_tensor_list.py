@@ -51,6 +51,16 @@ def test_swiglu_limit_clamps_as_the_vendor_kernel(rng, backend, limit):
     assert not np.allclose(ref_scale, unclamped)
 
 
+@pytest.mark.parametrize("kernel", ["reference", "portable", "auto"])
+def test_swiglu_limit_in_every_kernel(rng, kernel):
+    # every kernel's SwiGLU step takes the clamp (no refusal, no fallback to the reference)
+    p = Problem(rng, M=24, K=64, N=64, E=2, group_list=[9, 24])
+    weights, _ = expert_lists(p, "nz")
+    out, scale, _ = op(p.x, weights, list(p.ws), p.xs, p.group_list, swiglu_limit=0.5,
+                       kernel=kernel)
+    assert_accepted(out, scale, *vr.operator(p.x, p.w, p.ws, p.xs, p.group_list, swiglu_limit=0.5))
+
+
 def test_no_clamp_at_or_below_1e_8(rng):
     p = Problem(rng, M=16, K=32, N=64, E=2, group_list=[6, 16])
     weights, _ = expert_lists(p, "nz")
@@ -91,6 +101,5 @@ def test_refusals_name_the_entry(rng):
     refused("bias", bias=np.zeros((3, 64), np.float32))
     refused("lists", weight=np.stack(weights))
     refused("num_experts|weight", weight=[], weight_scale=[])
-    refused("does not implement swiglu_limit", swiglu_limit=1.0, kernel="portable")
     refused("group_list", group_list=[3, 8, 8, 8])  # more entries than experts
     refused("x_scale", x_scale=p.xs[:3])

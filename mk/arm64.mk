@@ -1,0 +1,53 @@
+# ARM64: the library, CLI and C tests cross-built for aarch64 (build-arm64, Debian's
+# gcc-aarch64-linux-gnu) and the C test suite run under qemu-aarch64 on three CPU models, so each
+# ARM kernel runs where the CPU has it and AUTO's choice changes with the model:
+#   max         dot product + I8MM: neon_i8mm (AUTO), neon_dot, portable
+#   cortex-a76  dot product only:   neon_dot (AUTO), portable
+#   cortex-a57  plain ARMv8.0:      portable (AUTO)
+# Part of `make test`. Every test whose program is an aarch64 binary runs (ctest starts it under
+# the emulator); the tests that drive the programs from host tools are left out (the CLI
+# cross-checks and pytest suites in the host's Python, valgrind, the install tests' host builds):
+# ARM64_HOST_TESTS lists them from ctest's own description. ARM64_ONCE run on the first model
+# only: the vendor sample's 16.8-million-line check (its group list is empty: no kernel runs in
+# it) and the reference kernel's sweep (it asks for the reference kernel, which no CPU model
+# changes). The soak test runs fewer operators (emulation is 10-50x slower). Then
+# scripts/check-arm64-bits.sh: the ARM kernels' output files equal the x86 kernels' byte for byte.
+ARM64_BUILD ?= build-arm64
+ARM64_CPUS ?= max cortex-a76 cortex-a57
+ARM64_ONCE ?= compat_sample_weight_nz test_reference
+ARM64_ENV = QMOE_SOAK_OPS=3000
+ARM64_CMAKE_ARGS ?=
+ARM64_HOST_TESTS = ctest --test-dir $(ARM64_BUILD) --show-only=json-v1 | python3 -c \
+  'import json, sys; print("|".join("^" + t["name"] + "$$" for t in json.load(sys.stdin)["tests"] \
+   if "qemu" not in (t.get("command") or [""])[0]))'
+
+.PHONY: test-arm64 arm64-tools-check
+test: test-arm64
+
+ifeq ($(shell uname -m),aarch64)
+# On an ARM64 machine the native build and `make test-c` run all of this on the real CPU.
+test-arm64:
+	@echo "test-arm64: this machine is aarch64; make test-c tests its kernels natively"
+else
+
+arm64-tools-check:
+	@scripts/require-arm64.sh
+
+$(ARM64_BUILD)/CMakeCache.txt: | arm64-tools-check
+	cmake -S . -B $(ARM64_BUILD) -DCMAKE_TOOLCHAIN_FILE=$(abspath cmake/toolchain-aarch64.cmake) \
+	  -DCMAKE_BUILD_TYPE=Release $(ARM64_CMAKE_ARGS)
+
+# The host build ($(BUILD)) gives the x86 kernels' bits for scripts/check-arm64-bits.sh.
+test-arm64: arm64-tools-check $(ARM64_BUILD)/CMakeCache.txt build
+	cmake --build $(ARM64_BUILD) -j $(JOBS)
+	@host=$$($(ARM64_HOST_TESTS)) || exit 1; first=1; status=0; for cpu in $(ARM64_CPUS); do \
+	  exclude="$${host:-^$$}"; \
+	  [ $$first = 1 ] || for t in $(ARM64_ONCE); do exclude="$$exclude|^$$t$$"; done; first=0; \
+	  echo "== qemu-aarch64 -cpu $$cpu"; \
+	  env $(ARM64_ENV) QEMU_CPU=$$cpu ctest --test-dir $(ARM64_BUILD) --output-on-failure \
+	    -j $(JOBS) -E "$$exclude" || status=1; \
+	done; \
+	scripts/check-arm64-bits.sh $(BUILD)/tools/qmoe $(ARM64_BUILD)/tools/qmoe \
+	  $(ARM64_BUILD)/bits-check || status=1; \
+	exit $$status
+endif
