@@ -551,7 +551,19 @@ static void check_refusals(qt_rng *r)
         CHECK(qmoe_weights_prepack(c.tw, NULL, c.tb, NULL, &o2) == QMOE_ERR_PARAM_NULLPTR);
         CHECK(qmoe_weights_prepack(c.tw, c.tws, c.tb, NULL, NULL) == QMOE_ERR_PARAM_NULLPTR);
         CHECK(qmoe_weights_prepack(c.tw, c.tws, a8w4 ? NULL : c.tws, NULL, &o2) != QMOE_OK);
+        /* options: a struct_size below the first layout, or a larger struct whose bytes past
+         * this library's fields are not zero, is refused */
+        struct {
+            qmoe_weights_options o;
+            uint32_t extra;
+        } big = {{.struct_size = sizeof big}, 7};
+        qmoe_weights_options small = {.struct_size = 2};
+        CHECK(qmoe_weights_prepack(c.tw, c.tws, c.tb, &small, &o2) == QMOE_ERR_PARAM_INVALID);
+        CHECK(qmoe_weights_prepack(c.tw, c.tws, c.tb, &big.o, &o2) == QMOE_ERR_PARAM_INVALID);
         CHECK(o2 == keep);
+        big.extra = 0; /* a zero tail is accepted */
+        CHECK(qmoe_weights_prepack(c.tw, c.tws, c.tb, &big.o, &o2) == QMOE_OK && o2 != keep);
+        if (o2 != keep) qmoe_weights_destroy(o2);
         CHECK(qmoe_weights_tensor(NULL, &view) == QMOE_ERR_PARAM_NULLPTR);
         CHECK(qmoe_weights_bytes(NULL) == 0 && qmoe_weights_kernel(NULL) == QMOE_KERNEL_AUTO);
         qmoe_tensor_destroy(view);

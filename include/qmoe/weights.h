@@ -52,6 +52,8 @@ QMOE_API qmoe_status qmoe_weights_prepack(const qmoe_tensor *weight,
                                           const qmoe_weights_options *options,
                                           qmoe_weights **out);
 
+/* The object is read only once made: executors on any threads and devices may share it. */
+
 /* NULL is a no-op. Every executor planned with a view of the object must be destroyed first. */
 QMOE_API void qmoe_weights_destroy(qmoe_weights *weights);
 
