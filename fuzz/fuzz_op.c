@@ -383,7 +383,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
           *outs1 = xcalloc(c.outs_count, sizeof(float));
     static const qmoe_kernel kernels[] = {QMOE_KERNEL_REFERENCE, QMOE_KERNEL_PORTABLE, QMOE_KERNEL_AVX2,
                                           QMOE_KERNEL_AVX_VNNI, QMOE_KERNEL_AVX512_VNNI,
-                                          QMOE_KERNEL_AMX_INT8};
+                                          QMOE_KERNEL_AMX_INT8, QMOE_KERNEL_NEON_DOT,
+                                          QMOE_KERNEL_NEON_I8MM};
     for (size_t k = 0; k < sizeof kernels / sizeof kernels[0]; k++) {
         const int thread_counts[] = {1, many};
         int available = 1;

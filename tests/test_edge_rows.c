@@ -23,7 +23,8 @@
 
 static const int32_t kernel_ids[] = {QMOE_KERNEL_REFERENCE, QMOE_KERNEL_PORTABLE,
                                      QMOE_KERNEL_AVX2,      QMOE_KERNEL_AVX_VNNI,
-                                     QMOE_KERNEL_AVX512_VNNI, QMOE_KERNEL_AMX_INT8};
+                                     QMOE_KERNEL_AVX512_VNNI, QMOE_KERNEL_AMX_INT8,
+                                     QMOE_KERNEL_NEON_DOT,  QMOE_KERNEL_NEON_I8MM};
 enum { NKERNELS = sizeof kernel_ids / sizeof kernel_ids[0] };
 
 /* The plan of case c over weight storage wst (the oracle's packer). */

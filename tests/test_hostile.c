@@ -134,7 +134,8 @@ static qmoe_status run_case(hcase *c, qmoe_kernel kernel, int *planned)
 
 static const qmoe_kernel kernels[] = {QMOE_KERNEL_AUTO, QMOE_KERNEL_REFERENCE, QMOE_KERNEL_PORTABLE,
                                       QMOE_KERNEL_AVX2, QMOE_KERNEL_AVX_VNNI, QMOE_KERNEL_AVX512_VNNI,
-                                      QMOE_KERNEL_AMX_INT8};
+                                      QMOE_KERNEL_AMX_INT8, QMOE_KERNEL_NEON_DOT,
+                                      QMOE_KERNEL_NEON_I8MM};
 #define NKERNELS (sizeof kernels / sizeof kernels[0])
 
 static int untouched(const hcase *c)

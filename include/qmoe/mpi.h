@@ -1,0 +1,97 @@
+/* qmoe on MPI: expert parallelism across processes and machines (libqmoe_mpi).
+ *
+ * P ranks of a communicator each own some of a layer's E experts and hold their own tokens.
+ * qmoe_moe_dispatch moves every token row to the ranks that own its top-k experts (MPI_Alltoall
+ * of the counts, MPI_Alltoallv of the rows), where they arrive grouped by local expert;
+ * qmoe_moe_combine sends the processed rows back and finishes each token's weighted sum over its
+ * k choices in the order of a single-process qmoe_moe_finalize_routing, so the outputs are
+ * bit-identical for any P.
+ *
+ * Every function here is collective over the context's communicator: all ranks call it, in the
+ * same order. Bad input on any rank makes every rank return the same status (agreed with an
+ * MPI_Allreduce before any data moves) with its outputs untouched. Communication failures are
+ * fatal (MPI_ERRORS_ARE_FATAL on the context's own communicator): a rank that dies ends the job.
+ * Only compiled when the build found MPI (QMOE_WITH_MPI); link qmoe::qmoe_mpi / -lqmoe_mpi. */
+#ifndef QMOE_MPI_H
+#define QMOE_MPI_H
+
+#include <mpi.h>
+#include <stdint.h>
+
+#include "qmoe/export.h"
+#include "qmoe/qmoe.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* An expert-parallel context: the communicator (duplicated), the expert-to-rank map, the shapes,
+ * and what the last dispatch left for combine. One per layer shape and communicator; not for use
+ * by two threads at once. */
+typedef struct qmoe_ep qmoe_ep;
+
+/* Shapes and placement, the same on every rank (checked). `expert_rank` NULL: contiguous blocks,
+ * expert e on rank e * P / E (E >= P not required: a rank may own no expert); otherwise [E] ranks
+ * in [0, P). A rank's local experts are the ones it owns in ascending id order. */
+typedef struct qmoe_ep_config {
+    uint32_t struct_size;       /* sizeof(qmoe_ep_config), for later fields */
+    int64_t num_experts;        /* E >= 1 */
+    int64_t hidden;             /* H >= 1: elements per row */
+    int64_t top_k;              /* K >= 1 */
+    qmoe_dtype x_dtype;         /* dispatched rows: INT8 (+ a float32 scale per row), FLOAT16,
+                                   BFLOAT16 or FLOAT32 */
+    const int32_t *expert_rank; /* NULL or [E]; copied */
+} qmoe_ep_config;
+#define QMOE_EP_CONFIG_INIT {(uint32_t)sizeof(qmoe_ep_config), 0, 0, 0, QMOE_DTYPE_INT8, NULL}
+
+/* Collective. Checks the config on every rank and that all ranks agree on it (E, H, K, x_dtype
+ * and the map); QMOE_ERR_PARAM_NULLPTR / QMOE_ERR_PARAM_INVALID / QMOE_ERR_INNER (out of memory)
+ * on every rank otherwise, *out left as it was. A row of H elements must fit an MPI count in
+ * bytes (H * element size <= INT_MAX). */
+QMOE_API qmoe_status qmoe_ep_create(MPI_Comm comm, const qmoe_ep_config *config, qmoe_ep **out);
+/* Not collective (frees the duplicated communicator with MPI_Comm_free, which is local in
+ * practice but must be called before MPI_Finalize). NULL is a no-op. */
+QMOE_API void qmoe_ep_destroy(qmoe_ep *ep);
+
+/* This rank's number of local experts, and the global id of local expert i (in [0, count));
+ * -1 for a NULL context or i out of range. */
+QMOE_API int64_t qmoe_ep_local_experts(const qmoe_ep *ep);
+QMOE_API int64_t qmoe_ep_local_expert_id(const qmoe_ep *ep, int64_t i);
+
+/* Collective. This rank's `tokens` rows x [tokens, H] of x_dtype (x_scale [tokens] float32 for
+ * INT8, else ignored) with their experts expert_idx int32 [tokens, K] (ids in [0, E)) go to the
+ * ranks that own those experts. Received here: *recv_rows rows into recv_x [capacity, H] (and
+ * their scales into recv_scale [capacity] for INT8), grouped by local expert and within an expert
+ * ordered by (source rank, token, k); group_list [local experts] gets the row count of each local
+ * expert (QMOE_GROUP_LIST_COUNT style). tokens may be 0 (x, x_scale, expert_idx may then be NULL).
+ * Errors, the same on every rank, nothing written: NULL pointers; tokens < 0 or tokens * K over
+ * INT_MAX; an expert id out of range (QMOE_ERR_PARAM_INVALID); more rows arriving than `capacity`
+ * (QMOE_ERR_PARAM_INVALID: recv_rows is not written either; at most P * max_tokens * K arrive);
+ * out of memory (QMOE_ERR_INNER). A rank whose own input is fine learns that another rank failed
+ * from qmoe_mpi_last_error(). */
+QMOE_API qmoe_status qmoe_moe_dispatch(qmoe_ep *ep, int64_t tokens, const void *x,
+                                       const float *x_scale, const int32_t *expert_idx,
+                                       int64_t capacity, void *recv_x, float *recv_scale,
+                                       int64_t *group_list, int64_t *recv_rows);
+
+/* Collective, after a qmoe_moe_dispatch of this context. expert_y [rows, H] of y_dtype (FLOAT32,
+ * FLOAT16 or BFLOAT16) holds the processed rows in the order dispatch delivered them (rows = its
+ * *recv_rows); they go back to their source ranks, where
+ *   out[t] = sum over j = 0..K-1 of weights[t, j] * y(t, j)
+ * is accumulated in float32 from 0 in that order (weights float32 [tokens, K]; NULL: 1) and
+ * stored as out_dtype (FLOAT32 or BFLOAT16, round to nearest even) into out [tokens, H] — the
+ * arithmetic of qmoe_moe_finalize_routing, so results do not depend on P. Errors as for dispatch
+ * (also: no dispatch before, rows differing from it), the same on every rank, nothing written. */
+QMOE_API qmoe_status qmoe_moe_combine(qmoe_ep *ep, qmoe_dtype y_dtype, const void *expert_y,
+                                      int64_t rows, const float *weights, qmoe_dtype out_dtype,
+                                      void *out);
+
+/* The calling thread's last error from a function above, in words ("" after success). libqmoe's
+ * qmoe_last_error() covers libqmoe's own calls only. Valid until the thread's next call. */
+QMOE_API const char *qmoe_mpi_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* QMOE_MPI_H */

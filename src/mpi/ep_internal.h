@@ -1,0 +1,56 @@
+/* The expert-parallel context behind qmoe/mpi.h, shared by its source files. */
+#ifndef QMOE_MPI_EP_INTERNAL_H
+#define QMOE_MPI_EP_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "qmoe/mpi.h"
+
+#if defined(__GNUC__)
+#define EP_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define EP_PRINTF(a, b)
+#endif
+
+/* What one dispatch leaves for its combine: counts in rows, per peer rank. */
+typedef struct ep_route {
+    int64_t tokens, recv_total;
+    int *scounts, *sdispls; /* [P]: rows this rank sent to each rank, in send order */
+    int *rcounts, *rdispls; /* [P]: rows received from each rank, source-major staging */
+    int64_t *slot;          /* [tokens * K]: send-order row of token t, choice k */
+    int64_t *perm;          /* [recv_total]: staging row of delivered (grouped) row g */
+} ep_route;
+
+struct qmoe_ep {
+    MPI_Comm comm; /* our own duplicate: our messages never match the caller's */
+    int rank, size;
+    int64_t E, H, K;
+    qmoe_dtype x_dtype;
+    size_t x_size;      /* bytes per element of x */
+    int32_t *owner;     /* [E] rank of each expert */
+    int64_t *order;     /* [E] position of expert e when sorted by (owner, id) */
+    int64_t *local_ids; /* [nlocal] this rank's experts, ascending */
+    int64_t nlocal;
+    MPI_Datatype x_row; /* H * x_size bytes */
+    int dispatched;
+    ep_route route;
+};
+
+/* Records the calling thread's message for qmoe_mpi_last_error() and returns `status`. */
+qmoe_status ep_fail(qmoe_status status, const char *fmt, ...) EP_PRINTF(2, 3);
+void ep_clear_error(void);
+
+/* Every rank passes its local status; every rank gets the same one back (the largest code). A
+ * rank that was fine but gets an error learns from its message that another rank failed. */
+qmoe_status ep_agree(MPI_Comm comm, qmoe_status local);
+
+/* Bytes per element of the row types qmoe_mpi moves; 0 for others. */
+size_t ep_dtype_size(qmoe_dtype dt);
+
+void ep_route_free(ep_route *r);
+
+/* malloc(a * b), NULL on overflow; never NULL for 0 bytes (MPI gets valid buffers). */
+void *ep_alloc(size_t a, size_t b);
+
+#endif

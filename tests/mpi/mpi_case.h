@@ -1,0 +1,68 @@
+/* Shared by the MPI tests: a deterministic global problem that every rank builds whole (all
+ * ranks' tokens), so each rank knows what it should receive and what its outputs should be. */
+#ifndef QMOE_TESTS_MPI_CASE_H
+#define QMOE_TESTS_MPI_CASE_H
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qmoe/mpi.h"
+#include "support/testlib.h"
+
+typedef struct mpi_case {
+    int P;
+    int64_t E, H, K;
+    qmoe_dtype x_dtype;
+    int64_t *first;    /* [P + 1] rank r holds global tokens [first[r], first[r+1]) */
+    int64_t N;         /* all tokens */
+    unsigned char *x;  /* [N, H] of x_dtype */
+    float *x_scale;    /* [N] (INT8) */
+    int32_t *ids;      /* [N, K] */
+    float *weights;    /* [N, K] */
+    int32_t *map;      /* [E] or NULL */
+} mpi_case;
+
+static inline size_t mc_size(qmoe_dtype dt)
+{
+    return dt == QMOE_DTYPE_INT8 ? 1 : dt == QMOE_DTYPE_FLOAT32 ? 4 : 2;
+}
+
+static inline uint16_t mc_f32_to_bf16(float f)
+{
+    uint32_t b;
+    memcpy(&b, &f, 4);
+    return (uint16_t)((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16); /* test data has no NaN */
+}
+
+static inline float mc_bf16_to_f32(uint16_t h)
+{
+    uint32_t b = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &b, 4);
+    return f;
+}
+
+/* Element h of global token t, in double. */
+static inline double mc_x(const mpi_case *c, int64_t t, int64_t h)
+{
+    const unsigned char *row = c->x + (size_t)(t * c->H) * mc_size(c->x_dtype);
+    switch (c->x_dtype) {
+    case QMOE_DTYPE_INT8: return (double)((const int8_t *)row)[h] * (double)c->x_scale[t];
+    case QMOE_DTYPE_FLOAT32: return ((const float *)(const void *)row)[h];
+    default: return mc_bf16_to_f32(((const uint16_t *)(const void *)row)[h]);
+    }
+}
+
+static inline void mc_free(mpi_case *c)
+{
+    free(c->first);
+    free(c->x);
+    free(c->x_scale);
+    free(c->ids);
+    free(c->weights);
+    free(c->map);
+    memset(c, 0, sizeof *c);
+}
+
+#endif
