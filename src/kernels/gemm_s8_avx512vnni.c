@@ -27,6 +27,12 @@ static inline __attribute__((always_inline)) __m512i expand_i4(const uint8_t *p)
 }
 
 /* i4: 0 plain bytes, 1 prepacked int4 steps; pf: prefetch the weight stream ahead. */
+void qmoe_expand_i4_avx512(const uint8_t *src, int64_t steps, uint8_t *dst)
+{
+    for (int64_t q = 0; q < steps; q++)
+        _mm512_storeu_si512(dst + 64 * q, expand_i4(src + 32 * q));
+}
+
 static inline __attribute__((always_inline)) void tile(int i4, int pf, int mr, int nu, int64_t kq,
                                                        const int8_t *x, int64_t ldx,
                                                        const uint8_t *wp, int64_t wstep,
@@ -175,6 +181,7 @@ const qmoe_gemm_isa qmoe_isa_avx512_vnni = {
     .gemm_nz = qmoe_gemm_nz_avx512,
     .gemm_i4 = gemm_i4_avx512,
     .gemm_pf = gemm_pf_avx512,
+    .expand_i4 = qmoe_expand_i4_avx512,
     .peak_loop = peak_avx512,
 };
 #endif

@@ -579,7 +579,7 @@ static void prepacked_panel(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p,
     }
     pn->stream = 0;
     pn->wp = sp + L->wp;
-    expand_int4(rec, 2 * (L->Kp / 4) * pn->nu, pn->wp);
+    (isa->expand_i4 ? isa->expand_i4 : expand_int4)(rec, 2 * (L->Kp / 4) * pn->nu, pn->wp);
 }
 
 /* Prepacking: expert e's records, packed by the same staging, rearrange and correction code as

@@ -91,6 +91,10 @@ typedef struct qmoe_gemm_isa {
     void (*gemm_pf)(int mr, int nu, int64_t kq, const int8_t *x, int64_t ldx, const uint8_t *wp,
                     int64_t wstep, int32_t *acc, int64_t ldacc, int accumulate);
 
+    /* Optional (NULL: portable loop): prepacked int4 steps (32 bytes, gemm_i4's format) -> the
+     * 64-byte steps gemm reads, `steps` of them, src and dst contiguous. */
+    void (*expand_i4)(const uint8_t *src, int64_t steps, uint8_t *dst);
+
     /* The benchmark's peak: `iters` rounds of the set's int8 dot-product instruction on
      * independent register accumulators; returns the int8 operations done (2 per multiply-add). */
     uint64_t (*peak_loop)(uint64_t iters);
