@@ -43,6 +43,18 @@ def op_seeds():
     put("fuzz_op", "extreme", bytes([3, 4, 1, 0, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 17]) + bytes(8) + bytes([4, 2]))
 
 
+def prepack_seeds():
+    # layout, E, M, K, N, per-group flag [, G], scale dtype, data seed (8), E', mutation count,
+    # null-options byte, threads (see fuzz_prepack.c): every layout, per-channel and per-group
+    for layout in range(6):
+        for pg in (0, 1):
+            head = [layout, 2, 30, 3, 2, pg] + ([5] if pg else []) + [layout % 3]
+            put("fuzz_prepack", f"layout{layout}{'-group' if pg else ''}",
+                bytes(head) + bytes(range(1, 9)) + bytes([1, 0, 0, 2]))
+    # a mutation: force_weight_nz on an ND weight (refused), and the kernel option
+    put("fuzz_prepack", "force-nz", bytes([0, 1, 8, 3, 2, 0, 0]) + bytes(8) + bytes([0, 1, 0, 6, 1, 0, 1]))
+
+
 def npy(descr, shape, data, version=1, fortran=False, pad=True):
     shape_txt = "(" + "".join(f"{d}, " if len(shape) == 1 else f"{d}, " for d in shape).rstrip(", ")
     shape_txt += ",)" if len(shape) == 1 else ")"
@@ -81,4 +93,5 @@ def npy_seeds():
 if __name__ == "__main__":
     plan_seeds()
     op_seeds()
+    prepack_seeds()
     npy_seeds()

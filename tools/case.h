@@ -10,6 +10,7 @@
 
 #include "npy.h"
 #include "qmoe/qmoe.h"
+#include "qmoe/weights.h"
 
 #define CASE_ERR_LEN 512
 
@@ -66,6 +67,7 @@ typedef struct case_exec {
     uint64_t workspace_size;
     npy_array out;       /* int8 [M, N/2], zero-filled before the run */
     npy_array out_scale; /* float32 [M], zero-filled before the run */
+    qmoe_weights *weights; /* case_plan_prepacked: the prepacked weights the executor reads */
 } case_exec;
 
 /* Phase one on the shapes alone (the inputs may be headers only, see case_load_headers and
@@ -78,6 +80,11 @@ int case_check(const op_case *c, const qmoe_op_options *options, char *err);
 /* Phase one: allocates the zeroed outputs, builds the tensors, plans with `options` (its
  * group_list_type is taken from the case) and allocates the workspace. */
 int case_plan(const op_case *c, const qmoe_op_options *options, case_exec *ex, char *err);
+
+/* The same with the weight prepacked first (qmoe/weights.h) for options->kernel; the operator
+ * then gets the object's view and no weight scale or bias. */
+int case_plan_prepacked(const op_case *c, const qmoe_op_options *options, case_exec *ex,
+                        char *err);
 
 /* Phase two on `stream` (NULL: synchronous). */
 int case_launch(const op_case *c, case_exec *ex, qmoe_stream *stream, char *err);

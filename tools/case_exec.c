@@ -237,7 +237,25 @@ int case_check(const op_case *c, const qmoe_op_options *options, char *err)
     return rc;
 }
 
-int case_plan(const op_case *c, const qmoe_op_options *options, case_exec *ex, char *err)
+/* Prepacks the weight (with its scale and bias, which the operator then gets as NULL) for the
+ * planned kernel; t[CASE_WEIGHT] becomes the object's view. */
+static qmoe_status prepack(const qmoe_op_options *o, case_exec *ex, qmoe_tensor **t)
+{
+    qmoe_weights_options po = {.kernel = o->kernel, .force_weight_nz = o->force_weight_nz};
+    qmoe_tensor *view = NULL;
+    qmoe_status st = qmoe_weights_prepack(t[CASE_WEIGHT], t[CASE_WEIGHT_SCALE], t[CASE_BIAS], &po,
+                                          &ex->weights);
+    if (st || (st = qmoe_weights_tensor(ex->weights, &view))) return st;
+    qmoe_tensor_destroy(t[CASE_WEIGHT]);
+    qmoe_tensor_destroy(t[CASE_WEIGHT_SCALE]);
+    qmoe_tensor_destroy(t[CASE_BIAS]);
+    t[CASE_WEIGHT] = view;
+    t[CASE_WEIGHT_SCALE] = t[CASE_BIAS] = NULL;
+    return QMOE_OK;
+}
+
+static int plan(const op_case *c, const qmoe_op_options *options, case_exec *ex, char *err,
+                int prepacked)
 {
     tensor_desc wd;
     int64_t N;
@@ -250,12 +268,26 @@ int case_plan(const op_case *c, const qmoe_op_options *options, case_exec *ex, c
         destroy_tensors(t);
         return -1;
     }
-    qmoe_status st = qmoe_gmm_swiglu_quant_workspace_size(
-        t[CASE_X], t[CASE_WEIGHT], t[CASE_BIAS], NULL, t[CASE_WEIGHT_SCALE], t[CASE_X_SCALE],
-        t[CASE_GROUP_LIST], t[T_OUT], t[T_OUT_SCALE], NULL, &o, &ex->workspace_size, &ex->executor);
+    qmoe_status st = prepacked ? prepack(&o, ex, t) : QMOE_OK;
+    if (st == QMOE_OK)
+        st = qmoe_gmm_swiglu_quant_workspace_size(
+            t[CASE_X], t[CASE_WEIGHT], t[CASE_BIAS], NULL, t[CASE_WEIGHT_SCALE], t[CASE_X_SCALE],
+            t[CASE_GROUP_LIST], t[T_OUT], t[T_OUT_SCALE], NULL, &o, &ex->workspace_size,
+            &ex->executor);
     if (st) case_error(c, st, err);
     destroy_tensors(t); /* the executor keeps what it needs */
     return st ? -1 : alloc_workspace(ex, err);
+}
+
+int case_plan(const op_case *c, const qmoe_op_options *options, case_exec *ex, char *err)
+{
+    return plan(c, options, ex, err, 0);
+}
+
+int case_plan_prepacked(const op_case *c, const qmoe_op_options *options, case_exec *ex,
+                        char *err)
+{
+    return plan(c, options, ex, err, 1);
 }
 
 int case_launch(const op_case *c, case_exec *ex, qmoe_stream *stream, char *err)
@@ -285,6 +317,7 @@ void case_error(const op_case *c, qmoe_status st, char *err)
 void case_exec_free(case_exec *ex)
 {
     qmoe_executor_destroy(ex->executor);
+    qmoe_weights_destroy(ex->weights);
     free(ex->workspace);
     npy_free(&ex->out);
     npy_free(&ex->out_scale);

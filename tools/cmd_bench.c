@@ -23,6 +23,9 @@
 #ifdef QMOE_HAVE_DNNL
 #include "peer_onednn.h"
 #endif
+#ifdef QMOE_HAVE_MKL_PEER
+#include "peer_mkl.h"
+#endif
 
 typedef struct bench_shape {
     const char *name;
@@ -34,6 +37,8 @@ static const bench_shape named[] = {
     {"prefill", 4, 8192, 7168, 4096, 0},
     {"decode", 8, 32, 7168, 4096, 1},
     {"mid", 8, 512, 2048, 1536, 0},
+    {"mid64", 8, 512, 2048, 1536, 1},    /* the mid: E=8 x 64 rows each */
+    {"qwen3", 128, 4096, 2048, 1536, 1}, /* Qwen3-30B-A3B gate/up: E=128 x 32 rows */
 };
 
 typedef struct bench_args {
@@ -43,6 +48,9 @@ typedef struct bench_args {
     int64_t groups;
     int repeat;
     int peer_onednn;
+    int peer_mkl;
+    int raw;  /* time the raw-weight path instead of prepacked weights */
+    int even; /* --even: custom shapes get exactly M/E tokens per expert */
     int64_t dram_mb;
     cli_runtime rt;
 } bench_args;
@@ -62,13 +70,19 @@ static void usage(FILE *f)
             "per shape with int8 GOPS, weight bytes read per second, and their ratios to the peak\n"
             "int8 rate and DRAM read bandwidth measured in the same run.\n\n"
             "  SHAPE                 prefill (E=4 M=8192 K=7168 N=4096, the default), decode (E=8,\n"
-            "                        4 tokens each, K=7168 N=4096), mid (E=8 M=512 K=2048 N=1536)\n"
+            "                        4 tokens each, K=7168 N=4096), mid (E=8 M=512 K=2048 N=1536),\n"
+            "                        mid64 (mid with 64 tokens each), qwen3 (Qwen3-30B-A3B gate/up:\n"
+            "                        E=128, 32 tokens each, K=2048 N=1536)\n"
             "  --shape E,M,K,N       any shape (repeatable)\n"
+            "  --even                custom shapes: exactly M/E tokens per expert (default: uneven)\n"
             "  --mode a8w8|a8w4      weight type (default a8w4: int32-packed int4 NZ)\n"
             "  --groups G            per-group weight scale [E,G,N] (default: per-channel)\n"
             "  --repeat R            timed runs after one warm-up (default 5)\n"
             "  --dram-mb MB          buffer of the bandwidth probe (default 1024)\n"
-            "  --peer onednn         also time oneDNN's int8 matmul (if built with it)\n%s",
+            "  --raw                 time the raw-weight path (default: weights prepacked once,\n"
+            "                        outside the timing; each line says \"weights\")\n"
+            "  --peer onednn|mkl     also time oneDNN's int8 matmul (if built with it) or oneMKL's\n"
+            "                        packed int8 GEMM (libmkl_rt found at run time: make bench-venv)\n%s",
             cli_runtime_help());
 }
 
@@ -126,6 +140,12 @@ static int parse(int argc, char **argv, bench_args *a)
             usage(stdout);
             return 1;
         }
+        if (!strcmp(o, "--raw") || !strcmp(o, "--even")) {
+            if (o[2] == 'r') a->raw = 1;
+            else a->even = 1;
+            i++;
+            continue;
+        }
         int found = 0;
         for (size_t s = 0; s < sizeof named / sizeof named[0]; s++)
             if (!strcmp(o, named[s].name)) {
@@ -149,7 +169,7 @@ static int parse(int argc, char **argv, bench_args *a)
                 fprintf(stderr, "qmoe bench: --shape needs E,M,K,N (E>=1, K<65536, N<=10240)\n");
                 return -1;
             }
-            if (add_shape(a, (bench_shape){"custom", d[0], d[1], d[2], d[3], 0})) return -1;
+            if (add_shape(a, (bench_shape){"custom", d[0], d[1], d[2], d[3], -1})) return -1;
         } else if (!strcmp(o, "--mode")) {
             if (strcmp(v, "a8w8") && strcmp(v, "a8w4")) {
                 fprintf(stderr, "qmoe bench: --mode is a8w8 or a8w4, got '%s'\n", v);
@@ -164,11 +184,12 @@ static int parse(int argc, char **argv, bench_args *a)
         } else if (!strcmp(o, "--dram-mb")) {
             if (parse_i64(o, v, 16, 1 << 20, &a->dram_mb)) return -1;
         } else if (!strcmp(o, "--peer")) {
-            if (strcmp(v, "onednn")) {
-                fprintf(stderr, "qmoe bench: --peer knows only 'onednn', got '%s'\n", v);
+            if (strcmp(v, "onednn") && strcmp(v, "mkl")) {
+                fprintf(stderr, "qmoe bench: --peer is onednn or mkl, got '%s'\n", v);
                 return -1;
             }
-            a->peer_onednn = 1;
+            a->peer_onednn = !strcmp(v, "onednn");
+            a->peer_mkl = !strcmp(v, "mkl");
         } else {
             fprintf(stderr, "qmoe bench: unknown option '%s' (qmoe bench --help)\n", o);
             return -1;
@@ -176,6 +197,8 @@ static int parse(int argc, char **argv, bench_args *a)
         i += 2;
     }
     if (!a->nshapes) add_shape(a, named[0]);
+    for (int s = 0; s < a->nshapes; s++)
+        if (a->shapes[s].even < 0) a->shapes[s].even = a->even;
     return 0;
 }
 
@@ -327,7 +350,9 @@ static int bench_case(const bench_args *a, const bench_shape *s, int threads, do
     case_exec ex = {0};
     int rc = 1;
     double *ms = calloc((size_t)a->repeat, sizeof(double));
-    if (!ms || case_plan(&c, &opt, &ex, err)) {
+    if (!a->raw)
+        fprintf(stderr, "qmoe bench: %s: prepacking the weights (outside the timing)\n", s->name);
+    if (!ms || (a->raw ? case_plan(&c, &opt, &ex, err) : case_plan_prepacked(&c, &opt, &ex, err))) {
         fprintf(stderr, "qmoe bench: %s\n", ms ? err : "out of memory");
         goto done; /* case_plan may have allocated the outputs */
     }
@@ -388,12 +413,32 @@ static int bench_case(const bench_args *a, const bench_shape *s, int threads, do
                         "found when it was configured); peer skipped\n");
 #endif
     }
+#ifdef QMOE_HAVE_MKL_PEER
+    if (a->peer_mkl) {
+        int64_t per[4096], at = 0;
+        for (int64_t e = 0; e < c.in[CASE_GROUP_LIST].count; e++) {
+            per[e] = ends[e] - at;
+            at = ends[e];
+        }
+        double pms;
+        fprintf(stderr, "qmoe bench: %s: timing oneMKL's packed int8 GEMM, expert by expert\n",
+                s->name);
+        if (peer_mkl_time(per, c.in[CASE_GROUP_LIST].count, s->K, s->N, threads, a->repeat,
+                          &pms) == 0)
+            snprintf(peer, sizeof peer,
+                     ",\"peer\":\"mkl\",\"peer_median_ms\":%.3f,\"peer_int8_gops\":%.1f,"
+                     "\"speedup_vs_peer\":%.2f",
+                     pms, 2.0 * (double)rows * (double)s->K * (double)s->N / (pms * 1e-3) * 1e-9,
+                     pms / med);
+    }
+#endif
     printf("{\"shape\":\"%s\",\"E\":%lld,\"M\":%lld,\"K\":%lld,\"N\":%lld,\"mode\":\"%s\","
-           "\"groups\":%lld,\"weight\":\"nz\",\"kernel\":\"%s\",\"threads\":%d,\"repeat\":%d,"
+           "\"groups\":%lld,\"weight\":\"nz\",\"weights\":\"%s\",\"kernel\":\"%s\",\"threads\":%d,\"repeat\":%d,"
            "\"median_ms\":%.3f,\"best_ms\":%.3f,\"int8_gops\":%.1f,\"weight_gbps\":%.2f,"
            "\"peak_int8_gops\":%.1f,\"dram_read_gbps\":%.2f,\"pct_peak\":%.1f,\"pct_mem\":%.1f%s}\n",
            s->name, (long long)s->E, (long long)s->M, (long long)s->K, (long long)s->N,
-           a->a8w4 ? "a8w4" : "a8w8", (long long)a->groups, qmoe_kernel_name(kid), threads,
+           a->a8w4 ? "a8w4" : "a8w8", (long long)a->groups, a->raw ? "raw" : "prepacked",
+           qmoe_kernel_name(kid), threads,
            a->repeat, med, ms[0], gops, wgbps, *peak, *dram, *peak > 0 ? 100.0 * gops / *peak : 0.0,
            *dram > 0 ? 100.0 * wgbps / *dram : 0.0, peer);
     fflush(stdout);

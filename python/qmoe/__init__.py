@@ -10,7 +10,8 @@ PyTorch CPU tensors). The C library libqmoe.so is bound with ctypes.
 Operator: :func:`grouped_matmul_swiglu_quant`, :func:`npu_grouped_matmul_swiglu_quant`
 (the framework's argument order), :func:`grouped_matmul_swiglu_quant_weight_nz_tensor_list`
 (per-expert weight lists, with the swiglu_limit clamp), :func:`reference` (the C reference
-kernel). PyTorch tensors in, PyTorch tensors out, for every function.
+kernel); :func:`prepack` makes weights the operator reads without repacking them on every
+call. PyTorch tensors in, PyTorch tensors out, for every function.
 Weights: :func:`nd_to_nz`, :func:`nz_to_nd`, :func:`pack_int4`, :func:`unpack_int4`,
 :func:`weight_assist_matrix`. Errors: :class:`QmoeError`.
 """
@@ -28,6 +29,7 @@ from ._moe_ops import (npu_dynamic_quant, npu_moe_finalize_routing, npu_moe_gati
                        npu_moe_token_unpermute, npu_swiglu)
 from ._quantize import QuantizedExperts, quantize_experts
 from ._checkpoint import load_experts
+from ._prepack import PrepackedWeights, prepack
 
 __version__ = _lib.package_version()
 
@@ -57,6 +59,8 @@ __all__ = [
     "npu_grouped_matmul_swiglu_quant",
     "grouped_matmul_swiglu_quant_weight_nz_tensor_list",
     "reference",
+    "prepack",
+    "PrepackedWeights",
     "nd_to_nz",
     "nz_to_nd",
     "pack_int4",

@@ -328,7 +328,9 @@ def _run(x: ArrayLike, weight: ArrayLike, group_list: ArrayLike, weight_scale: A
                           kernel=_kernel(kernel), threads=_c_int(threads, "threads"),
                           devices=_c_int(devices, "devices"))
     x_arr, x_dt = _plain(x, "x", np.int8, "int8")
-    w = _Weight(weight, weight_format, int4_packed)
+    # qmoe.prepack's objects (qmoe/_prepack.py) carry their scales and bias folded in
+    pre = weight if getattr(weight, "_qmoe_prepacked", False) else None
+    w = None if pre is not None else _Weight(weight, weight_format, int4_packed)
     ws_arr, ws_dt = _weight_scale(weight_scale, weight_scale_dtype)
     xs_arr, xs_dt = _x_scale(x_scale)
     gl_arr, gl_dt = _group_list(group_list)
@@ -336,11 +338,14 @@ def _run(x: ArrayLike, weight: ArrayLike, group_list: ArrayLike, weight_scale: A
 
     M = x_arr.shape[0] if x_arr is not None and x_arr.ndim >= 1 else 0
     # Unknown or impossible N: the library rejects the weight before it looks at the outputs.
-    N2 = w.N // 2 if w.N is not None and 0 <= w.N <= 10240 else 0
+    wN = pre.N if pre is not None else w.N
+    N2 = wN // 2 if wN is not None and 0 <= wN <= 10240 else 0
 
     def phase_one(t: Tensors, output: Any, output_scale: Any, size: Any, executor: Any) -> int:
         return _lib.lib.qmoe_gmm_swiglu_quant_workspace_size(
-            t.create(x_arr, x_dt), t.create(w.arr, w.dtype, w.fmt, shape=w.shape, strides=w.strides),
+            t.create(x_arr, x_dt),
+            pre._view(t) if pre is not None else
+            t.create(w.arr, w.dtype, w.fmt, shape=w.shape, strides=w.strides),
             t.create(b_arr, b_dt), None, t.create(ws_arr, ws_dt), t.create(xs_arr, xs_dt),
             t.create(gl_arr, gl_dt), output, output_scale, None, ctypes.byref(opts), size, executor)
 
@@ -375,7 +380,8 @@ def grouped_matmul_swiglu_quant(
     Args:
         x: int8 ``[M, K]`` activations, already quantized per token. May be non-contiguous
             (a slice): it is read in place through its strides.
-        weight: the logical ``[E, K, N]`` expert weights, one of
+        weight: the logical ``[E, K, N]`` expert weights: a :func:`qmoe.prepack` object
+            (then ``weight_scale`` and ``bias`` may be None), or one of
             int8 FRACTAL_NZ ``[E, N/32, K/16, 16, 32]`` or ND ``[E, K, N]`` (A8W8);
             int32 words of 8 int4, NZ ``[E, N/64, K/16, 16, 8]`` or ND ``[E, K, N/8]`` (A8W4);
             packed int4 bytes (uint8, two per byte, low nibble first) with ``int4_packed=True``,

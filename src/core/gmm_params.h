@@ -97,7 +97,9 @@ typedef struct qmoe_gmm_params {
     const void *const *w_list;
     const void *const *ws_list;
     uint64_t list_table_offset;
-    uint8_t reserved[80]; /* room to grow without changing the size */
+    /* prepacked weights (core/prepack.h) in place of w, ws, bias; NULL: the raw tensors */
+    const struct qmoe_weights *pp;
+    uint8_t reserved[72]; /* room to grow without changing the size */
 } qmoe_gmm_params;
 
 _Static_assert(sizeof(qmoe_gmm_params) == 512, "qmoe_gmm_params is a fixed-size plan");

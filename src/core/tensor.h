@@ -12,6 +12,7 @@ struct qmoe_tensor {
     int64_t strides[QMOE_MAX_DIMS]; /* elements; see qmoe_tensor_create */
     int64_t numel;
     void *data;
+    const struct qmoe_weights *packed; /* a view of prepacked weights (qmoe/weights.h), or NULL */
 };
 
 /* Bits per element (4 for int4). */

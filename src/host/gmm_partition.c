@@ -2,6 +2,7 @@
 
 #include <stdint.h>
 
+#include "core/prepack.h"
 #include "core/status.h"
 #include "qmoe/runtime.h"
 
@@ -131,6 +132,9 @@ qmoe_status qmoe_gmm_plan_execution(qmoe_gmm_params *p, const qmoe_kernel_ops *k
     /* column ranges start at multiples of the kernel's alignment (its fast packing path) */
     int32_t align = k->col_align > 0 ? k->col_align : 1;
     p->col_block = (COL_BLOCK + align - 1) / align * align;
+    /* prepacked weights come in panels of QMOE_PP_COLS columns: splits start on their edges */
+    if (p->pp && p->col_block % QMOE_PP_COLS)
+        p->col_block = (p->col_block / QMOE_PP_COLS + 1) * QMOE_PP_COLS;
     int64_t col_rows = (int64_t)p->threads * rb;
     p->col_max_rows = p->threads > 1 && p->N2 >= 2 * p->col_block
                           ? (int32_t)(col_rows < COL_MAX_ROWS ? col_rows : COL_MAX_ROWS)

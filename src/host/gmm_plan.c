@@ -10,6 +10,7 @@
 
 #include "core/checked.h"
 #include "core/options.h"
+#include "core/prepack.h"
 #include "core/status.h"
 #include "core/tensor.h"
 #include "host/gmm_partition.h"
@@ -65,6 +66,7 @@ static qmoe_status expect_plain(const char *name, const qmoe_tensor *t, qmoe_dty
 static qmoe_status plan_weight(const qmoe_tensor *w, int force_nz, qmoe_gmm_params *p,
                                int64_t *Kw)
 {
+    if (w->packed) return qmoe_pp_plan_weight(w->packed, p, Kw); /* qmoe/weights.h */
     qmoe_format fmt = force_nz ? QMOE_FORMAT_FRACTAL_NZ : w->format;
     const int64_t *d = w->shape;
     if (w->dtype != QMOE_DTYPE_INT8 && w->dtype != QMOE_DTYPE_INT4 && w->dtype != QMOE_DTYPE_INT32)
@@ -222,15 +224,18 @@ qmoe_status qmoe_gmm_plan(const qmoe_tensor *x, const qmoe_tensor *weight,
     qmoe_status st = qmoe_read_options(options, &opts, sizeof opts, OPTIONS_0_2_SIZE, "options");
     if (st) return st;
     const qmoe_op_options *o = &opts;
+    /* prepacked weights hold their scales and the A8W4 correction: those may be NULL */
+    const struct qmoe_weights *pp = weight ? weight->packed : NULL;
     const struct { const void *t; const char *name; } required[] = {
-        {x, "x"}, {weight, "weight"}, {weight_scale, "weightScale"}, {x_scale, "xScale"},
+        {x, "x"}, {weight, "weight"}, {pp ? (const void *)pp : weight_scale, "weightScale"},
+        {x_scale, "xScale"},
         {group_list, "groupList"}, {output, "output"}, {output_scale, "outputScale"},
     };
     for (size_t i = 0; i < sizeof required / sizeof required[0]; i++)
         if (!required[i].t)
             return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, required[i].name,
                                  "%s is a null pointer", required[i].name);
-    if (!bias && (weight->dtype == QMOE_DTYPE_INT4 || weight->dtype == QMOE_DTYPE_INT32))
+    if (!bias && !pp && (weight->dtype == QMOE_DTYPE_INT4 || weight->dtype == QMOE_DTYPE_INT32))
         return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "bias",
                              "bias (the weight assist matrix) is a null pointer; it is required for A8W4");
 
@@ -266,7 +271,7 @@ qmoe_status qmoe_gmm_plan(const qmoe_tensor *x, const qmoe_tensor *weight,
 
     if (p->mode == QMOE_MODE_A8W8) {
         if (bias) return INVALID(RESERVED, "bias", "bias must be a null pointer for A8W8 (int8 weight)");
-    } else {
+    } else if (bias || !pp) {
         if ((st = expect_plain("bias", bias, QMOE_DTYPE_FLOAT32, 2)) ||
             (st = expect_dim("bias", bias, 0, p->E, "E of weight")) ||
             (st = expect_dim("bias", bias, 1, p->N, "N of weight")))
@@ -276,7 +281,9 @@ qmoe_status qmoe_gmm_plan(const qmoe_tensor *x, const qmoe_tensor *weight,
         p->bias_s[1] = bias->strides[1];
     }
 
-    if ((st = plan_weight_scale(weight_scale, p))) return st;
+    if ((weight_scale || !pp) && (st = plan_weight_scale(weight_scale, p))) return st;
+    if (pp && (st = qmoe_pp_plan_scale(pp, weight_scale ? (int)weight_scale->dtype : -1, p)))
+        return st;
 
     if ((st = expect_plain("xScale", x_scale, QMOE_DTYPE_FLOAT32, 1)) ||
         (st = expect_dim("xScale", x_scale, 0, p->M, "M of x")))
@@ -319,6 +326,9 @@ qmoe_status qmoe_gmm_plan(const qmoe_tensor *x, const qmoe_tensor *weight,
                        qmoe_kernel_name(o->kernel), (int)o->kernel);
     p->kernel = k->id;
     p->kernel_ops = k; /* the device runs this table; nothing chooses again */
+    if (pp && pp->kernel != k->id)
+        return INVALID(UNSUPPORTED, "weight", "weight: prepacked for kernel %s, the operator runs %s",
+                       qmoe_kernel_name((qmoe_kernel)pp->kernel), qmoe_kernel_name((qmoe_kernel)k->id));
     /* Threads, devices, blocks, splits, scratchpad and workspace: src/host/gmm_partition.c. */
     return qmoe_gmm_plan_execution(p, k, o->threads, o->devices);
 }

@@ -235,6 +235,7 @@ const qmoe_gemm_isa qmoe_isa_amx_int8 = {
     .swiglu = qmoe_swiglu_avx512,
     .quantize_row = qmoe_quantize_row_avx512,
     .gemm_nz = qmoe_gemm_nz_avx512,
+    .expand_i4 = qmoe_expand_i4_avx512,
     .peak_loop = peak_amx,
 };
 #endif

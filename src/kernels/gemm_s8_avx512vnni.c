@@ -12,7 +12,28 @@
 
 enum { MR = 6 };
 
-static inline __attribute__((always_inline)) void tile(int mr, int nu, int64_t kq,
+/* Bytes ahead of the weight stream that the prefetching variants ask for: prepacked weights are
+ * read from memory once per call, like the NZ strips of gemm_nz (same distance). */
+enum { PREFETCH = 2048 };
+
+/* A prepacked int4 step of a unit (core/prepack.h): 32 bytes, byte i holding bytes i and
+ * 32 + i of the 64-byte step in its low and high nibble. */
+static inline __attribute__((always_inline)) __m512i expand_i4(const uint8_t *p)
+{
+    const __m256i m = _mm256_set1_epi8(0x0F);
+    __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)p);
+    __m256i lo = _mm256_and_si256(v, m), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m);
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+/* i4: 0 plain bytes, 1 prepacked int4 steps; pf: prefetch the weight stream ahead. */
+void qmoe_expand_i4_avx512(const uint8_t *src, int64_t steps, uint8_t *dst)
+{
+    for (int64_t q = 0; q < steps; q++)
+        _mm512_storeu_si512(dst + 64 * q, expand_i4(src + 32 * q));
+}
+
+static inline __attribute__((always_inline)) void tile(int i4, int pf, int mr, int nu, int64_t kq,
                                                        const int8_t *x, int64_t ldx,
                                                        const uint8_t *wp, int64_t wstep,
                                                        int32_t *acc, int64_t ldacc, int accumulate)
@@ -26,10 +47,23 @@ static inline __attribute__((always_inline)) void tile(int mr, int nu, int64_t k
     const int8_t *x0 = x, *x1 = x + ldx, *x2 = x + 2 * ldx, *x3 = x + 3 * ldx, *x4 = x + 4 * ldx,
                  *x5 = x + 5 * ldx;
     for (int64_t q = 0; q < kq; q++) {
-        __m512i w0 = _mm512_loadu_si512(wp), w1 = w0, w2 = w0, w3 = w0;
-        if (nu > 1) w1 = _mm512_loadu_si512(wp + 64);
-        if (nu > 2) w2 = _mm512_loadu_si512(wp + 128);
-        if (nu > 3) w3 = _mm512_loadu_si512(wp + 192);
+        __m512i w0, w1, w2, w3;
+        if (pf) {
+            int64_t step = i4 ? 32 * nu : 64 * nu;
+            for (int64_t o = 0; o < step; o += 64)
+                _mm_prefetch((const char *)(wp + PREFETCH + o), _MM_HINT_T0);
+        }
+        if (i4) {
+            w0 = expand_i4(wp), w1 = w2 = w3 = w0;
+            if (nu > 1) w1 = expand_i4(wp + 32);
+            if (nu > 2) w2 = expand_i4(wp + 64);
+            if (nu > 3) w3 = expand_i4(wp + 96);
+        } else {
+            w0 = _mm512_loadu_si512(wp), w1 = w2 = w3 = w0;
+            if (nu > 1) w1 = _mm512_loadu_si512(wp + 64);
+            if (nu > 2) w2 = _mm512_loadu_si512(wp + 128);
+            if (nu > 3) w3 = _mm512_loadu_si512(wp + 192);
+        }
         wp += wstep;
 #define ROW(R)                                                                                   \
     if (mr > R) {                                                                                \
@@ -61,7 +95,17 @@ static inline __attribute__((always_inline)) void tile(int mr, int nu, int64_t k
     static void tile_##R##x##U(int64_t kq, const int8_t *x, int64_t ldx, const uint8_t *wp,     \
                                int64_t wstep, int32_t *acc, int64_t ldacc, int accumulate)       \
     {                                                                                            \
-        tile(R, U, kq, x, ldx, wp, wstep, acc, ldacc, accumulate);                               \
+        tile(0, 0, R, U, kq, x, ldx, wp, wstep, acc, ldacc, accumulate);                         \
+    }                                                                                            \
+    static void tile4_##R##x##U(int64_t kq, const int8_t *x, int64_t ldx, const uint8_t *wp,    \
+                                int64_t wstep, int32_t *acc, int64_t ldacc, int accumulate)      \
+    {                                                                                            \
+        tile(1, 1, R, U, kq, x, ldx, wp, wstep, acc, ldacc, accumulate);                         \
+    }                                                                                            \
+    static void tilep_##R##x##U(int64_t kq, const int8_t *x, int64_t ldx, const uint8_t *wp,    \
+                                int64_t wstep, int32_t *acc, int64_t ldacc, int accumulate)      \
+    {                                                                                            \
+        tile(0, 1, R, U, kq, x, ldx, wp, wstep, acc, ldacc, accumulate);                         \
     }
 #define TILE_ROW(R) TILE_FN(R, 1) TILE_FN(R, 2) TILE_FN(R, 3) TILE_FN(R, 4)
 TILE_ROW(1) TILE_ROW(2) TILE_ROW(3) TILE_ROW(4) TILE_ROW(5) TILE_ROW(6)
@@ -71,6 +115,29 @@ typedef void (*tile_fn)(int64_t, const int8_t *, int64_t, const uint8_t *, int64
 #define ROW_PTRS(R) {tile_##R##x1, tile_##R##x2, tile_##R##x3, tile_##R##x4}
 static const tile_fn tiles[MR][4] = {ROW_PTRS(1), ROW_PTRS(2), ROW_PTRS(3),
                                      ROW_PTRS(4), ROW_PTRS(5), ROW_PTRS(6)};
+#define ROW4_PTRS(R) {tile4_##R##x1, tile4_##R##x2, tile4_##R##x3, tile4_##R##x4}
+static const tile_fn tiles4[MR][4] = {ROW4_PTRS(1), ROW4_PTRS(2), ROW4_PTRS(3),
+                                      ROW4_PTRS(4), ROW4_PTRS(5), ROW4_PTRS(6)};
+#define ROWP_PTRS(R) {tilep_##R##x1, tilep_##R##x2, tilep_##R##x3, tilep_##R##x4}
+static const tile_fn tilesp[MR][4] = {ROWP_PTRS(1), ROWP_PTRS(2), ROWP_PTRS(3),
+                                      ROWP_PTRS(4), ROWP_PTRS(5), ROWP_PTRS(6)};
+
+/* gemm that prefetches the weight stream ahead (prepacked int8 read in place). */
+static void gemm_pf_avx512(int mr, int nu, int64_t kq, const int8_t *x, int64_t ldx,
+                           const uint8_t *wp, int64_t wstep, int32_t *acc, int64_t ldacc,
+                           int accumulate)
+{
+    tilesp[mr - 1][nu - 1](kq, x, ldx, wp, wstep, acc, ldacc, accumulate);
+}
+
+/* gemm on prepacked int4 steps (32 bytes a unit, unit u at wp + 32 u), expanded in registers:
+ * no per-call expansion pass, the weights stream once at half the bytes. */
+static void gemm_i4_avx512(int mr, int nu, int64_t kq, const int8_t *x, int64_t ldx,
+                           const uint8_t *wp, int64_t wstep, int32_t *acc, int64_t ldacc,
+                           int accumulate)
+{
+    tiles4[mr - 1][nu - 1](kq, x, ldx, wp, wstep, acc, ldacc, accumulate);
+}
 
 static void gemm_avx512(int mr, int nu, int64_t kq, const int8_t *x, int64_t ldx,
                         const uint8_t *wp, int64_t wstep, int32_t *acc, int64_t ldacc,
@@ -112,6 +179,9 @@ const qmoe_gemm_isa qmoe_isa_avx512_vnni = {
     .swiglu = qmoe_swiglu_avx512,
     .quantize_row = qmoe_quantize_row_avx512,
     .gemm_nz = qmoe_gemm_nz_avx512,
+    .gemm_i4 = gemm_i4_avx512,
+    .gemm_pf = gemm_pf_avx512,
+    .expand_i4 = qmoe_expand_i4_avx512,
     .peak_loop = peak_avx512,
 };
 #endif

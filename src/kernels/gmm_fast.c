@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "core/gmm_access.h"
+#include "core/prepack.h"
 #include "runtime/copyq.h"
 #include "runtime/trace.h"
 
@@ -43,7 +44,8 @@ typedef struct fast_layout {
     int direct_x;        /* x rows are read in place */
     int tiled_x;         /* x is also packed in tile order for gemm_xt (xt, Kt bytes a row) */
     int64_t Kt;
-    uint64_t wp, wsg, corr, csum, cs, stage, ones, onesw, tmp, xoff, xs, xpack, xt, acc, f, total;
+    uint64_t wp, wsg, corr, csum, cs, stage, ones, onesw, tmp, xoff, xs, xpack, xt, acc, f, sr,
+        total;
 } fast_layout;
 
 static uint64_t take(uint64_t *off, uint64_t bytes)
@@ -64,16 +66,17 @@ static int64_t units_for(const qmoe_gmm_params *p, int64_t Kp, int64_t cols)
 }
 
 /* The scratchpad of one call. Sizes cannot overflow: every term is bounded by a validated shape
- * (K < 65536, N <= 10240, G <= K, rows <= M, and M * K bytes of x exist). */
+ * (K < 65536, N <= 10240, G <= K, rows <= M, and M * K bytes of x exist). Prepacked weights (and
+ * the prepacking itself, `prepack`) use panels of QMOE_PP_COLS columns: 4 units. */
 static fast_layout layout_for(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p, int64_t rows,
-                              int64_t cols)
+                              int64_t cols, int prepack)
 {
     fast_layout L;
     L.mc = isa->mc > 0 ? isa->mc : MC;
     L.gk = p->group_k;
     L.gkp = (L.gk + 3) & ~(int64_t)3;
     L.Kp = L.gkp * p->G;
-    L.U = units_for(p, L.Kp, cols);
+    L.U = prepack || p->pp ? QMOE_PP_COLS / QMOE_PK_UNIT : units_for(p, L.Kp, cols);
     L.rows = rows;
     L.direct_x = p->x_s[1] == 1 && L.gk == L.gkp;
     /* Tile-ordered x: every chunk starts at a multiple of 64 when the group size is one. Blocks
@@ -99,6 +102,9 @@ static fast_layout layout_for(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p
     L.xt = take(&off, (uint64_t)(rows / 16 * 16) * (uint64_t)L.Kt);
     L.acc = take(&off, mc * cols2 * sizeof(int32_t));
     L.f = take(&off, mc * cols2 * sizeof(float));
+    /* prepacked: S of a panel whose columns start off a 16-column edge (kernel.h lets a block
+     * start anywhere; the planner never does) */
+    L.sr = take(&off, p->pp ? mc * QMOE_PP_COLS * sizeof(float) : 0);
     L.total = off;
     return L;
 }
@@ -106,7 +112,7 @@ static fast_layout layout_for(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p
 uint64_t qmoe_fast_scratch_bytes(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p,
                                  int64_t rows, int64_t cols)
 {
-    return layout_for(isa, p, rows < 1 ? 1 : rows, cols).total;
+    return layout_for(isa, p, rows < 1 ? 1 : rows, cols, 0).total;
 }
 
 /* ---------------------------------------------------------------- weight staging ----------- */
@@ -256,6 +262,8 @@ typedef struct panel {
     float *wsg;         /* [G][2 * 16 * U]: act columns then gate columns */
     float *corr;        /* [2 * 16 * U] */
     int64_t ld;         /* 2 * 16 * U */
+    int i4;             /* wp holds prepacked int4 steps for the isa's gemm_i4 (32 bytes a unit) */
+    int stream;         /* wp is read in place from prepacked weights: gemm_pf when the isa has it */
 } panel;
 
 static int64_t weight_col(const qmoe_gmm_params *p, const panel *pn, int64_t half, int64_t c)
@@ -431,15 +439,19 @@ static void tile_chunk(const qmoe_gemm_isa *isa, const fast_layout *L, const pan
         }
         return;
     }
+    int64_t ustep = pn->i4 ? QMOE_PK_STEP / 2 : QMOE_PK_STEP;
+    void (*gemm)(int, int, int64_t, const int8_t *, int64_t, const uint8_t *, int64_t, int32_t *,
+                 int64_t, int) = pn->i4 ? isa->gemm_i4
+                                 : pn->stream && isa->gemm_pf ? isa->gemm_pf
+                                                              : isa->gemm;
     for (int64_t r = 0; r < rows; r += isa->mr) {
         int mr = (int)(rows - r < isa->mr ? rows - r : isa->mr);
         for (int64_t h = 0; h < 2; h++)
             for (int64_t u0 = 0; u0 < pn->nu; u0 += isa->nu) {
                 int nu = (int)(pn->nu - u0 < isa->nu ? pn->nu - u0 : isa->nu);
-                isa->gemm(mr, nu, kq, x + r * ldx + pos, ldx,
-                          pn->wp + h * pn->blk + (pos / 4) * pn->wstep + u0 * QMOE_PK_STEP,
-                          pn->wstep, acc + r * pn->ld + h * (pn->ld / 2) + u0 * QMOE_PK_UNIT,
-                          pn->ld, accumulate);
+                gemm(mr, nu, kq, x + r * ldx + pos, ldx,
+                     pn->wp + h * pn->blk + (pos / 4) * pn->wstep + u0 * ustep, pn->wstep,
+                     acc + r * pn->ld + h * (pn->ld / 2) + u0 * QMOE_PK_UNIT, pn->ld, accumulate);
             }
     }
 }
@@ -523,6 +535,96 @@ static int direct_panel(const block_args *A, qmoe_copyq *q, uint8_t *sp, const f
     return 1;
 }
 
+/* ---------------------------------------------------------------- prepacked weights -------- */
+
+/* int4 record -> the micro-kernel's steps: stored byte i of a step holds bytes i and 32 + i. */
+static void expand_int4(const uint8_t *src, int64_t steps, uint8_t *dst)
+{
+    for (int64_t q = 0; q < steps; q++, src += 32, dst += QMOE_PK_STEP)
+        for (int i = 0; i < 32; i++) {
+            dst[i] = (uint8_t)(src[i] & 0xF);
+            dst[32 + i] = (uint8_t)(src[i] >> 4);
+        }
+}
+
+/* Panel pn->jc / QMOE_PP_COLS of expert e from the prepacked object: int8 in place; int4 in
+ * place for a block of one micro-tile of rows and an isa with gemm_i4 (expanded in registers,
+ * once), else expanded once into the scratchpad's panel buffer (every further micro-tile would
+ * expand again; tile kernels load B tiles from memory); scales and corrections in place. */
+static void prepacked_panel(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p,
+                            const fast_layout *L, uint8_t *sp, int64_t e, int64_t rows,
+                            panel *pn)
+{
+    const struct qmoe_weights *pp = p->pp;
+    int64_t i = pn->jc / QMOE_PP_COLS;
+    const uint8_t *rec = pp->w + (uint64_t)e * pp->expert_wbytes + (uint64_t)i * pp->panel_wbytes;
+    pn->nc = p->N2 - pn->jc < QMOE_PP_COLS ? p->N2 - pn->jc : QMOE_PP_COLS;
+    pn->nu = qmoe_pp_units(pp, i);
+    pn->wstep = pn->nu * QMOE_PK_STEP;
+    pn->blk = (L->Kp / 4) * pn->wstep;
+    pn->wsg = pp->ws + (uint64_t)(e * pp->panels + i) * (uint64_t)(pp->G * QMOE_PP_LD);
+    pn->corr = pp->corr + (uint64_t)(e * pp->panels + i) * QMOE_PP_LD;
+    pn->i4 = 0;
+    pn->stream = 1;
+    if (p->mode == QMOE_MODE_A8W8) {
+        pn->wp = (uint8_t *)(uintptr_t)rec; /* read only */
+        return;
+    }
+    if (isa->gemm_i4 && !L->tiled_x && rows <= isa->mr) {
+        pn->i4 = 1;
+        pn->wp = (uint8_t *)(uintptr_t)rec;
+        pn->wstep = pn->nu * (QMOE_PK_STEP / 2);
+        pn->blk = (L->Kp / 4) * pn->wstep;
+        return;
+    }
+    pn->stream = 0;
+    pn->wp = sp + L->wp;
+    (isa->expand_i4 ? isa->expand_i4 : expand_int4)(rec, 2 * (L->Kp / 4) * pn->nu, pn->wp);
+}
+
+/* Prepacking: expert e's records, packed by the same staging, rearrange and correction code as
+ * the raw path (so the bytes and the corrections are the raw path's), then stored. */
+void qmoe_fast_prepack_expert(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p, int64_t e,
+                              void *scratch, struct qmoe_weights *pp)
+{
+    fast_layout L = layout_for(isa, p, 1, p->N2, 1);
+    uint8_t *sp = scratch;
+    qmoe_copyq q;
+    qmoe_copyq_init(&q);
+    panel pn;
+    pn.i4 = pn.stream = 0;
+    pn.ld = 2 * QMOE_PK_UNIT * L.U;
+    pn.wp = sp + L.wp;
+    pn.wsg = (float *)(sp + L.wsg);
+    pn.corr = (float *)(sp + L.corr);
+    for (int64_t i = 0; i < pp->panels; i++) {
+        pn.jc = i * QMOE_PP_COLS;
+        pn.nc = p->N2 - pn.jc < QMOE_PP_COLS ? p->N2 - pn.jc : QMOE_PP_COLS;
+        pn.nu = (pn.nc + QMOE_PK_UNIT - 1) / QMOE_PK_UNIT;
+        pn.wstep = pn.nu * QMOE_PK_STEP;
+        pn.blk = (L.Kp / 4) * pn.wstep;
+        pack_panel(isa, p, &q, &L, sp, e, 0, &pn);
+        uint8_t *rec = pp->w + (uint64_t)e * pp->expert_wbytes + (uint64_t)i * pp->panel_wbytes;
+        int64_t steps = 2 * (L.Kp / 4) * pn.nu;
+        if (p->mode == QMOE_MODE_A8W8) {
+            memcpy(rec, pn.wp, (size_t)(steps * QMOE_PK_STEP));
+        } else {
+            const uint8_t *v = pn.wp;
+            for (int64_t s = 0; s < steps; s++, v += QMOE_PK_STEP, rec += 32)
+                for (int b = 0; b < 32; b++) rec[b] = (uint8_t)(v[b] | v[32 + b] << 4);
+        }
+        memcpy(pp->ws + (uint64_t)(e * pp->panels + i) * (uint64_t)(pp->G * QMOE_PP_LD), pn.wsg,
+               sizeof(float) * (size_t)(p->G * QMOE_PP_LD));
+        memcpy(pp->corr + (uint64_t)(e * pp->panels + i) * QMOE_PP_LD, pn.corr,
+               sizeof(float) * QMOE_PP_LD);
+    }
+}
+
+uint64_t qmoe_fast_prepack_scratch_bytes(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p)
+{
+    return layout_for(isa, p, 1, p->N2, 1).total;
+}
+
 static void run_block(const block_args *A, uint8_t *sp, const fast_layout *L)
 {
     const qmoe_gemm_isa *isa = A->isa;
@@ -539,6 +641,7 @@ static void run_block(const block_args *A, uint8_t *sp, const fast_layout *L)
     if (xt) pack_xt(p, L, A->m0, rows_all / 16 * 16, xt);
 
     panel pn;
+    pn.i4 = pn.stream = 0;
     pn.ld = 2 * QMOE_PK_UNIT * L->U;
     pn.wp = sp + L->wp;
     pn.wsg = (float *)(sp + L->wsg);
@@ -548,18 +651,31 @@ static void run_block(const block_args *A, uint8_t *sp, const fast_layout *L)
     int8_t *xpack = (int8_t *)(sp + L->xpack);
     int64_t half = pn.ld / 2;
     int a8w4 = p->mode == QMOE_MODE_A8W4; /* where xScale goes: see the file comment */
+    /* Prepacked panels sit at multiples of QMOE_PP_COLS (half): a range that starts elsewhere
+     * computes the whole panel and keeps its columns [c_lo, c_hi). */
+    int64_t jstart = p->pp ? A->j0 / half * half : A->j0;
 
-    for (pn.jc = A->j0; pn.jc < A->j1; pn.jc += half) {
-        pn.nc = A->j1 - pn.jc < half ? A->j1 - pn.jc : half;
-        pn.nu = (pn.nc + QMOE_PK_UNIT - 1) / QMOE_PK_UNIT;
-        pn.wstep = pn.nu * QMOE_PK_STEP;
-        pn.blk = (L->Kp / 4) * pn.wstep;
-        if (rows_all <= IN_PLACE_ROWS && isa->gemm_nz && L->direct_x &&
-            rows_all <= L->mc && direct_panel(A, q, sp, L, &pn, xoff))
-            continue;
-        QMOE_TRACE_START(A->ctx->trace, QMOE_EV_COPY, pn.jc / QMOE_PK_UNIT);
-        pack_panel(isa, p, q, L, sp, A->e, rows_all <= IN_PLACE_ROWS, &pn);
-        QMOE_TRACE_STOP(A->ctx->trace, QMOE_EV_COPY, pn.jc / QMOE_PK_UNIT);
+    for (pn.jc = jstart; pn.jc < A->j1; pn.jc += half) {
+        int64_t c_lo = 0, c_hi;
+        if (p->pp) {
+            QMOE_TRACE_START(A->ctx->trace, QMOE_EV_COPY, pn.jc / QMOE_PK_UNIT);
+            prepacked_panel(isa, p, L, sp, A->e, rows_all, &pn);
+            QMOE_TRACE_STOP(A->ctx->trace, QMOE_EV_COPY, pn.jc / QMOE_PK_UNIT);
+            c_lo = A->j0 > pn.jc ? A->j0 - pn.jc : 0;
+            c_hi = A->j1 - pn.jc < pn.nc ? A->j1 - pn.jc : pn.nc;
+        } else {
+            pn.nc = A->j1 - pn.jc < half ? A->j1 - pn.jc : half;
+            pn.nu = (pn.nc + QMOE_PK_UNIT - 1) / QMOE_PK_UNIT;
+            pn.wstep = pn.nu * QMOE_PK_STEP;
+            pn.blk = (L->Kp / 4) * pn.wstep;
+            c_hi = pn.nc;
+            if (rows_all <= IN_PLACE_ROWS && isa->gemm_nz && L->direct_x &&
+                rows_all <= L->mc && direct_panel(A, q, sp, L, &pn, xoff))
+                continue;
+            QMOE_TRACE_START(A->ctx->trace, QMOE_EV_COPY, pn.jc / QMOE_PK_UNIT);
+            pack_panel(isa, p, q, L, sp, A->e, rows_all <= IN_PLACE_ROWS, &pn);
+            QMOE_TRACE_STOP(A->ctx->trace, QMOE_EV_COPY, pn.jc / QMOE_PK_UNIT);
+        }
 
         for (int64_t mb = A->m0; mb < A->m1; mb += L->mc) {
             int64_t rows = A->m1 - mb < L->mc ? A->m1 - mb : L->mc;
@@ -588,7 +704,7 @@ static void run_block(const block_args *A, uint8_t *sp, const fast_layout *L)
                 if (DUMPING(A)) {
                     for (int64_t r = 0; r < rows; r++)
                         for (int64_t h = 0; h < 2; h++)
-                            for (int64_t c = 0; c < pn.nc; c++) {
+                            for (int64_t c = c_lo; c < c_hi; c++) {
                                 int64_t at = ((mb - A->m0 + r) * p->G + g) * 2 * ncols_all +
                                              h * ncols_all + (pn.jc - A->j0) + c;
                                 A->dump[at] = acc[r * pn.ld + h * half + c] - xo[r * p->G + g];
@@ -601,8 +717,20 @@ static void run_block(const block_args *A, uint8_t *sp, const fast_layout *L)
                               pn.ld, g == 0);
             }
             if (DUMPING(A)) continue;
-            isa->swiglu(rows, pn.nc, f, pn.ld, half, pn.corr, a8w4 ? xs : NULL, p->swiglu_limit,
-                        A->s + (mb - A->m0) * A->lds + (pn.jc - A->j0), A->lds);
+            float *srow = A->s + (mb - A->m0) * A->lds + (pn.jc + c_lo - A->j0);
+            if (c_lo % QMOE_PK_UNIT == 0) {
+                isa->swiglu(rows, c_hi - c_lo, f + c_lo, pn.ld, half, pn.corr + c_lo,
+                            a8w4 ? xs : NULL, p->swiglu_limit, srow, A->lds);
+            } else {
+                /* vector epilogues read whole 16-column groups: start on one, then copy */
+                int64_t c16 = c_lo / QMOE_PK_UNIT * QMOE_PK_UNIT;
+                float *sr = (float *)(sp + L->sr);
+                isa->swiglu(rows, c_hi - c16, f + c16, pn.ld, half, pn.corr + c16,
+                            a8w4 ? xs : NULL, p->swiglu_limit, sr, QMOE_PP_COLS);
+                for (int64_t r = 0; r < rows; r++)
+                    memcpy(srow + r * A->lds, sr + r * QMOE_PP_COLS + (c_lo - c16),
+                           sizeof(float) * (size_t)(c_hi - c_lo));
+            }
         }
     }
 }
@@ -612,7 +740,7 @@ static void run_block(const block_args *A, uint8_t *sp, const fast_layout *L)
  * (tests call it without planning a scratchpad; the operator never comes here). */
 static int with_scratch(const block_args *A)
 {
-    fast_layout L = layout_for(A->isa, A->p, A->m1 - A->m0, A->j1 - A->j0);
+    fast_layout L = layout_for(A->isa, A->p, A->m1 - A->m0, A->j1 - A->j0, 0);
     if (A->ctx->scratch && A->ctx->scratch_bytes >= L.total) {
         run_block(A, A->ctx->scratch, &L);
         return 1;
@@ -634,7 +762,7 @@ void qmoe_fast_swiglu_block(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p,
     /* Phase one sized the thread's slice with qmoe_fast_scratch_bytes for the plan's largest
      * block, so every block fits: no allocation and no other kernel here. The checked build
      * verifies the contract. */
-    fast_layout L = layout_for(isa, p, m1 - m0, j1 - j0);
+    fast_layout L = layout_for(isa, p, m1 - m0, j1 - j0, 0);
 #ifdef QMOE_CHECKED
     if (!ctx->scratch || ctx->scratch_bytes < L.total) {
         fprintf(stderr, "qmoe: %s block of %lld x %lld needs %llu scratch bytes, the plan gave "

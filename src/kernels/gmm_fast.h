@@ -80,6 +80,21 @@ typedef struct qmoe_gemm_isa {
                    const uint8_t *const *src, const int64_t *stride, int32_t *acc, int64_t ldacc,
                    int32_t *cs, int accumulate);
 
+    /* Optional (NULL: none): gemm on prepacked int4 steps (core/prepack.h): wp holds 32 bytes
+     * per unit and step (unit u at wp + 32u, steps wstep apart), each the nibbles of the 64-byte
+     * step gemm reads, expanded in registers. Same results as gemm on the expanded steps. */
+    void (*gemm_i4)(int mr, int nu, int64_t kq, const int8_t *x, int64_t ldx, const uint8_t *wp,
+                    int64_t wstep, int32_t *acc, int64_t ldacc, int accumulate);
+
+    /* Optional (NULL: gemm): gemm that prefetches ahead of the weight stream, for prepacked int8
+     * weights read in place from memory. Same results as gemm. */
+    void (*gemm_pf)(int mr, int nu, int64_t kq, const int8_t *x, int64_t ldx, const uint8_t *wp,
+                    int64_t wstep, int32_t *acc, int64_t ldacc, int accumulate);
+
+    /* Optional (NULL: portable loop): prepacked int4 steps (32 bytes, gemm_i4's format) -> the
+     * 64-byte steps gemm reads, `steps` of them, src and dst contiguous. */
+    void (*expand_i4)(const uint8_t *src, int64_t steps, uint8_t *dst);
+
     /* The benchmark's peak: `iters` rounds of the set's int8 dot-product instruction on
      * independent register accumulators; returns the int8 operations done (2 per multiply-add). */
     uint64_t (*peak_loop)(uint64_t iters);
@@ -117,6 +132,13 @@ void qmoe_fast_quantize_rows(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p,
  * packing, micro-kernel and correction as swiglu_block. */
 void qmoe_fast_acc_block(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p, qmoe_thread_ctx *ctx,
                          int64_t e, int64_t m0, int64_t m1, int64_t j0, int64_t j1, int32_t *acc);
+
+/* Prepacked weights (core/prepack.h): the scratchpad prepacking needs, and expert e's records
+ * written into pp (whose geometry the caller has set) by the raw path's own packing code. */
+struct qmoe_weights;
+uint64_t qmoe_fast_prepack_scratch_bytes(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p);
+void qmoe_fast_prepack_expert(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p, int64_t e,
+                              void *scratch, struct qmoe_weights *pp);
 
 /* The table behind a kernel id; NULL for the reference kernel or one this build lacks. */
 const qmoe_gemm_isa *qmoe_gemm_isa_for(int32_t kernel_id);

@@ -17,6 +17,8 @@ __m512i qmoe_avx512_strip_index(int half);
 int qmoe_gemm_nz_avx512(int mr, int nu, int int4, int64_t kq, const int8_t *x, int64_t ldx,
                         const uint8_t *const *src, const int64_t *stride, int32_t *acc,
                         int64_t ldacc, int32_t *cs, int accumulate);
+/* gemm_s8_avx512vnni.c: prepacked int4 steps -> the 64-byte steps gemm reads (gmm_fast.h). */
+void qmoe_expand_i4_avx512(const uint8_t *src, int64_t steps, uint8_t *dst);
 void qmoe_rearrange_avx512(const uint8_t *const *src, const int64_t *stride, int64_t rows,
                            int nub, int int4, uint8_t *dst, int64_t wstep);
 

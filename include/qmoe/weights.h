@@ -1,0 +1,80 @@
+/*
+ * Prepacked expert weights: the weights of a MoE layer rearranged once, at load time, into the
+ * order the chosen kernel streams, with their scales and (A8W4) correction terms folded in, so
+ * every call of the operator skips the per-call repacking that dominates at few rows per expert.
+ *
+ * The object is used through a tensor view (qmoe_weights_tensor) passed as the operator's
+ * `weight`; phase one recognises it. The layout inside is internal and versioned: a view of an
+ * object made by another build of qmoe, on a CPU with other features, for another kernel, or for
+ * an operator of other K, N, E, weight dtype or scale type, is refused with
+ * QMOE_ERR_PARAM_INVALID and a message, never misread. Results are bit-identical to the raw
+ * weight path of the same kernel.
+ */
+#ifndef QMOE_WEIGHTS_H
+#define QMOE_WEIGHTS_H
+
+#include <stdint.h>
+
+#include "qmoe/export.h"
+#include "qmoe/qmoe.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct qmoe_weights qmoe_weights;
+
+/* Options of qmoe_weights_prepack: initialise with QMOE_WEIGHTS_OPTIONS_INIT (or zero it), then
+ * set what you need. Defaults: weight format as declared, the kernel QMOE_KERNEL_AUTO picks on
+ * this CPU (QMOE_ISA may lower it). `struct_size` works as in qmoe_op_options: 0 means this
+ * first layout, new fields are only ever appended. */
+typedef struct qmoe_weights_options {
+    uint32_t struct_size; /* sizeof(qmoe_weights_options) as the caller was compiled, or 0 */
+    qmoe_kernel kernel;   /* the kernel the object is made for; never QMOE_KERNEL_REFERENCE */
+    int force_weight_nz;  /* nonzero: treat weight as FRACTAL_NZ, as the operator option does */
+} qmoe_weights_options;
+
+#define QMOE_WEIGHTS_OPTIONS_INIT {(uint32_t)sizeof(qmoe_weights_options), QMOE_KERNEL_AUTO, 0}
+
+/*
+ * Builds the prepacked weights of the fused operator (GroupedMatmulSwigluQuant) from `weight`
+ * (any layout phase one accepts: int8/int4/int32 FRACTAL_NZ or ND, see qmoe.h), `weight_scale`
+ * ([E,N] or [E,G,N], any accepted dtype) and, for A8W4, `bias` (float32 [E,N]; NULL for A8W8).
+ * Reads the tensors' data once; nothing of theirs is kept. The object holds about the raw
+ * weight bytes plus G + 1 floats per column (qmoe_weights_bytes).
+ * QMOE_ERR_PARAM_NULLPTR / QMOE_ERR_PARAM_INVALID as phase one for the same tensors (and for
+ * the reference kernel, which reads raw weights only); QMOE_ERR_INNER when out of memory.
+ * On error *out is left as it was.
+ */
+QMOE_API qmoe_status qmoe_weights_prepack(const qmoe_tensor *weight,
+                                          const qmoe_tensor *weight_scale,
+                                          const qmoe_tensor *bias,
+                                          const qmoe_weights_options *options,
+                                          qmoe_weights **out);
+
+/* The object is read only once made: executors on any threads and devices may share it. */
+
+/* NULL is a no-op. Every executor planned with a view of the object must be destroyed first. */
+QMOE_API void qmoe_weights_destroy(qmoe_weights *weights);
+
+/*
+ * A new tensor view of the object, to pass as the operator's `weight` (destroy it with
+ * qmoe_tensor_destroy; the object must outlive the executors planned with it). Its shape is the
+ * logical [E, K, N], dtype int8 (A8W8) or int4 (A8W4), format ND; its data is the object's.
+ * With such a weight the operator's `weight_scale` and `bias` may be NULL (they are folded in);
+ * when given they must match the ones the object was made from in shape and dtype (their data is
+ * not read again).
+ */
+QMOE_API qmoe_status qmoe_weights_tensor(const qmoe_weights *weights, qmoe_tensor **out);
+
+/* Bytes the object holds (weights, scales and corrections); 0 for NULL. */
+QMOE_API uint64_t qmoe_weights_bytes(const qmoe_weights *weights);
+
+/* The kernel the object was made for; QMOE_KERNEL_AUTO for NULL. */
+QMOE_API qmoe_kernel qmoe_weights_kernel(const qmoe_weights *weights);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* QMOE_WEIGHTS_H */

@@ -1,0 +1,77 @@
+/*
+ * The prepacked weight object behind qmoe/weights.h, shared by phase one (src/host/weights.c,
+ * which builds and checks it) and the fast driver (src/kernels/gmm_fast.c, which streams it).
+ *
+ * Layout (version QMOE_PP_VERSION): the columns of each half (act: [0, N2), gate: [N2, N)) go in
+ * panels of QMOE_PP_COLS = 64 columns, 4 units of gmm_fast.h; panel i of both halves is one
+ * record: the act block, then the gate block, each Kp/4 steps of nu units (nu = 4 except the last
+ * panel of a half with N2 % 64 != 0) in the micro-kernel's order [q][unit][64 bytes].
+ * - int8 (A8W8): the 64 bytes of a unit step exactly as the micro-kernel reads them (W + 128), so
+ *   the driver reads panels in place, with no copy.
+ * - int4 (A8W4): each 64-byte unit step stored as 32 bytes, byte i = v[i] | v[32 + i] << 4 with
+ *   v the step's bytes (W + 8, 0..15): one linear shift-and-mask pass restores the step.
+ * Records start at 64-byte boundaries: record (e, i) at w + e * expert_wbytes + i * panel_wbytes
+ * (only the last panel of an expert may be shorter). Per record also the weight scale as float
+ * [G][128] (act columns then gate columns, 0 past N2) at ws + (e * panels + i) * G * 128, and the
+ * column correction [128] at corr + (e * panels + i) * 128 (A8W4: bias - 8 sum_g ws_g colsum_g,
+ * exactly as the raw path computes it; A8W8: 0).
+ */
+#ifndef QMOE_CORE_PREPACK_H
+#define QMOE_CORE_PREPACK_H
+
+#include <stdint.h>
+
+#include "qmoe/qmoe.h"
+
+enum {
+    QMOE_PP_VERSION = 1,
+    QMOE_PP_COLS = 64, /* output columns per panel (per half) */
+    QMOE_PP_LD = 128,  /* floats per scale / correction row of a panel: both halves */
+};
+
+#define QMOE_PP_MAGIC 0x4b43415045454d51ull /* "QMEEPACK" */
+
+/* What the object was made for; a future operator (a plain grouped matmul) adds its own. */
+typedef enum qmoe_pp_op {
+    QMOE_PP_OP_SWIGLU = 1, /* act/gate halves paired, GroupedMatmulSwigluQuant */
+} qmoe_pp_op;
+
+struct qmoe_weights {
+    uint64_t magic;
+    uint32_t version;
+    uint32_t op;            /* qmoe_pp_op */
+    const void *build;      /* identifies the loaded library that made it (weights.c) */
+    uint32_t cpu;           /* CPU feature bits when it was made */
+    int32_t kernel;         /* qmoe_kernel it was made for */
+    int32_t mode;           /* qmoe_gmm_mode */
+    int32_t per_group;      /* weight_scale was [E,G,N] */
+    int32_t ws_dtype;       /* qmoe_dtype of the weight scale it was made from */
+    int32_t src_layout;     /* qmoe_wlayout it was made from (information) */
+    int64_t E, K, N, N2, G, gk, gkp, Kp;
+    int64_t panels;         /* per expert: ceil(N2 / 64) */
+    int64_t step_bytes;     /* stored bytes per unit step: 64 (int8) or 32 (int4) */
+    uint64_t panel_wbytes;  /* stored bytes of a full record, 64-aligned */
+    uint64_t expert_wbytes; /* stored bytes of one expert's records */
+    uint64_t weight_bytes;  /* E * expert_wbytes */
+    uint64_t bytes;         /* everything held */
+    uint8_t *w;
+    float *ws;
+    float *corr;
+};
+
+/* Units in panel i (per half). */
+static inline int64_t qmoe_pp_units(const struct qmoe_weights *pp, int64_t i)
+{
+    int64_t nc = pp->N2 - i * QMOE_PP_COLS;
+    if (nc > QMOE_PP_COLS) nc = QMOE_PP_COLS;
+    return (nc + 15) / 16;
+}
+
+/* Phase one with a prepacked weight (src/host/weights.c): checks the object (build, layout,
+ * CPU) and fills the weight fields of the plan from it (*Kw: its K), or checks a given
+ * weightScale against it after phase one's own checks. QMOE_ERR_PARAM_INVALID with a message. */
+struct qmoe_gmm_params;
+qmoe_status qmoe_pp_plan_weight(const struct qmoe_weights *pp, struct qmoe_gmm_params *p, int64_t *Kw);
+qmoe_status qmoe_pp_plan_scale(const struct qmoe_weights *pp, int ws_dtype, struct qmoe_gmm_params *p);
+
+#endif

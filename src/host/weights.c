@@ -1,0 +1,274 @@
+/*
+ * Prepacked expert weights (qmoe/weights.h): built once by the kernel's own packing code, then
+ * recognised by phase one through a tensor view. See core/prepack.h for the layout.
+ */
+#include "qmoe/weights.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/gmm_params.h"
+#include "core/options.h"
+#include "core/prepack.h"
+#include "core/status.h"
+#include "core/tensor.h"
+#include "host/gmm_plan.h"
+#include "kernels/cpu_features.h"
+#include "kernels/gmm_fast.h"
+#include "kernels/kernel.h"
+#if defined(__x86_64__) || defined(_M_X64)
+#include "kernels/x86_parts.h"
+#endif
+
+/* Argument errors with the structured info (rule, argument by the vendor's name). */
+#define INVALID(rule, arg, ...) qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_##rule, arg, __VA_ARGS__)
+#define NULLPTR(arg, ...) qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, arg, __VA_ARGS__)
+
+/* Its address identifies the loaded copy of the library that made an object: a second copy
+ * (another build loaded in the same process) refuses objects of the first. */
+static const char build_tag = 1;
+
+static uint32_t cpu_bits(void)
+{
+    qmoe_cpu_features f = qmoe_cpu_features_get();
+    return (uint32_t)f.avx2 | (uint32_t)f.avx_vnni << 1 | (uint32_t)f.avx512 << 2 |
+           (uint32_t)f.avx512_vnni << 3 | (uint32_t)f.avx512_vbmi << 4 | (uint32_t)f.amx_int8 << 5;
+}
+
+static uint64_t align64(uint64_t n) { return (n + 63u) & ~(uint64_t)63u; }
+
+static int mul_u64(uint64_t a, uint64_t b, uint64_t *out)
+{
+    if (a && b > UINT64_MAX / a) return 0;
+    *out = a * b;
+    return 1;
+}
+
+/* K and N the weight declares, for the zero-row probe tensors (a malformed weight is reported by
+ * phase one's own checks before these are compared). */
+static void weight_dims(const qmoe_tensor *w, int force_nz, int64_t *K, int64_t *N)
+{
+    int nz = force_nz || w->format == QMOE_FORMAT_FRACTAL_NZ;
+    *K = *N = 0;
+    if (nz && w->ndim == 5) {
+        int64_t cols = w->dtype == QMOE_DTYPE_INT8 ? 32 : 64;
+        if (w->shape[2] <= INT64_MAX / 16) *K = w->shape[2] * 16;
+        if (w->shape[1] <= INT64_MAX / cols) *N = w->shape[1] * cols;
+    } else if (!nz && w->ndim == 3) {
+        *K = w->shape[1];
+        int64_t f = w->dtype == QMOE_DTYPE_INT32 ? 8 : 1;
+        if (w->shape[2] <= INT64_MAX / f) *N = w->shape[2] * f;
+    }
+}
+
+/* The weight, scale and bias checks of phase one, run by phase one itself on zero-row
+ * activations and outputs, so prepacking accepts exactly what the operator accepts. */
+static qmoe_status plan_source(const qmoe_tensor *weight, const qmoe_tensor *weight_scale,
+                               const qmoe_tensor *bias, const qmoe_weights_options *o,
+                               qmoe_gmm_params *p)
+{
+    int64_t K, N;
+    weight_dims(weight, o->force_weight_nz, &K, &N);
+    int64_t xd[2] = {0, K}, od[2] = {0, N / 2}, zero = 0;
+    qmoe_tensor *x = NULL, *xs = NULL, *gl = NULL, *out = NULL, *os = NULL;
+    qmoe_status st;
+    if ((st = qmoe_tensor_create(xd, 2, NULL, QMOE_DTYPE_INT8, QMOE_FORMAT_ND, NULL, &x)) ||
+        (st = qmoe_tensor_create(&zero, 1, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, NULL, &xs)) ||
+        (st = qmoe_tensor_create(&zero, 1, NULL, QMOE_DTYPE_INT64, QMOE_FORMAT_ND, NULL, &gl)) ||
+        (st = qmoe_tensor_create(od, 2, NULL, QMOE_DTYPE_INT8, QMOE_FORMAT_ND, NULL, &out)) ||
+        (st = qmoe_tensor_create(&zero, 1, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, NULL, &os))) {
+        st = qmoe_fail(QMOE_ERR_INNER, "prepack: out of memory");
+    } else {
+        qmoe_op_options opt;
+        qmoe_op_options_init(&opt);
+        opt.force_weight_nz = o->force_weight_nz;
+        opt.kernel = o->kernel;
+        opt.threads = 1;
+        st = qmoe_gmm_plan(x, weight, bias, NULL, weight_scale, xs, gl, out, os, NULL, &opt, p);
+    }
+    qmoe_tensor_destroy(x);
+    qmoe_tensor_destroy(xs);
+    qmoe_tensor_destroy(gl);
+    qmoe_tensor_destroy(out);
+    qmoe_tensor_destroy(os);
+    return st;
+}
+
+/* Geometry and allocation of the object for plan p. */
+static qmoe_status allocate(const qmoe_gmm_params *p, qmoe_dtype ws_dtype, struct qmoe_weights **out)
+{
+    struct qmoe_weights *pp = calloc(1, sizeof *pp);
+    if (!pp) return qmoe_fail(QMOE_ERR_INNER, "prepack: out of memory");
+    pp->magic = QMOE_PP_MAGIC;
+    pp->version = QMOE_PP_VERSION;
+    pp->op = QMOE_PP_OP_SWIGLU;
+    pp->build = &build_tag;
+    pp->cpu = cpu_bits();
+    pp->kernel = p->kernel;
+    pp->mode = p->mode;
+    pp->per_group = p->per_group;
+    pp->ws_dtype = (int32_t)ws_dtype;
+    pp->src_layout = p->w_layout;
+    pp->E = p->E;
+    pp->K = p->K;
+    pp->N = p->N;
+    pp->N2 = p->N2;
+    pp->G = p->G;
+    pp->gk = p->group_k;
+    pp->gkp = (pp->gk + 3) & ~(int64_t)3;
+    pp->Kp = pp->gkp * pp->G;
+    pp->panels = (pp->N2 + QMOE_PP_COLS - 1) / QMOE_PP_COLS;
+    pp->step_bytes = p->mode == QMOE_MODE_A8W8 ? QMOE_PK_STEP : QMOE_PK_STEP / 2;
+    /* bounded by validated shapes (K < 65536, N <= 10240, G <= K): no overflow per expert */
+    uint64_t steps = (uint64_t)(pp->Kp / 4);
+    pp->panel_wbytes = align64(2 * steps * 4 * (uint64_t)pp->step_bytes);
+    if (pp->panels > 0)
+        pp->expert_wbytes = (uint64_t)(pp->panels - 1) * pp->panel_wbytes +
+                            align64(2 * steps * (uint64_t)qmoe_pp_units(pp, pp->panels - 1) *
+                                    (uint64_t)pp->step_bytes);
+    uint64_t recs, ws_n, corr_n, ws_b, corr_b;
+    int ok = mul_u64((uint64_t)pp->E, pp->expert_wbytes, &pp->weight_bytes) &&
+             mul_u64((uint64_t)pp->E, (uint64_t)pp->panels, &recs) &&
+             mul_u64(recs, (uint64_t)pp->G * QMOE_PP_LD, &ws_n) &&
+             mul_u64(recs, QMOE_PP_LD, &corr_n) && mul_u64(ws_n, sizeof(float), &ws_b) &&
+             mul_u64(corr_n, sizeof(float), &corr_b) && ws_b <= UINT64_MAX - corr_b &&
+             ws_b + corr_b <= UINT64_MAX - pp->weight_bytes && pp->weight_bytes <= SIZE_MAX &&
+             ws_b + corr_b <= SIZE_MAX;
+    if (!ok) {
+        free(pp);
+        return INVALID(LIMIT, "weight", "prepack: the prepacked size of E = %lld experts overflows",
+                       (long long)p->E);
+    }
+    pp->bytes = pp->weight_bytes + ws_b + corr_b;
+    pp->w = aligned_alloc(64, pp->weight_bytes ? (size_t)pp->weight_bytes : 64);
+    pp->ws = aligned_alloc(64, (size_t)align64(ws_b ? ws_b : 64));
+    pp->corr = aligned_alloc(64, (size_t)align64(corr_b ? corr_b : 64));
+    if (!pp->w || !pp->ws || !pp->corr) {
+        qmoe_weights_destroy(pp);
+        return qmoe_fail(QMOE_ERR_INNER, "prepack: out of memory for %llu bytes",
+                         (unsigned long long)pp->bytes);
+    }
+    /* the 64-byte padding of records is never read; keep it defined */
+    if (pp->weight_bytes) memset(pp->w, 0, (size_t)pp->weight_bytes);
+    *out = pp;
+    return QMOE_OK;
+}
+
+qmoe_status qmoe_weights_prepack(const qmoe_tensor *weight, const qmoe_tensor *weight_scale,
+                                 const qmoe_tensor *bias, const qmoe_weights_options *options,
+                                 qmoe_weights **out)
+{
+    if (!out) return NULLPTR("out", "prepack: out is a null pointer");
+    if (!weight) return NULLPTR("weight", "weight is a null pointer");
+    if (!weight_scale) return NULLPTR("weightScale", "weightScale is a null pointer");
+    qmoe_weights_options opts;
+    qmoe_status st = qmoe_read_options(options, &opts, sizeof opts, sizeof opts, "options");
+    if (st) return st;
+    const qmoe_weights_options *o = &opts;
+    if (weight->packed) return INVALID(FORMAT, "weight", "weight: already prepacked");
+    if (o->kernel == QMOE_KERNEL_REFERENCE)
+        return INVALID(UNSUPPORTED, "options", "prepack: the reference kernel reads raw weights only");
+    qmoe_gmm_params p;
+    st = plan_source(weight, weight_scale, bias, o, &p);
+    if (st) return st;
+    const qmoe_gemm_isa *isa = qmoe_gemm_isa_for(p.kernel);
+    if (!isa)
+        return INVALID(UNSUPPORTED, "options", "prepack: kernel %s reads raw weights only (QMOE_ISA=%s?)",
+                       qmoe_kernel_name((qmoe_kernel)p.kernel),
+                       qmoe_kernel_name((qmoe_kernel)p.kernel));
+    struct qmoe_weights *pp = NULL;
+    if ((st = allocate(&p, weight_scale->dtype, &pp))) return st;
+    void *scratch = aligned_alloc(64, (size_t)qmoe_fast_prepack_scratch_bytes(isa, &p));
+    if (!scratch) {
+        qmoe_weights_destroy(pp);
+        return qmoe_fail(QMOE_ERR_INNER, "prepack: out of memory for the packing scratchpad");
+    }
+    for (int64_t e = 0; e < p.E; e++) qmoe_fast_prepack_expert(isa, &p, e, scratch, pp);
+#if defined(__x86_64__) || defined(_M_X64)
+    if (p.kernel == QMOE_KERNEL_AMX_INT8) qmoe_amx_release();
+#endif
+    free(scratch);
+    *out = pp;
+    qmoe_clear_error();
+    return QMOE_OK;
+}
+
+void qmoe_weights_destroy(qmoe_weights *weights)
+{
+    if (!weights) return;
+    free(weights->w);
+    free(weights->ws);
+    free(weights->corr);
+    weights->magic = 0; /* a stale view is refused rather than misread, as long as memory lasts */
+    free(weights);
+}
+
+qmoe_status qmoe_weights_tensor(const qmoe_weights *weights, qmoe_tensor **out)
+{
+    if (!weights) return NULLPTR("weights", "weights is a null pointer");
+    if (!out) return NULLPTR("out", "weights_tensor: out is a null pointer");
+    if (weights->magic != QMOE_PP_MAGIC)
+        return INVALID(FORMAT, "weights", "weights: not a prepacked weight object");
+    int64_t shape[3] = {weights->E, weights->K, weights->N};
+    qmoe_dtype dt = weights->mode == QMOE_MODE_A8W8 ? QMOE_DTYPE_INT8 : QMOE_DTYPE_INT4;
+    qmoe_tensor *t;
+    /* the view spans the packed weights (about E K N elements) for phase one's alias checks */
+    qmoe_status st = qmoe_tensor_create(shape, 3, NULL, dt, QMOE_FORMAT_ND, weights->w, &t);
+    if (st) return st;
+    t->packed = weights;
+    *out = t;
+    return QMOE_OK;
+}
+
+uint64_t qmoe_weights_bytes(const qmoe_weights *weights) { return weights ? weights->bytes : 0; }
+
+qmoe_kernel qmoe_weights_kernel(const qmoe_weights *weights)
+{
+    return weights ? (qmoe_kernel)weights->kernel : QMOE_KERNEL_AUTO;
+}
+
+/* ---------------------------------------------------------------- phase one ---------------- */
+
+qmoe_status qmoe_pp_plan_weight(const struct qmoe_weights *pp, qmoe_gmm_params *p, int64_t *Kw)
+{
+    if (pp->magic != QMOE_PP_MAGIC || pp->version != QMOE_PP_VERSION || pp->build != &build_tag)
+        return INVALID(UNSUPPORTED, "weight",
+                       "weight: prepacked weights of another qmoe build or layout version "
+                       "(or a destroyed object); prepack them again with this library");
+    if (pp->op != QMOE_PP_OP_SWIGLU)
+        return INVALID(UNSUPPORTED, "weight", "weight: prepacked for another operator (%u)", pp->op);
+    if (pp->cpu != cpu_bits())
+        return INVALID(UNSUPPORTED, "weight",
+                       "weight: prepacked on a CPU with other features (0x%x, this one 0x%x)",
+                       pp->cpu, cpu_bits());
+    p->mode = pp->mode;
+    p->E = pp->E;
+    p->N = pp->N;
+    p->w = pp->w;
+    p->w_layout = pp->src_layout;
+    p->pp = pp;
+    *Kw = pp->K;
+    return QMOE_OK;
+}
+
+qmoe_status qmoe_pp_plan_scale(const struct qmoe_weights *pp, int ws_dtype, qmoe_gmm_params *p)
+{
+    /* ws_dtype < 0: no weightScale given; otherwise phase one checked its shape against E, N */
+    if (ws_dtype >= 0) {
+        if (ws_dtype != pp->ws_dtype)
+            return INVALID(DTYPE, "weightScale",
+                           "weightScale: dtype %s, the prepacked weights were made from %s",
+                           qmoe_dtype_name((qmoe_dtype)ws_dtype),
+                           qmoe_dtype_name((qmoe_dtype)pp->ws_dtype));
+        if (p->per_group != pp->per_group || p->G != pp->G)
+            return INVALID(SHAPE, "weightScale", "weightScale: %lld groups, the prepacked weights have %lld",
+                           (long long)p->G, (long long)pp->G);
+    }
+    p->per_group = pp->per_group;
+    p->G = pp->G;
+    p->group_k = pp->gk;
+    p->ws = pp->ws;
+    p->ws_type = QMOE_SCALE_F32;
+    p->ws_s[0] = p->ws_s[1] = p->ws_s[2] = 0; /* the driver reads pp's scales */
+    return QMOE_OK;
+}
