@@ -13,13 +13,13 @@
 #define EP_PRINTF(a, b)
 #endif
 
-/* What one dispatch leaves for its combine: counts in rows, per peer rank. */
+/* What one dispatch leaves for its combine, in rows. */
 typedef struct ep_route {
     int64_t tokens, recv_total;
     int *scounts, *sdispls; /* [P]: rows this rank sent to each rank, in send order */
-    int *rcounts, *rdispls; /* [P]: rows received from each rank, source-major staging */
+    int *blk_len;           /* [P * nlocal]: rows from source s for local expert l */
+    int64_t *blk_pos;       /* [P * nlocal]: where they are in the delivered (grouped) rows */
     int64_t *slot;          /* [tokens * K]: send-order row of token t, choice k */
-    int64_t *perm;          /* [recv_total]: staging row of delivered (grouped) row g */
 } ep_route;
 
 struct qmoe_ep {
@@ -35,6 +35,10 @@ struct qmoe_ep {
     MPI_Datatype x_row; /* H * x_size bytes */
     int dispatched;
     ep_route route;
+    /* Kept between calls (no page faults per batch): the rows leaving in dispatch, coming home
+     * in combine, and the scales leaving. */
+    void *pack, *home, *pack_scale;
+    size_t pack_cap, home_cap, pack_scale_cap;
 };
 
 /* Records the calling thread's message for qmoe_mpi_last_error() and returns `status`. */
@@ -52,5 +56,15 @@ void ep_route_free(ep_route *r);
 
 /* malloc(a * b), NULL on overflow; never NULL for 0 bytes (MPI gets valid buffers). */
 void *ep_alloc(size_t a, size_t b);
+/* Grows *buf to a * b bytes (kept when large enough); 0 when out of memory or on overflow, with
+ * *buf as it was. */
+int ep_reserve(void **buf, size_t *cap, size_t a, size_t b);
+
+/* The datatypes of one MPI_Alltoallw: for each peer p, blocks n[p] of rows of `base`
+ * (len[p * n[p] + i] rows at row pos[p * n[p] + i]; `row` bytes each) relative to the buffer.
+ * Displacements travel as MPI_Aint, so no int limit on buffer sizes; disp: [nblk] scratch. */
+void ep_make_types(int P, int nblk, const int *len, const int64_t *pos, MPI_Datatype base,
+                   size_t row, MPI_Aint *disp, MPI_Datatype *types);
+void ep_free_types(int P, MPI_Datatype *types);
 
 #endif

@@ -47,10 +47,9 @@ void ep_route_free(ep_route *r)
 {
     free(r->scounts);
     free(r->sdispls);
-    free(r->rcounts);
-    free(r->rdispls);
+    free(r->blk_len);
+    free(r->blk_pos);
     free(r->slot);
-    free(r->perm);
     *r = (ep_route){0};
 }
 
@@ -58,4 +57,32 @@ void *ep_alloc(size_t a, size_t b)
 {
     if (b != 0 && a > SIZE_MAX / b) return NULL;
     return malloc(a * b != 0 ? a * b : 1);
+}
+
+int ep_reserve(void **buf, size_t *cap, size_t a, size_t b)
+{
+    if (b != 0 && a > SIZE_MAX / b) return 0;
+    size_t need = a * b != 0 ? a * b : 1;
+    if (*buf && *cap >= need) return 1;
+    void *p = malloc(need);
+    if (!p) return 0;
+    free(*buf);
+    *buf = p;
+    *cap = need;
+    return 1;
+}
+
+void ep_make_types(int P, int nblk, const int *len, const int64_t *pos, MPI_Datatype base,
+                   size_t row, MPI_Aint *disp, MPI_Datatype *types)
+{
+    for (int p = 0; p < P; p++) {
+        for (int i = 0; i < nblk; i++) disp[i] = (MPI_Aint)(pos[(size_t)p * nblk + i] * (int64_t)row);
+        MPI_Type_create_hindexed(nblk, len + (size_t)p * nblk, disp, base, &types[p]);
+        MPI_Type_commit(&types[p]);
+    }
+}
+
+void ep_free_types(int P, MPI_Datatype *types)
+{
+    for (int p = 0; p < P; p++) MPI_Type_free(&types[p]);
 }
