@@ -51,36 +51,22 @@ qmoe_status qmoe_moe_combine(qmoe_ep *ep, qmoe_dtype y_dtype, const void *expert
         st = ep_fail(QMOE_ERR_PARAM_NULLPTR, "expert_y is NULL with %lld rows", (long long)rows);
     else if (rt->tokens > 0 && !out)
         st = ep_fail(QMOE_ERR_PARAM_NULLPTR, "out is NULL with %lld tokens", (long long)rt->tokens);
-    const int P = ep->size;
-    const int64_t n = st == QMOE_OK ? rt->tokens * K : 0, nl = ep->nlocal;
+    const int64_t n = st == QMOE_OK ? rt->tokens * K : 0, m = st == QMOE_OK ? rows : 0;
     float *acc = ep_alloc((size_t)H, sizeof(float));
-    MPI_Aint *disp = ep_alloc((size_t)nl + 1, sizeof(MPI_Aint));
-    MPI_Datatype *types = ep_alloc((size_t)P, 2 * sizeof(MPI_Datatype));
-    int64_t *spos = ep_alloc((size_t)P, sizeof(int64_t));
-    int *ones = ep_alloc((size_t)P, sizeof(int)), *zeros = ep_alloc((size_t)P, sizeof(int));
-    if (st == QMOE_OK && (!acc || !disp || !types || !spos || !ones || !zeros ||
-                          !ep_reserve(&ep->home, &ep->home_cap, (size_t)n, row)))
-        st = ep_fail(QMOE_ERR_INNER, "out of memory for %lld rows coming home", (long long)n);
+    if (st == QMOE_OK && (!acc || !ep_reserve(&ep->home, &ep->home_cap, (size_t)n, row) ||
+                          !ep_reserve(&ep->stage, &ep->stage_cap, (size_t)m, row)))
+        st = ep_fail(QMOE_ERR_INNER, "out of memory for %lld + %lld rows", (long long)m,
+                     (long long)n);
     if ((st = ep_agree(ep->comm, st)) != QMOE_OK) goto done;
 
-    /* The reverse of dispatch's exchange: each source's blocks straight from the grouped rows,
-     * home into send order. */
+    /* Back to source-major staging (the layout each source sent), then home in send order. */
     unsigned char *rbuf = ep->home;
-    for (int p = 0; p < P; p++) {
-        spos[p] = rt->sdispls[p];
-        ones[p] = 1;
-        zeros[p] = 0;
-    }
-    MPI_Datatype y_row, *stype = types, *rtype = types + P;
+    if (m > 0) ep_regroup(ep, rt, row, 0, expert_y, ep->stage);
+    MPI_Datatype y_row;
     MPI_Type_contiguous((int)row, MPI_BYTE, &y_row);
     MPI_Type_commit(&y_row);
-    ep_make_types(P, (int)nl, rt->blk_len, rt->blk_pos, y_row, row, disp, stype);
-    ep_make_types(P, 1, rt->scounts, spos, y_row, row, disp, rtype);
-    int64_t none = 0; /* a valid address for empty sends (expert_y may be NULL with no rows) */
-    MPI_Alltoallw(expert_y ? expert_y : (const void *)&none, ones, zeros, stype, rbuf, ones, zeros,
-                  rtype, ep->comm);
-    ep_free_types(P, stype);
-    ep_free_types(P, rtype);
+    MPI_Alltoallv(ep->stage, rt->rcounts, rt->rdispls, y_row, rbuf, rt->scounts, rt->sdispls, y_row,
+                  ep->comm);
     MPI_Type_free(&y_row);
 
     /* Each token's choices in k order, accumulated in float32 from 0: finalize's arithmetic. */
@@ -106,10 +92,5 @@ qmoe_status qmoe_moe_combine(qmoe_ep *ep, qmoe_dtype y_dtype, const void *expert
     ep_clear_error();
 done:
     free(acc);
-    free(disp);
-    free(types);
-    free(spos);
-    free(ones);
-    free(zeros);
     return st;
 }

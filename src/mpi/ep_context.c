@@ -156,6 +156,8 @@ void qmoe_ep_destroy(qmoe_ep *ep)
     free(ep->pack);
     free(ep->home);
     free(ep->pack_scale);
+    free(ep->stage);
+    free(ep->stage_scale);
     MPI_Type_free(&ep->x_row);
     MPI_Comm_free(&ep->comm);
     free(ep->owner);

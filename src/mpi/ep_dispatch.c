@@ -49,18 +49,15 @@ qmoe_status qmoe_moe_dispatch(qmoe_ep *ep, int64_t tokens, const void *x, const 
     int *send_e = ep_alloc((size_t)P, (size_t)E * sizeof(int));
     int *recv_e = ep_alloc((size_t)P, (size_t)E * sizeof(int));
     int64_t *start = ep_alloc((size_t)E, sizeof(int64_t)), *groups = ep_alloc((size_t)nl, sizeof(int64_t));
-    int64_t *spos = ep_alloc((size_t)P, sizeof(int64_t));
-    MPI_Aint *disp = ep_alloc((size_t)nl + 1, sizeof(MPI_Aint));
-    MPI_Datatype *types = ep_alloc((size_t)P, 4 * sizeof(MPI_Datatype));
-    int *ones = ep_alloc((size_t)P, sizeof(int)), *zeros = ep_alloc((size_t)P, sizeof(int));
+    rt.rcounts = ep_alloc((size_t)P, sizeof(int));
+    rt.rdispls = ep_alloc((size_t)P, sizeof(int));
     rt.scounts = ep_alloc((size_t)P, sizeof(int));
     rt.sdispls = ep_alloc((size_t)P, sizeof(int));
     rt.blk_len = ep_alloc((size_t)P, (size_t)nl * sizeof(int));
     rt.blk_pos = ep_alloc((size_t)P, (size_t)nl * sizeof(int64_t));
     rt.slot = ep_alloc((size_t)n, sizeof(int64_t));
     if (st == QMOE_OK &&
-        (!send_e || !recv_e || !start || !groups || !spos || !disp || !types || !ones || !zeros ||
-         !rt.scounts || !rt.sdispls || !rt.blk_len || !rt.blk_pos || !rt.slot ||
+        (!send_e || !recv_e || !start || !groups || !rt.rcounts || !rt.rdispls || !rt.scounts || !rt.sdispls || !rt.blk_len || !rt.blk_pos || !rt.slot ||
          !ep_reserve(&ep->pack, &ep->pack_cap, (size_t)n, row) ||
          (q && !ep_reserve(&ep->pack_scale, &ep->pack_scale_cap, (size_t)n, sizeof(float)))))
         st = ep_fail(QMOE_ERR_INNER, "out of memory for %lld rows to send", (long long)n);
@@ -90,10 +87,7 @@ qmoe_status qmoe_moe_dispatch(qmoe_ep *ep, int64_t tokens, const void *x, const 
         for (int64_t e = 0; e < E; e++) c += send_e[(int64_t)d * E + e];
         rt.scounts[d] = (int)c; /* <= n <= INT_MAX */
         rt.sdispls[d] = acc;
-        spos[d] = acc;
         acc += (int)c;
-        ones[d] = 1;
-        zeros[d] = 0;
     }
     MPI_Alltoall(send_e, (int)E, MPI_INT, recv_e, (int)E, MPI_INT, ep->comm);
 
@@ -111,31 +105,33 @@ qmoe_status qmoe_moe_dispatch(qmoe_ep *ep, int64_t tokens, const void *x, const 
         total += c;
     }
     rt.recv_total = total;
+    for (int s = 0, at = 0; s < P; s++) {
+        int64_t c = 0;
+        for (int64_t l = 0; l < nl; l++) c += rt.blk_len[(int64_t)s * nl + l];
+        rt.rcounts[s] = (int)(c > INT_MAX ? INT_MAX : c); /* total > INT_MAX fails below */
+        rt.rdispls[s] = at;
+        at = (int)(at + c > INT_MAX ? INT_MAX : at + c);
+    }
     if (total > capacity)
         st = ep_fail(QMOE_ERR_PARAM_INVALID, "%lld rows arrive at rank %d: more than capacity %lld",
                      (long long)total, ep->rank, (long long)capacity);
     else if (total > INT_MAX)
         st = ep_fail(QMOE_ERR_PARAM_INVALID, "%lld rows arrive at rank %d: over INT_MAX",
                      (long long)total, ep->rank);
+    else if (!ep_reserve(&ep->stage, &ep->stage_cap, (size_t)total, row) ||
+             (q && !ep_reserve(&ep->stage_scale, &ep->stage_scale_cap, (size_t)total, sizeof(float))))
+        st = ep_fail(QMOE_ERR_INNER, "out of memory for %lld received rows", (long long)total);
     if ((st = ep_agree(ep->comm, st)) != QMOE_OK) goto done;
 
-    /* Straight into the caller's buffers, grouped: MPI places each source's blocks. */
-    MPI_Datatype *stype = types, *rtype = types + P, *sstype = types + 2 * P, *rstype = types + 3 * P;
-    ep_make_types(P, 1, rt.scounts, spos, ep->x_row, row, disp, stype);
-    ep_make_types(P, (int)nl, rt.blk_len, rt.blk_pos, ep->x_row, row, disp, rtype);
-    int64_t none = 0; /* a valid address for empty receives (recv_x may be NULL at capacity 0) */
-    MPI_Alltoallw(sbuf, ones, zeros, stype, recv_x ? recv_x : (void *)&none, ones, zeros, rtype,
-                  ep->comm);
-    ep_free_types(P, stype);
-    ep_free_types(P, rtype);
-    if (q) {
-        ep_make_types(P, 1, rt.scounts, spos, MPI_FLOAT, sizeof(float), disp, sstype);
-        ep_make_types(P, (int)nl, rt.blk_len, rt.blk_pos, MPI_FLOAT, sizeof(float), disp, rstype);
-        MPI_Alltoallw(sscale, ones, zeros, sstype, recv_scale ? (void *)recv_scale : (void *)&none,
-                      ones, zeros, rstype, ep->comm);
-        ep_free_types(P, sstype);
-        ep_free_types(P, rstype);
-    }
+    /* Contiguous blocks per peer keep MPI on its fast (single-copy) path; the regrouping by
+     * local expert is one block copy per (source, expert) here. */
+    MPI_Alltoallv(sbuf, rt.scounts, rt.sdispls, ep->x_row, ep->stage, rt.rcounts, rt.rdispls,
+                  ep->x_row, ep->comm);
+    if (q)
+        MPI_Alltoallv(sscale, rt.scounts, rt.sdispls, MPI_FLOAT, ep->stage_scale, rt.rcounts,
+                      rt.rdispls, MPI_FLOAT, ep->comm);
+    ep_regroup(ep, &rt, row, 1, ep->stage, recv_x);
+    if (q) ep_regroup(ep, &rt, sizeof(float), 1, ep->stage_scale, recv_scale);
     if (nl > 0) memcpy(group_list, groups, (size_t)nl * sizeof *groups);
     *recv_rows = total;
     ep_route_free(&ep->route);
@@ -149,10 +145,5 @@ done:
     free(recv_e);
     free(start);
     free(groups);
-    free(spos);
-    free(disp);
-    free(types);
-    free(ones);
-    free(zeros);
     return st;
 }

@@ -17,6 +17,7 @@
 typedef struct ep_route {
     int64_t tokens, recv_total;
     int *scounts, *sdispls; /* [P]: rows this rank sent to each rank, in send order */
+    int *rcounts, *rdispls; /* [P]: rows received from each rank, source-major staging */
     int *blk_len;           /* [P * nlocal]: rows from source s for local expert l */
     int64_t *blk_pos;       /* [P * nlocal]: where they are in the delivered (grouped) rows */
     int64_t *slot;          /* [tokens * K]: send-order row of token t, choice k */
@@ -37,8 +38,8 @@ struct qmoe_ep {
     ep_route route;
     /* Kept between calls (no page faults per batch): the rows leaving in dispatch, coming home
      * in combine, and the scales leaving. */
-    void *pack, *home, *pack_scale;
-    size_t pack_cap, home_cap, pack_scale_cap;
+    void *pack, *home, *pack_scale, *stage, *stage_scale;
+    size_t pack_cap, home_cap, pack_scale_cap, stage_cap, stage_scale_cap;
 };
 
 /* Records the calling thread's message for qmoe_mpi_last_error() and returns `status`. */
@@ -60,11 +61,10 @@ void *ep_alloc(size_t a, size_t b);
  * *buf as it was. */
 int ep_reserve(void **buf, size_t *cap, size_t a, size_t b);
 
-/* The datatypes of one MPI_Alltoallw: for each peer p, blocks n[p] of rows of `base`
- * (len[p * n[p] + i] rows at row pos[p * n[p] + i]; `row` bytes each) relative to the buffer.
- * Displacements travel as MPI_Aint, so no int limit on buffer sizes; disp: [nblk] scratch. */
-void ep_make_types(int P, int nblk, const int *len, const int64_t *pos, MPI_Datatype base,
-                   size_t row, MPI_Aint *disp, MPI_Datatype *types);
-void ep_free_types(int P, MPI_Datatype *types);
+/* Received rows are source-major in the staging buffer (each source's rows by local expert) and
+ * expert-major where the caller has them. Copies whole blocks of `row` bytes between the two:
+ * to_grouped 1: from staging to grouped (dispatch); 0: from grouped to staging (combine). */
+void ep_regroup(const qmoe_ep *ep, const ep_route *rt, size_t row, int to_grouped,
+                const void *from, void *to);
 
 #endif

@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "ep_internal.h"
 
@@ -47,6 +48,8 @@ void ep_route_free(ep_route *r)
 {
     free(r->scounts);
     free(r->sdispls);
+    free(r->rcounts);
+    free(r->rdispls);
     free(r->blk_len);
     free(r->blk_pos);
     free(r->slot);
@@ -72,17 +75,19 @@ int ep_reserve(void **buf, size_t *cap, size_t a, size_t b)
     return 1;
 }
 
-void ep_make_types(int P, int nblk, const int *len, const int64_t *pos, MPI_Datatype base,
-                   size_t row, MPI_Aint *disp, MPI_Datatype *types)
+void ep_regroup(const qmoe_ep *ep, const ep_route *rt, size_t row, int to_grouped,
+                const void *from, void *to)
 {
-    for (int p = 0; p < P; p++) {
-        for (int i = 0; i < nblk; i++) disp[i] = (MPI_Aint)(pos[(size_t)p * nblk + i] * (int64_t)row);
-        MPI_Type_create_hindexed(nblk, len + (size_t)p * nblk, disp, base, &types[p]);
-        MPI_Type_commit(&types[p]);
+    const int64_t nl = ep->nlocal;
+    for (int s = 0; s < ep->size; s++) {
+        int64_t at = rt->rdispls[s]; /* source s's rows, local expert by local expert */
+        for (int64_t l = 0; l < nl; l++) {
+            size_t len = (size_t)rt->blk_len[(int64_t)s * nl + l] * row;
+            size_t g = (size_t)rt->blk_pos[(int64_t)s * nl + l] * row, st = (size_t)at * row;
+            if (len)
+                memcpy((unsigned char *)to + (to_grouped ? g : st),
+                       (const unsigned char *)from + (to_grouped ? st : g), len);
+            at += rt->blk_len[(int64_t)s * nl + l];
+        }
     }
-}
-
-void ep_free_types(int P, MPI_Datatype *types)
-{
-    for (int p = 0; p < P; p++) MPI_Type_free(&types[p]);
 }
