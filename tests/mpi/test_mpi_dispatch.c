@@ -5,6 +5,7 @@
  * with no tokens, all tokens to one rank, top-k spanning ranks, explicit expert maps. */
 #include <stdio.h>
 
+#include "core/halfconv.h"
 #include "mpi_case.h"
 #include "qmoe/moe_ops.h"
 
@@ -29,7 +30,10 @@ static void expert_row(int64_t e, const unsigned char *xrow, float xscale, const
         }
         float y = (float)(v * m);
         if (y_dtype == QMOE_DTYPE_FLOAT32) memcpy(yrow + h * 4, &y, 4);
-        else {
+        else if (y_dtype == QMOE_DTYPE_FLOAT16) {
+            uint16_t u = qmoe_f32_to_f16(y);
+            memcpy(yrow + h * 2, &u, 2);
+        } else {
             uint16_t u = mc_f32_to_bf16(y);
             memcpy(yrow + h * 2, &u, 2);
         }
@@ -140,12 +144,39 @@ static void run_case(const char *name, const mpi_case *c, qmoe_dtype ydt, int ex
     unsigned char *y = malloc((size_t)(rows > 0 ? rows : 0) * H * ys + 1);
     for (int64_t g = 0; g < rows && rows == expect; g++)
         expert_row(exp_e[g], rx + (size_t)g * H * xs, rs[g], c, ydt, y + (size_t)g * H * ys);
-    unsigned char *out = malloc((size_t)(T * H) * ys + 1), *ref = malloc((size_t)(T * H) * ys + 1);
-    st = qmoe_moe_combine(ep, ydt, y, rows, c->weights + t0 * K, ydt, out);
+    /* out is y's dtype, except float16 rows (combine writes float32 or bfloat16): float32 */
+    qmoe_dtype odt = ydt == QMOE_DTYPE_FLOAT16 ? QMOE_DTYPE_FLOAT32 : ydt;
+    const size_t os = mc_size(odt);
+    unsigned char *out = malloc((size_t)(T * H) * os + 1), *ref = malloc((size_t)(T * H) * os + 1);
+    st = qmoe_moe_combine(ep, ydt, y, rows, c->weights + t0 * K, odt, out);
     CHECK_MSG(st == QMOE_OK, "%s: combine: %s", name, qmoe_mpi_last_error());
 
+    /* float16 rows: the sum written out (float32 from 0, choices in order), in one process. */
+    if (T > 0 && ydt == QMOE_DTYPE_FLOAT16) {
+        unsigned char *yr = malloc((size_t)H * 2);
+        float *acc = malloc((size_t)H * sizeof *acc);
+        for (int64_t t = 0; t < T; t++) {
+            int64_t gt = t0 + t;
+            for (int64_t h = 0; h < H; h++) acc[h] = 0.0f;
+            for (int64_t j = 0; j < K; j++) {
+                expert_row(c->ids[gt * K + j], c->x + (size_t)(gt * H) * xs, c->x_scale[gt], c, ydt, yr);
+                float w = c->weights[gt * K + j];
+                for (int64_t h = 0; h < H; h++) {
+                    uint16_t u;
+                    memcpy(&u, yr + h * 2, 2);
+                    acc[h] += w * qmoe_f16_to_f32(u);
+                }
+            }
+            memcpy(ref + (size_t)(t * H) * 4, acc, (size_t)H * 4);
+        }
+        if (st == QMOE_OK)
+            CHECK_MSG(memcmp(out, ref, (size_t)(T * H) * 4) == 0,
+                      "%s: rank %d: combine differs from the single-process sum", name, me);
+        free(yr);
+        free(acc);
+    }
     /* One process: the same expert rows in token order, summed by qmoe_moe_finalize_routing. */
-    if (T > 0) {
+    if (T > 0 && ydt != QMOE_DTYPE_FLOAT16) {
         unsigned char *ex = malloc((size_t)(T * K * H) * ys);
         int32_t *ri = malloc((size_t)(T * K) * sizeof *ri);
         for (int64_t t = 0; t < T; t++)
@@ -214,6 +245,7 @@ int main(int argc, char **argv)
         {"explicit map", 10, 20, 3, 26, QMOE_DTYPE_INT8, QMOE_DTYPE_BFLOAT16, TOK_RANDOM, ROUTE_RANDOM, 1, 0},
         {"fewer experts than ranks", 2, 8, 2, 9, QMOE_DTYPE_BFLOAT16, QMOE_DTYPE_FLOAT32, TOK_EVEN, ROUTE_RANDOM, 0, 0},
         {"no tokens at all", 8, 8, 2, 0, QMOE_DTYPE_INT8, QMOE_DTYPE_FLOAT32, TOK_EVEN, ROUTE_RANDOM, 0, 0},
+        {"float16 rows back", 12, 20, 3, 25, QMOE_DTYPE_INT8, QMOE_DTYPE_FLOAT16, TOK_RANDOM, ROUTE_SPAN, 1, 2},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         for (uint64_t seed = 1; seed <= 3; seed++) {
