@@ -11,11 +11,6 @@
 #include "compat/compat.h"
 #include "qmoe/gmm_list.h"
 
-struct aclTensorList {
-    uint64_t size;
-    const aclTensor **items;
-};
-
 aclTensorList *aclCreateTensorList(const aclTensor *const *value, uint64_t size)
 {
     if (!value && size) {

@@ -85,6 +85,13 @@ aclnnStatus compat_gmm_execute(const char *api, void *workspace, uint64_t worksp
 
 /* ------------------------------------------------------------------ tensors -------------------- */
 
+/* aclCreateTensorList's list (aclnn_gmm_swiglu_quant_tensor_list.c makes it; the list operators
+ * read it). */
+struct aclTensorList {
+    uint64_t size;
+    const aclTensor **items;
+};
+
 /* How a tensor argument is read: as its view (ND-family formats), or as a FRACTAL_NZ weight whose
  * storage shape is the 5-D NZ shape. */
 typedef enum compat_tensor_role {
