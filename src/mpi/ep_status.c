@@ -75,8 +75,8 @@ int ep_reserve(void **buf, size_t *cap, size_t a, size_t b)
     return 1;
 }
 
-void ep_regroup(const qmoe_ep *ep, const ep_route *rt, size_t row, int to_grouped,
-                const void *from, void *to)
+void ep_regroup(const qmoe_ep *ep, const ep_route *rt, size_t row, int to_grouped, const void *from,
+                void *to)
 {
     const int64_t nl = ep->nlocal;
     for (int s = 0; s < ep->size; s++) {
