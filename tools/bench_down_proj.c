@@ -65,7 +65,8 @@ static int dp_case(const dp_args *a, const char *name, int64_t per_expert, doubl
     size_t wbytes = (size_t)(E * K * N);
     int8_t *x = malloc((size_t)(M * K)), *w = malloc(wbytes);
     float *ws = malloc(sizeof(float) * (size_t)(E * N)), *xs = malloc(sizeof(float) * (size_t)M);
-    uint16_t *out = malloc(2 * (size_t)(M * N));
+    /* 64-byte aligned, as an engine's activation buffers are: whole output lines */
+    uint16_t *out = aligned_alloc(64, (2 * (size_t)(M * N) + 63) / 64 * 64);
     int64_t *gl = malloc(sizeof(int64_t) * (size_t)E);
     if (!x || !w || !ws || !xs || !out || !gl) {
         fprintf(stderr, "qmoe bench down-proj: out of memory\n");

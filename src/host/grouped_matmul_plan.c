@@ -253,7 +253,12 @@ qmoe_status qmoe_grouped_matmul_workspace_size(
     moe_view_of(group_list, &ex.gl);
     moe_view_of(out, &ex.o.out);
     moe_view_of(bias, &ex.o.bias);
-    ex.rb = k->row_block > 0 ? k->row_block : 512;
+    /* Rows per work item: at most 256. The epilogue writes whole output rows (N wide, 14 KB at
+     * N = 7168 in bf16) row after row of each column panel; over 2048 rows a panel touches more
+     * pages than the TLB holds. Measured at E=4, M=8192, K=2048, N=7168 A8W8 on AMX, 2 threads:
+     * 2048 rows 146 ms, 1024 154, 512 138, 256 118, 128 146 (repacking the panels per item
+     * grows below 256). */
+    ex.rb = k->row_block > 0 && k->row_block < 256 ? k->row_block : 256;
     ex.workspace_bytes = 2 * (uint64_t)(p->E + 1) * sizeof(int64_t);
     /* the driver's scratch for a block of rb rows (its column panels are at most 64 wide) */
     if (ex.path == GMM_PATH_INT8)

@@ -8,6 +8,11 @@
 
 #include "ops/grouped_matmul_exec.h"
 
+#if defined(__x86_64__) || defined(_M_X64)
+#include <emmintrin.h> /* SSE2, part of x86-64: streaming stores */
+#define QMOE_STREAM_STORES 1
+#endif
+
 /* float32 -> bfloat16, round to nearest even, NaN kept quiet: moe_f32_to_bf16 without the
  * branch, so the loop vectorizes. */
 static void store_bf16(uint16_t *d, const float *v, int64_t n)
@@ -18,6 +23,23 @@ static void store_bf16(uint16_t *d, const float *v, int64_t n)
         uint32_t r = (b + 0x7FFFu + ((b >> 16) & 1u)) >> 16, q = (b >> 16) | 0x40u;
         d[j] = (uint16_t)((b & 0x7FFFFFFFu) > 0x7F800000u ? q : r);
     }
+}
+
+/* A row segment of bf16 output. Whole 64-byte lines go out as streaming stores: the output is
+ * written once and never read here, and ordinary stores would first read every line from memory
+ * (the output of a prefill is twice the weights' bytes) and evict the packed panels. */
+static void store_bf16_row(uint16_t *d, const float *v, int64_t n)
+{
+#ifdef QMOE_STREAM_STORES
+    if ((uintptr_t)d % 64 == 0 && n % 32 == 0) {
+        uint16_t tmp[QMOE_PK_UNIT * QMOE_PK_BLOCK] __attribute__((aligned(16)));
+        store_bf16(tmp, v, n);
+        for (int64_t j = 0; j < n; j += 8)
+            _mm_stream_si128((__m128i *)(void *)(d + j), _mm_load_si128((const __m128i *)(const void *)(tmp + j)));
+        return;
+    }
+#endif
+    store_bf16(d, v, n);
 }
 
 void qmoe_epilogue_dequant(const qmoe_gemm_block *B, const qmoe_gemm_tile *t)
@@ -45,11 +67,14 @@ void qmoe_epilogue_dequant(const qmoe_gemm_block *B, const qmoe_gemm_tile *t)
             }
             int64_t at = row + n0 * out->st[1];
             if (out->st[1] == 1 && out->dtype == QMOE_DTYPE_BFLOAT16)
-                store_bf16((uint16_t *)out->data + at, v, nc);
+                store_bf16_row((uint16_t *)out->data + at, v, nc);
             else if (out->st[1] == 1 && out->dtype == QMOE_DTYPE_FLOAT32)
                 memcpy((float *)out->data + at, v, sizeof(float) * (size_t)nc);
             else
                 moe_store_row(out, at, out->st[1], nc, v);
         }
     }
+#ifdef QMOE_STREAM_STORES
+    _mm_sfence(); /* streaming stores are weakly ordered: visible before the block is done */
+#endif
 }
