@@ -21,7 +21,7 @@
 #include "qmoe/runtime.h"
 
 typedef struct dp_args {
-    int64_t experts, k, n, prefill, decode, dram_mb;
+    int64_t experts, k, n, prefill, decode, dram_mb, copies;
     int repeat, threads;
 } dp_args;
 
@@ -59,7 +59,10 @@ static double dp_peak(const qmoe_gemm_isa *isa, int threads)
     return best * threads;
 }
 
-static int dp_case(const dp_args *a, const char *name, int64_t per_expert, double peak, double dram)
+/* copies > 1: that many copies of the weights, used in turn, so the timed runs stream them from
+ * memory instead of a cache that holds one copy (this machine's L3 is 480 MB). */
+static int dp_case(const dp_args *a, const char *name, int64_t per_expert, int copies, double peak,
+                   double dram)
 {
     int64_t E = a->experts, K = a->k, N = a->n, M = E * per_expert;
     size_t wbytes = (size_t)(E * K * N);
@@ -80,9 +83,12 @@ static int dp_case(const dp_args *a, const char *name, int64_t per_expert, doubl
     for (int64_t e = 0; e < E; e++) gl[e] = per_expert;
     int64_t xsh[2] = {M, K}, wsh[5] = {E, N / 32, K / 16, 16, 32}, ssh[2] = {E, N}, msh[1] = {M},
             esh[1] = {E}, osh[2] = {M, N};
-    qmoe_tensor *tx = NULL, *tw = NULL, *ts = NULL, *tp = NULL, *tg = NULL, *to = NULL;
+    enum { MAX_COPIES = 32 };
+    if (copies > MAX_COPIES) copies = MAX_COPIES;
+    int8_t *wc[MAX_COPIES] = {w};
+    qmoe_tensor *tx = NULL, *tw[MAX_COPIES] = {NULL}, *ts = NULL, *tp = NULL, *tg = NULL, *to = NULL;
+    qmoe_grouped_matmul_executor *ex[MAX_COPIES] = {NULL};
     qmoe_status st = qmoe_tensor_create(xsh, 2, NULL, QMOE_DTYPE_INT8, QMOE_FORMAT_ND, x, &tx);
-    if (!st) st = qmoe_tensor_create(wsh, 5, NULL, QMOE_DTYPE_INT8, QMOE_FORMAT_FRACTAL_NZ, w, &tw);
     if (!st) st = qmoe_tensor_create(ssh, 2, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, ws, &ts);
     if (!st) st = qmoe_tensor_create(msh, 1, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, xs, &tp);
     if (!st) st = qmoe_tensor_create(esh, 1, NULL, QMOE_DTYPE_INT64, QMOE_FORMAT_ND, gl, &tg);
@@ -90,15 +96,23 @@ static int dp_case(const dp_args *a, const char *name, int64_t per_expert, doubl
     qmoe_grouped_matmul_options o = QMOE_GROUPED_MATMUL_OPTIONS_INIT;
     o.threads = a->threads;
     uint64_t wsz = 0;
-    qmoe_grouped_matmul_executor *ex = NULL;
-    if (!st) st = qmoe_grouped_matmul_workspace_size(tx, tw, NULL, ts, tp, tg, 1, to, &o, &wsz, &ex);
+    for (int c = 0; c < copies && !st; c++) {
+        if (c && !(wc[c] = malloc(wbytes))) {
+            fprintf(stderr, "qmoe bench down-proj: out of memory for weight copy %d\n", c);
+            copies = c;
+            break;
+        }
+        if (c) memcpy(wc[c], w, wbytes);
+        st = qmoe_tensor_create(wsh, 5, NULL, QMOE_DTYPE_INT8, QMOE_FORMAT_FRACTAL_NZ, wc[c], &tw[c]);
+        if (!st) st = qmoe_grouped_matmul_workspace_size(tx, tw[c], NULL, ts, tp, tg, 1, to, &o, &wsz, &ex[c]);
+    }
     void *work = st ? NULL : malloc(wsz);
     double ms[64];
     int n = a->repeat < 64 ? a->repeat : 64;
-    if (!st) st = qmoe_grouped_matmul(work, wsz, ex, NULL); /* warm */
+    for (int c = 0; c < copies && !st; c++) st = qmoe_grouped_matmul(work, wsz, ex[c], NULL); /* warm */
     for (int r = 0; r < n && !st; r++) {
         double t0 = dp_now();
-        st = qmoe_grouped_matmul(work, wsz, ex, NULL);
+        st = qmoe_grouped_matmul(work, wsz, ex[r % copies], NULL);
         ms[r] = (dp_now() - t0) * 1e3;
     }
     if (st) fprintf(stderr, "qmoe bench down-proj: %s: %s\n", name, qmoe_last_error());
@@ -107,30 +121,36 @@ static int dp_case(const dp_args *a, const char *name, int64_t per_expert, doubl
         double med = ms[n / 2], gops = 2.0 * (double)M * (double)K * (double)N / (med * 1e-3) * 1e-9;
         double wgbps = (double)wbytes / (med * 1e-3) * 1e-9;
         printf("{\"op\":\"grouped_matmul\",\"case\":\"%s\",\"mode\":\"A8W8\",\"weight\":\"FRACTAL_NZ\","
-               "\"out\":\"bfloat16\",\"E\":%lld,\"M\":%lld,\"K\":%lld,\"N\":%lld,\"threads\":%d,"
+               "\"out\":\"bfloat16\",\"weight_copies\":%d,\"E\":%lld,\"M\":%lld,\"K\":%lld,\"N\":%lld,\"threads\":%d,"
                "\"repeat\":%d,\"median_ms\":%.3f,\"min_ms\":%.3f,\"max_ms\":%.3f,\"gops\":%.1f,"
                "\"weight_gbps\":%.2f,\"peak_int8_gops\":%.1f,\"dram_read_gbps\":%.2f,"
                "\"pct_peak\":%.1f,\"pct_mem\":%.1f}\n",
-               name, (long long)E, (long long)M, (long long)K, (long long)N, a->threads, n, med,
+               name, copies, (long long)E, (long long)M, (long long)K, (long long)N, a->threads, n, med,
                ms[0], ms[n - 1], gops, wgbps, peak, dram, peak > 0 ? 100 * gops / peak : 0.0,
                dram > 0 ? 100 * wgbps / dram : 0.0);
         fflush(stdout);
     }
-    qmoe_grouped_matmul_executor_destroy(ex);
-    qmoe_tensor *t_[] = {tx, tw, ts, tp, tg, to};
-    for (int i = 0; i < 6; i++) qmoe_tensor_destroy(t_[i]);
+    for (int c = 0; c < copies; c++) {
+        qmoe_grouped_matmul_executor_destroy(ex[c]);
+        qmoe_tensor_destroy(tw[c]);
+        if (c) free(wc[c]);
+    }
+    qmoe_tensor *t_[] = {tx, ts, tp, tg, to};
+    for (int i = 0; i < 5; i++) qmoe_tensor_destroy(t_[i]);
     free(x), free(w), free(ws), free(xs), free(out), free(gl), free(work);
     return st != QMOE_OK;
 }
 
 int bench_down_proj(int argc, char **argv)
 {
-    dp_args a = {4, 2048, 7168, 2048, 4, 1024, 10, 0};
+    dp_args a = {4, 2048, 7168, 2048, 4, 1024, 12, 20, 0};
     for (int i = 1; i < argc; i += 2) {
         const char *opt = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(opt, "--help") || !strcmp(opt, "-h")) {
             printf("usage: qmoe bench down-proj [--experts E] [--k K] [--n N] [--prefill T]\n"
                    "                            [--decode T] [--threads T] [--repeat R] [--dram-mb MB]\n"
+                   "                            [--copies C]\n"
+                   "  C weight copies the decode case cycles through (default 12: past the L3)\n"
                    "  T tokens per expert (0: skip the case); N a multiple of 32, K of 16\n");
             return 0;
         }
@@ -148,6 +168,7 @@ int bench_down_proj(int argc, char **argv)
         else if (!strcmp(opt, "--threads")) a.threads = (int)x;
         else if (!strcmp(opt, "--repeat")) a.repeat = x < 1 ? 1 : (int)x;
         else if (!strcmp(opt, "--dram-mb")) a.dram_mb = x < 16 ? 16 : x;
+        else if (!strcmp(opt, "--copies")) a.copies = x < 1 ? 1 : x;
         else {
             fprintf(stderr, "qmoe bench down-proj: unknown option %s\n", opt);
             return 2;
@@ -166,7 +187,7 @@ int bench_down_proj(int argc, char **argv)
             isa->name, a.threads);
     double peak = dp_peak(isa, a.threads), dram = mo_dram(a.threads, a.dram_mb);
     int rc = 0;
-    if (a.prefill) rc |= dp_case(&a, "prefill", a.prefill, peak, dram);
-    if (a.decode) rc |= dp_case(&a, "decode", a.decode, peak, dram);
+    if (a.prefill) rc |= dp_case(&a, "prefill", a.prefill, 1, peak, dram);
+    if (a.decode) rc |= dp_case(&a, "decode", a.decode, (int)a.copies, peak, dram);
     return rc;
 }
