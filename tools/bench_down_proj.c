@@ -19,10 +19,11 @@
 #include "kernels/kernel.h"
 #include "qmoe/grouped_matmul.h"
 #include "qmoe/runtime.h"
+#include "qmoe/weights.h"
 
 typedef struct dp_args {
     int64_t experts, k, n, prefill, decode, dram_mb, copies;
-    int repeat, threads;
+    int repeat, threads, prepacked;
 } dp_args;
 
 static double dp_now(void)
@@ -88,6 +89,8 @@ static int dp_case(const dp_args *a, const char *name, int64_t per_expert, int c
     int8_t *wc[MAX_COPIES] = {w};
     qmoe_tensor *tx = NULL, *tw[MAX_COPIES] = {NULL}, *ts = NULL, *tp = NULL, *tg = NULL, *to = NULL;
     qmoe_grouped_matmul_executor *ex[MAX_COPIES] = {NULL};
+    qmoe_weights *pw[MAX_COPIES] = {NULL};
+    qmoe_tensor *tv[MAX_COPIES] = {NULL};
     qmoe_status st = qmoe_tensor_create(xsh, 2, NULL, QMOE_DTYPE_INT8, QMOE_FORMAT_ND, x, &tx);
     if (!st) st = qmoe_tensor_create(ssh, 2, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, ws, &ts);
     if (!st) st = qmoe_tensor_create(msh, 1, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, xs, &tp);
@@ -104,7 +107,13 @@ static int dp_case(const dp_args *a, const char *name, int64_t per_expert, int c
         }
         if (c) memcpy(wc[c], w, wbytes);
         st = qmoe_tensor_create(wsh, 5, NULL, QMOE_DTYPE_INT8, QMOE_FORMAT_FRACTAL_NZ, wc[c], &tw[c]);
-        if (!st) st = qmoe_grouped_matmul_workspace_size(tx, tw[c], NULL, ts, tp, tg, 1, to, &o, &wsz, &ex[c]);
+        qmoe_tensor *use = tw[c];
+        if (!st && a->prepacked) { /* made once, outside the timing */
+            st = qmoe_weights_prepack(tw[c], ts, NULL, NULL, &pw[c]);
+            if (!st) st = qmoe_weights_tensor(pw[c], &tv[c]);
+            use = tv[c];
+        }
+        if (!st) st = qmoe_grouped_matmul_workspace_size(tx, use, NULL, ts, tp, tg, 1, to, &o, &wsz, &ex[c]);
     }
     void *work = st ? NULL : malloc(wsz);
     double ms[64];
@@ -121,11 +130,11 @@ static int dp_case(const dp_args *a, const char *name, int64_t per_expert, int c
         double med = ms[n / 2], gops = 2.0 * (double)M * (double)K * (double)N / (med * 1e-3) * 1e-9;
         double wgbps = (double)wbytes / (med * 1e-3) * 1e-9;
         printf("{\"op\":\"grouped_matmul\",\"case\":\"%s\",\"mode\":\"A8W8\",\"weight\":\"FRACTAL_NZ\","
-               "\"out\":\"bfloat16\",\"weight_copies\":%d,\"E\":%lld,\"M\":%lld,\"K\":%lld,\"N\":%lld,\"threads\":%d,"
+               "\"out\":\"bfloat16\",\"weights\":\"%s\",\"weight_copies\":%d,\"E\":%lld,\"M\":%lld,\"K\":%lld,\"N\":%lld,\"threads\":%d,"
                "\"repeat\":%d,\"median_ms\":%.3f,\"min_ms\":%.3f,\"max_ms\":%.3f,\"gops\":%.1f,"
                "\"weight_gbps\":%.2f,\"peak_int8_gops\":%.1f,\"dram_read_gbps\":%.2f,"
                "\"pct_peak\":%.1f,\"pct_mem\":%.1f}\n",
-               name, copies, (long long)E, (long long)M, (long long)K, (long long)N, a->threads, n, med,
+               name, a->prepacked ? "prepacked" : "raw", copies, (long long)E, (long long)M, (long long)K, (long long)N, a->threads, n, med,
                ms[0], ms[n - 1], gops, wgbps, peak, dram, peak > 0 ? 100 * gops / peak : 0.0,
                dram > 0 ? 100 * wgbps / dram : 0.0);
         fflush(stdout);
@@ -133,6 +142,8 @@ static int dp_case(const dp_args *a, const char *name, int64_t per_expert, int c
     for (int c = 0; c < copies; c++) {
         qmoe_grouped_matmul_executor_destroy(ex[c]);
         qmoe_tensor_destroy(tw[c]);
+        qmoe_tensor_destroy(tv[c]);
+        qmoe_weights_destroy(pw[c]);
         if (c) free(wc[c]);
     }
     qmoe_tensor *t_[] = {tx, ts, tp, tg, to};
@@ -143,14 +154,20 @@ static int dp_case(const dp_args *a, const char *name, int64_t per_expert, int c
 
 int bench_down_proj(int argc, char **argv)
 {
-    dp_args a = {4, 2048, 7168, 2048, 4, 1024, 12, 20, 0};
+    dp_args a = {4, 2048, 7168, 2048, 4, 1024, 12, 20, 0, 0};
     for (int i = 1; i < argc; i += 2) {
         const char *opt = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(opt, "--prepacked")) {
+            a.prepacked = 1;
+            i--;
+            continue;
+        }
         if (!strcmp(opt, "--help") || !strcmp(opt, "-h")) {
             printf("usage: qmoe bench down-proj [--experts E] [--k K] [--n N] [--prefill T]\n"
                    "                            [--decode T] [--threads T] [--repeat R] [--dram-mb MB]\n"
-                   "                            [--copies C]\n"
+                   "                            [--copies C] [--prepacked]\n"
                    "  C weight copies the decode case cycles through (default 12: past the L3)\n"
+                   "  --prepacked: weights prepacked once (qmoe_weights_prepack), outside the timing\n"
                    "  T tokens per expert (0: skip the case); N a multiple of 32, K of 16\n");
             return 0;
         }
