@@ -8,7 +8,8 @@ stacked [E, K, N] tensor: int8, int32 holding 8 int4 each ([E, K, N/8]), or floa
 (1); returns ``[out]``. int8 x with ``scale`` and ``per_token_scale``: out = acc * pts * scale
 (+ bias float32) in ``output_dtype`` (bfloat16 by default, float16, float32); int8 x and weight
 without scales: int32 out (+ bias int32); float x and weight: out in x's dtype. Rows past the
-group list's total are zeros in the returned tensor.
+group list's total are zeros in the returned tensor. ``weight=[qmoe.prepack(w, scale)]`` (int8
+x) uses prepacked weights: ``scale`` may then be omitted; the results are the raw path's bits.
 """
 
 from __future__ import annotations
@@ -115,7 +116,8 @@ def npu_grouped_matmul(x: Sequence[ArrayLike], weight: Sequence[ArrayLike], *,
         raise _lib_null("group_list")
     xa = _Arr(_one(x, "x", True), "x")
     wobj = _one(weight, "weight", True)
-    wa = _Arr(wobj, "weight")
+    pre = wobj if getattr(wobj, "_qmoe_prepacked", False) else None  # qmoe.prepack(...)
+    wa = None if pre is not None else _Arr(wobj, "weight")
     b = _one(bias, "bias", False)
     s = _one(scale, "scale", False)
     p = _one(per_token_scale, "per_token_scale", False)
@@ -131,9 +133,11 @@ def npu_grouped_matmul(x: Sequence[ArrayLike], weight: Sequence[ArrayLike], *,
     if len(xa.shape) != 2:
         raise _invalid(f"x: rank {len(xa.shape)}, expected 2 [M, K]")
     M = xa.shape[0]
-    wnd = len(wa.shape)
+    wnd = 3 if pre is not None else len(wa.shape)
     nz = wnd == 5
-    if wa.code == _lib.DTYPE_INT32 and wnd == 3:
+    if pre is not None:
+        N = pre.N
+    elif wa.code == _lib.DTYPE_INT32 and wnd == 3:
         N = wa.shape[2] * 8
     elif nz:
         N = wa.shape[1] * (32 if wa.code == _lib.DTYPE_INT8 else 64)
@@ -149,7 +153,12 @@ def npu_grouped_matmul(x: Sequence[ArrayLike], weight: Sequence[ArrayLike], *,
         code = _dtype_code(output_dtype) if output_dtype is not None else _lib.DTYPE_BFLOAT16
     out = np.zeros((M, N), dtype=_out((0,), code).dtype)
     with _Call() as c:
-        wh = c.t(wa)
+        if pre is not None:
+            wh = c_void_p()
+            _lib.check(_lib.lib.qmoe_weights_tensor(pre._live(), ctypes.byref(wh)))
+            c.handles.append(wh)
+        else:
+            wh = c.t(wa)
         if nz:  # the same memory, declared FRACTAL_NZ
             arr = wa.arr
             shape = (c_int64 * 5)(*arr.shape)

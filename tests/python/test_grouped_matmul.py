@@ -157,3 +157,17 @@ def test_torch():
     assert out.dtype == torch.bfloat16 and tuple(out.shape) == (6, 32)
     ref = reference(x, w, s, p, [3, 3])
     assert np.allclose(out.float().numpy(), ref, rtol=2 ** -7, atol=1e-6)
+
+
+def test_prepacked_bits():
+    rng = np.random.default_rng(4)
+    counts = [7, 0, 20]
+    x, w, s, p = problem(rng, counts, 128, 192, tail=1)
+    gl = np.cumsum(counts)
+    raw = qmoe.npu_grouped_matmul([x], [w], scale=[s], per_token_scale=[p], group_list=gl,
+                                  split_item=3, group_type=0)[0]
+    pw = qmoe.prepack(w, s, weight_format="nd")
+    pre = qmoe.npu_grouped_matmul([x], [pw], per_token_scale=[p], group_list=gl, split_item=3,
+                                  group_type=0)[0]
+    assert np.array_equal(np.asarray(raw).view(np.uint16), np.asarray(pre).view(np.uint16))
+    pw.close()
