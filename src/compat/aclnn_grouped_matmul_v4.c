@@ -2,10 +2,9 @@
  * aclnnGroupedMatmulV4 (the MoE subset) over the native qmoe_grouped_matmul of
  * qmoe/grouped_matmul.h. Phase one checks the vendor-only arguments (list lengths, splitItem,
  * groupType, actType, the unsupported optional lists), translates the tensors and lets the native
- * planner check the rest. The executor is one block: the common aclOpExecutor head (native = NULL,
- * so the registry's release frees it whole), a kind word at the place where the element-wise
- * operators keep theirs (so their phase two refuses it as another operator's), then a copy of the
- * native executor.
+ * planner check the rest. The executor is one block: the common aclOpExecutor head (compat.h: its
+ * operator tag makes every other operator's phase two refuse it), then a copy of the native
+ * executor.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -19,11 +18,8 @@
 #define API1 "aclnnGroupedMatmulV4GetWorkspaceSize"
 #define API2 "aclnnGroupedMatmulV4"
 
-enum { GMM_V4_KIND = 0x474D4D34 }; /* "GMM4": never a qmoe_moe_executor kind */
-
 typedef struct gmm_acl_executor {
-    aclOpExecutor head;
-    int32_t kind;
+    aclOpExecutor head; /* op COMPAT_OP_GROUPED_MATMUL */
     qmoe_grouped_matmul_executor gmm;
 } gmm_acl_executor;
 
@@ -120,52 +116,20 @@ aclnnStatus aclnnGroupedMatmulV4GetWorkspaceSize(
     if (st) return st;
     gmm_acl_executor *ex = malloc(sizeof *ex);
     if (ex) {
-        ex->head.native = NULL;
-        ex->kind = GMM_V4_KIND;
+        ex->head = (aclOpExecutor){COMPAT_OP_GROUPED_MATMUL, NULL};
         ex->gmm = *native;
     }
     qmoe_grouped_matmul_executor_destroy(native);
-    compat_lock();
-    int registered = ex && compat_registry_add(ex, COMPAT_EXECUTOR, compat_current_device());
-    compat_unlock();
-    if (!registered) {
-        free(ex);
-        return compat_fail(ACLNN_ERR_INNER_CREATE_EXECUTOR, API1 ": out of memory for the executor");
-    }
-    *workspaceSize = size;
-    *executor = &ex->head;
-    return ACLNN_SUCCESS;
+    return compat_executor_publish(API1, ex ? &ex->head : NULL, size, workspaceSize, executor);
 }
 
 aclnnStatus aclnnGroupedMatmulV4(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
                                  aclrtStream stream)
 {
-    if (!executor) return compat_fail(ACLNN_ERR_PARAM_NULLPTR, API2 ": executor is a null pointer");
-    if (!compat_initialized())
-        return compat_fail(ACLNN_ERR_RUNTIME_ERROR, API2 ": aclInit has not been called");
-    compat_lock();
-    int live = compat_registry_remove(executor, COMPAT_EXECUTOR);
-    aclnnStatus st = ACLNN_SUCCESS;
-    qmoe_stream *native = live ? compat_native_stream(stream, &st) : NULL;
-    compat_unlock();
-    if (!live)
-        return compat_fail(ACLNN_ERR_PARAM_INVALID,
-                           API2 ": executor %p is not live: executors are one-shot and this one was "
-                           "already executed (or released by aclFinalize)", (void *)executor);
-    gmm_acl_executor *ex = (gmm_acl_executor *)executor;
-    if (executor->native || ex->kind != GMM_V4_KIND) {
-        compat_executor_free(executor);
-        return compat_fail(ACLNN_ERR_PARAM_INVALID, API2 ": the executor belongs to another operator");
-    }
-    if (st == ACLNN_ERR_PARAM_INVALID)
-        compat_fail(st, API2 ": stream %p is not a live stream", stream);
-    else if (st)
-        compat_fail(st, API2 ": the device cannot start: %s", qmoe_last_error());
-    else if ((st = (aclnnStatus)qmoe_grouped_matmul(workspace, workspaceSize, &ex->gmm, native)))
-        compat_fail(st, API2 ": %s", qmoe_last_error());
-    free(ex); /* the queued operator holds its own copy of the plan */
-    if (!st && !stream && (st = (aclnnStatus)qmoe_stream_synchronize(native)))
-        compat_fail(st, API2 ": %s", qmoe_last_error());
-    if (st) compat_record_status(stream, st);
-    return st;
+    qmoe_stream *native;
+    aclnnStatus st = compat_executor_claim(API2, executor, COMPAT_OP_GROUPED_MATMUL, stream, &native);
+    if (st) return st;
+    st = (aclnnStatus)qmoe_grouped_matmul(workspace, workspaceSize,
+                                          &((gmm_acl_executor *)executor)->gmm, native);
+    return compat_executor_finish(API2, executor, st, stream, native);
 }
