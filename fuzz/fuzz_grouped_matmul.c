@@ -9,51 +9,19 @@
  * int8, float), a valid template of it (M, K, N, E, G, dtypes, bias), then mutations of one
  * tensor descriptor, the group list type or the options.
  */
-#define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "fuzz_input.h"
+#include "fuzz_tensor.h"
 #include "qmoe/grouped_matmul.h"
 
 enum { X, W, B, S, P, GL, O, SLOTS, SLOT_BYTES = 1 << 22 };
 
-typedef struct desc {
-    int present, ndim, dtype, format, has_strides, null_data;
-    int64_t shape[QMOE_MAX_DIMS], strides[QMOE_MAX_DIMS];
-} desc;
+typedef fz_desc desc;
 
-static void require(int ok, const char *what)
-{
-    if (!ok) {
-        fprintf(stderr, "fuzz_grouped_matmul: %s (last error: %s)\n", what, qmoe_last_error());
-        abort();
-    }
-}
-
-static void *unreadable_region(int slot)
-{
-    static uint8_t *base;
-    if (!base) {
-        void *m = mmap(NULL, (size_t)SLOTS * SLOT_BYTES, PROT_NONE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        if (m == MAP_FAILED) abort();
-        base = m;
-    }
-    return base + (size_t)slot * SLOT_BYTES;
-}
-
-static void set(desc *d, int dtype, int format, int ndim, const int64_t *shape)
-{
-    memset(d, 0, sizeof *d);
-    d->present = 1;
-    d->dtype = dtype;
-    d->format = format;
-    d->ndim = ndim;
-    memcpy(d->shape, shape, (size_t)ndim * sizeof *shape);
-}
+static void *unreadable_region(int slot) { return fz_unreadable(slot, SLOTS, SLOT_BYTES); }
 
 static void make_template(fz_input *in, desc *t)
 {
@@ -64,28 +32,28 @@ static void make_template(fz_input *in, desc *t)
     static const int fl[] = {QMOE_DTYPE_FLOAT32, QMOE_DTYPE_FLOAT16, QMOE_DTYPE_BFLOAT16};
     int fdt = fl[fz_range(in, 0, 2)];
     int nd = QMOE_FORMAT_ND, nz = QMOE_FORMAT_FRACTAL_NZ;
-    set(&t[X], form == 7 ? fdt : QMOE_DTYPE_INT8, nd, 2, (int64_t[]){M, K});
-    set(&t[GL], QMOE_DTYPE_INT64, nd, 1, &E);
+    fz_desc_set(&t[X], form == 7 ? fdt : QMOE_DTYPE_INT8, nd, 2, (int64_t[]){M, K});
+    fz_desc_set(&t[GL], QMOE_DTYPE_INT64, nd, 1, &E);
     switch (form) {
-    case 0: set(&t[W], QMOE_DTYPE_INT8, nd, 3, (int64_t[]){E, K, N}); break;
-    case 1: set(&t[W], QMOE_DTYPE_INT8, nz, 5, (int64_t[]){E, N / 32, K / 16, 16, 32}); break;
-    case 2: set(&t[W], QMOE_DTYPE_INT4, nd, 3, (int64_t[]){E, K, N}); break;
-    case 3: set(&t[W], QMOE_DTYPE_INT4, nz, 5, (int64_t[]){E, N / 64, K / 16, 16, 64}); break;
-    case 4: set(&t[W], QMOE_DTYPE_INT32, nd, 3, (int64_t[]){E, K, N / 8}); break;
-    case 5: set(&t[W], QMOE_DTYPE_INT32, nz, 5, (int64_t[]){E, N / 64, K / 16, 16, 8}); break;
-    case 6: set(&t[W], QMOE_DTYPE_INT8, nd, 3, (int64_t[]){E, K, N}); break;
-    default: set(&t[W], fdt, nd, 3, (int64_t[]){E, K, N}); break;
+    case 0: fz_desc_set(&t[W], QMOE_DTYPE_INT8, nd, 3, (int64_t[]){E, K, N}); break;
+    case 1: fz_desc_set(&t[W], QMOE_DTYPE_INT8, nz, 5, (int64_t[]){E, N / 32, K / 16, 16, 32}); break;
+    case 2: fz_desc_set(&t[W], QMOE_DTYPE_INT4, nd, 3, (int64_t[]){E, K, N}); break;
+    case 3: fz_desc_set(&t[W], QMOE_DTYPE_INT4, nz, 5, (int64_t[]){E, N / 64, K / 16, 16, 64}); break;
+    case 4: fz_desc_set(&t[W], QMOE_DTYPE_INT32, nd, 3, (int64_t[]){E, K, N / 8}); break;
+    case 5: fz_desc_set(&t[W], QMOE_DTYPE_INT32, nz, 5, (int64_t[]){E, N / 64, K / 16, 16, 8}); break;
+    case 6: fz_desc_set(&t[W], QMOE_DTYPE_INT8, nd, 3, (int64_t[]){E, K, N}); break;
+    default: fz_desc_set(&t[W], fdt, nd, 3, (int64_t[]){E, K, N}); break;
     }
     int scaled = form < 6;
     if (scaled) {
-        if (G > 1) set(&t[S], QMOE_DTYPE_FLOAT32, nd, 3, (int64_t[]){E, G, N});
-        else set(&t[S], QMOE_DTYPE_FLOAT32, nd, 2, (int64_t[]){E, N});
-        set(&t[P], QMOE_DTYPE_FLOAT32, nd, 1, &M);
+        if (G > 1) fz_desc_set(&t[S], QMOE_DTYPE_FLOAT32, nd, 3, (int64_t[]){E, G, N});
+        else fz_desc_set(&t[S], QMOE_DTYPE_FLOAT32, nd, 2, (int64_t[]){E, N});
+        fz_desc_set(&t[P], QMOE_DTYPE_FLOAT32, nd, 1, &M);
     }
     int odt = form == 7 ? fdt : form == 6 ? QMOE_DTYPE_INT32 : fl[fz_range(in, 0, 2)];
-    set(&t[O], odt, nd, 2, (int64_t[]){M, N});
+    fz_desc_set(&t[O], odt, nd, 2, (int64_t[]){M, N});
     if (fz_u8(in) & 1)
-        set(&t[B], form == 7 ? fdt : form == 6 ? QMOE_DTYPE_INT32 : QMOE_DTYPE_FLOAT32, nd, 2,
+        fz_desc_set(&t[B], form == 7 ? fdt : form == 6 ? QMOE_DTYPE_INT32 : QMOE_DTYPE_FLOAT32, nd, 2,
             (int64_t[]){E, N});
 }
 
@@ -98,18 +66,12 @@ static void mutate(fz_input *in, desc *t, int64_t *glt, grown_options *g, int *n
 {
     desc *d = &t[fz_range(in, 0, SLOTS - 1)];
     int axis = (int)fz_range(in, 0, QMOE_MAX_DIMS - 1);
-    switch (fz_range(in, 0, 9)) {
-    case 0: d->present = !d->present; break;
-    case 1: d->ndim = (int)fz_range(in, -2, QMOE_MAX_DIMS + 1); break;
-    case 2: d->shape[axis] = fz_dim(in); break;
-    case 3:
-        d->has_strides = 1;
-        for (int i = 0; i < QMOE_MAX_DIMS; i++) d->strides[i] = d->shape[i] ? 1 : 0;
-        /* fallthrough: then set one stride */
-    case 4: d->strides[axis] = fz_dim(in); break;
-    case 5: d->dtype = (int)fz_range(in, -1, 9); break;
-    case 6: d->format = (int)fz_range(in, -1, 3); break;
-    case 7: d->null_data = !d->null_data; break;
+    int mutation = (int)fz_range(in, 0, 9);
+    if (mutation < FZ_DESC_MUTATIONS) {
+        fz_desc_mutate(in, d, axis, mutation);
+        return;
+    }
+    switch (mutation) {
     case 8: *glt = fz_u8(in) & 1 ? fz_dim(in) : fz_range(in, -1, 2); break;
     case 9:
         switch (fz_range(in, 0, 4)) {
@@ -123,27 +85,7 @@ static void mutate(fz_input *in, desc *t, int64_t *glt, grown_options *g, int *n
     }
 }
 
-static int documented(qmoe_status st)
-{
-    return st == QMOE_OK || st == QMOE_ERR_PARAM_NULLPTR || st == QMOE_ERR_PARAM_INVALID ||
-           st == QMOE_ERR_INNER;
-}
-
-static qmoe_tensor *create(const desc *d, int slot)
-{
-    if (!d->present) return NULL;
-    int n = d->ndim > 0 ? (d->ndim < QMOE_MAX_DIMS ? d->ndim : QMOE_MAX_DIMS) : 0;
-    int64_t shape[QMOE_MAX_DIMS], strides[QMOE_MAX_DIMS];
-    memcpy(shape, d->shape, sizeof shape);
-    memcpy(strides, d->strides, sizeof strides);
-    (void)n;
-    qmoe_tensor *t = NULL;
-    qmoe_status st = qmoe_tensor_create(shape, d->ndim, d->has_strides ? strides : NULL,
-                                        (qmoe_dtype)d->dtype, (qmoe_format)d->format,
-                                        d->null_data ? NULL : unreadable_region(slot), &t);
-    require(documented(st), "qmoe_tensor_create returned an undocumented status");
-    return t;
-}
+static qmoe_tensor *create(const desc *d, int slot) { return fz_tensor(d, unreadable_region(slot)); }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -165,15 +107,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     qmoe_status st = qmoe_grouped_matmul_workspace_size(
         ts[X], ts[W], ts[B], ts[S], ts[P], ts[GL], glt, ts[O], null_options ? NULL : &g.o,
         null_size_ptr ? NULL : &ws, null_ex_ptr ? NULL : &ex);
-    require(documented(st), "workspace_size returned an undocumented status");
+    fz_require(fz_documented(st), "workspace_size returned an undocumented status");
     if (st == QMOE_OK) {
-        require(ex != sentinel && ex != NULL, "success without an executor");
-        require(qmoe_last_error()[0] == '\0', "success left an error message");
-        require(ws > 0 && ws <= 2 * (1024 + 1) * sizeof(int64_t), "a workspace of the wrong size");
+        fz_require(ex != sentinel && ex != NULL, "success without an executor");
+        fz_require(qmoe_last_error()[0] == '\0', "success left an error message");
+        fz_require(ws > 0 && ws <= 2 * (1024 + 1) * sizeof(int64_t), "a workspace of the wrong size");
         qmoe_grouped_matmul_executor_destroy(ex);
     } else {
-        require(ex == sentinel, "a refused plan changed *executor");
-        require(qmoe_last_error()[0] != '\0', "a refused plan gave no message");
+        fz_require(ex == sentinel, "a refused plan changed *executor");
+        fz_require(qmoe_last_error()[0] != '\0', "a refused plan gave no message");
     }
     for (int i = 0; i < SLOTS; i++) qmoe_tensor_destroy(ts[i]);
     return 0;
