@@ -31,6 +31,7 @@ from ._grouped_matmul import npu_grouped_matmul
 from ._quantize import QuantizedExperts, quantize_experts
 from ._checkpoint import load_experts
 from ._prepack import PrepackedWeights, prepack
+from ._moe_layer import MoELayer
 
 __version__ = _lib.package_version()
 
@@ -51,6 +52,7 @@ def library_path() -> str:
 
 
 __all__ = [
+    "MoELayer",
     "QmoeError",
     "ERR_PARAM_NULLPTR",
     "ERR_PARAM_INVALID",
