@@ -76,3 +76,20 @@ def test_bad_files_refused_by_name(tmp_path):
     (d / "layer.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{\"a\":1} ")
     r = run(d, tmp_path / "x.npy")
     assert r.returncode == 1 and "layer.safetensors" in r.stderr
+
+
+def test_bench_moe_prints_one_line_per_token_count():
+    """The benchmark runs and reports what it measured (speed itself is not asserted)."""
+    import json
+    r = subprocess.run([QMOE, "bench", "moe", "--model", "qwen3-30b-a3b", "--experts", "8",
+                        "--tokens", "1,5", "--seconds", "0.01", "--dram-mb", "16"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    lines = [json.loads(x) for x in r.stdout.splitlines()]
+    assert [x["tokens"] for x in lines] == [1, 5]
+    for x in lines:
+        assert x["E"] == 8 and x["H"] == 2048 and x["I"] == 768 and x["top_k"] == 8
+        assert x["seconds"] > 0 and x["dram_gb_per_s"] > 0 and x["active_experts"] == 8
+    r = subprocess.run([QMOE, "bench", "moe", "--model", "mixtral-8x7b", "--experts", "1"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "top-2" in r.stderr
