@@ -390,7 +390,10 @@ static void threads_streams_routed(void)
         CHECK(memcmp(ids, ids2, 4 * (size_t)(s.T * 2)) == 0);
         void *out = mt_alloc(s.T * s.H, s.hd);
         uint64_t wsz = 0;
+        uint64_t wsz5 = 0;
         CHECK(qmoe_moe_layer_workspace_size(L1, s.T, s.hd, &wsz) == QMOE_OK);
+        CHECK(qmoe_moe_layer_workspace_size(L5, s.T, s.hd, &wsz5) == QMOE_OK);
+        if (wsz5 > wsz) wsz = wsz5; /* one workspace for both layers */
         void *lw = aligned_alloc(64, (size_t)(wsz + 63) / 64 * 64);
         qmoe_tensor *th = mt_tensor(s.hidden, s.hd, 2, hs, NULL), *to = mt_tensor(out, s.hd, 2, hs, NULL);
         CHECK_MSG(qmoe_moe_layer_forward_routed(L1, th, ti, ty, to, lw, wsz, NULL) == QMOE_OK, "%s", qmoe_last_error());
@@ -403,6 +406,21 @@ static void threads_streams_routed(void)
         int untouched = 1;
         for (size_t i = 0; i < bytes; i++) untouched &= ((uint8_t *)out)[i] == 0x5A;
         CHECK_MSG(untouched, "a refused forward wrote its output");
+
+        /* the plan kept for the same buffers: new contents are read, a new output is written */
+        void *o1 = mt_alloc(s.T * s.H, s.hd), *o2 = mt_alloc(s.T * s.H, s.hd);
+        qmoe_tensor *tl1 = mt_tensor(s.logits, QMOE_DTYPE_FLOAT32, 2, ls, NULL), *to1 = mt_tensor(o1, s.hd, 2, hs, NULL),
+                    *to2 = mt_tensor(o2, s.hd, 2, hs, NULL);
+        for (int rep = 0; rep < 2; rep++) CHECK(qmoe_moe_layer_forward(L5, th, tl1, to1, lw, wsz, NULL) == QMOE_OK);
+        CHECK_MSG(memcmp(o1, a, bytes) == 0, "repeated forward differs");
+        for (int64_t i = 0; i < s.T * s.H; i++) ((uint16_t *)s.hidden)[i] ^= 0x0100; /* other values */
+        CHECK(qmoe_moe_layer_forward(L5, th, tl1, to1, lw, wsz, NULL) == QMOE_OK);
+        CHECK(qmoe_moe_layer_forward(L5, th, tl1, to2, lw, wsz, NULL) == QMOE_OK);
+        void *fresh = layer_run(L1, &s, NULL);
+        CHECK_MSG(memcmp(o1, fresh, bytes) == 0 && memcmp(o2, fresh, bytes) == 0 && memcmp(o1, a, bytes) != 0,
+                  "a kept plan must read the new contents and write the output it is given");
+        qmoe_tensor_destroy(tl1), qmoe_tensor_destroy(to1), qmoe_tensor_destroy(to2);
+        free(o1), free(o2), free(fresh);
 
         /* T = 0: nothing to do, workspace 0 */
         int64_t z[2] = {0, s.H}, zl[2] = {0, s.E};

@@ -23,7 +23,9 @@
 #include "qmoe/runtime.h"
 
 #define CMD "bench moe"
-enum { MAX_T = 16 };
+/* Each run routes the tokens to other experts (the logits rotated by E/VARIANTS columns), so
+ * at decode the experts come from DRAM, not from a last-level cache that holds a few of them. */
+enum { MAX_T = 16, VARIANTS = 8 };
 
 typedef struct bm_model {
     const char *name;
@@ -263,10 +265,11 @@ int bench_moe_layer(int argc, char **argv)
     for (int ti = 0; !rc && ti < a.nt; ti++) {
         int64_t T = a.tokens[ti], H = a.m.H, E = a.m.E;
         float *x = malloc((size_t)(T * H) * 4), *out = malloc((size_t)(T * H) * 4),
-              *logits = malloc((size_t)(T * E) * 4);
+              *logits = malloc((size_t)(T * E * VARIANTS) * 4);
         uint64_t wsz = 0, s = 99 + (uint64_t)T;
         void *ws = NULL;
         qmoe_tensor *th = NULL, *tl = NULL, *to = NULL;
+        (void)tl;
         int64_t hs[2] = {T, H}, ls[2] = {T, E};
         if (!x || !out || !logits || qmoe_moe_layer_workspace_size(L, T, QMOE_DTYPE_FLOAT32, &wsz) ||
             !(ws = aligned_alloc(64, (size_t)((wsz + 64) & ~(uint64_t)63)))) {
@@ -275,8 +278,19 @@ int bench_moe_layer(int argc, char **argv)
         }
         for (int64_t i = 0; !rc && i < T * H; i++) x[i] = (float)((double)bm_next(&s) / 2147483648.0 * 2 - 1);
         for (int64_t i = 0; !rc && i < T * E; i++) logits[i] = (float)((double)bm_next(&s) / 2147483648.0 * 6 - 3);
+        int64_t shift = E / VARIANTS ? E / VARIANTS : 1;
+        for (int v = 1; !rc && v < VARIANTS; v++)
+            for (int64_t t = 0; t < T; t++)
+                for (int64_t e = 0; e < E; e++)
+                    logits[(v * T + t) * E + (e + v * shift) % E] = logits[t * E + e];
+        qmoe_tensor *tv[VARIANTS] = {0};
+        for (int v = 0; !rc && v < VARIANTS; v++)
+            if (qmoe_tensor_create(ls, 2, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, logits + v * T * E, &tv[v])) {
+                fprintf(stderr, "qmoe " CMD ": %s\n", qmoe_last_error());
+                rc = 1;
+            }
+        tl = tv[0];
         if (!rc && (qmoe_tensor_create(hs, 2, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, x, &th) ||
-                    qmoe_tensor_create(ls, 2, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, logits, &tl) ||
                     qmoe_tensor_create(hs, 2, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, out, &to))) {
             fprintf(stderr, "qmoe " CMD ": %s\n", qmoe_last_error());
             rc = 1;
@@ -290,7 +304,8 @@ int bench_moe_layer(int argc, char **argv)
                 rc = qmoe_moe_layer_forward(L, th, tl, to, ws, wsz, stream) || qmoe_stream_synchronize(stream);
             while (!rc && n < 1000 && (n < 3 || bm_now() - start < a.seconds)) {
                 double t0 = bm_now();
-                rc = qmoe_moe_layer_forward(L, th, tl, to, ws, wsz, stream) || qmoe_stream_synchronize(stream);
+                rc = qmoe_moe_layer_forward(L, th, tv[n % VARIANTS], to, ws, wsz, stream) ||
+                     qmoe_stream_synchronize(stream);
                 times[n++] = bm_now() - t0;
             }
             if (rc) fprintf(stderr, "qmoe " CMD ": %s\n", qmoe_last_error());
@@ -310,7 +325,8 @@ int bench_moe_layer(int argc, char **argv)
                    2.0 * (double)T * (double)a.m.k * 3.0 * (double)H * (double)a.m.I / t / 1e9);
             fflush(stdout);
         }
-        qmoe_tensor_destroy(th), qmoe_tensor_destroy(tl), qmoe_tensor_destroy(to);
+        qmoe_tensor_destroy(th), qmoe_tensor_destroy(to);
+        for (int v = 0; v < VARIANTS; v++) qmoe_tensor_destroy(tv[v]);
         free(x), free(out), free(logits), free(ws);
     }
     qmoe_stream_destroy(stream);

@@ -3,6 +3,7 @@
 #include "qmoe/moe_layer.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,11 +16,34 @@
 
 #define OP "MoeLayer"
 
+/* What a plan was made for: the forward's tensors (data, dtype, shape, strides) and workspace. */
+typedef struct plan_key {
+    struct {
+        const void *data;
+        int64_t dtype, d0, d1, s0, s1;
+    } t[4];
+    const void *workspace;
+} plan_key;
+
+typedef struct layer_plan {
+    qmoe_moe_executor *gate, *route, *fin;
+    qmoe_executor *gu;
+    qmoe_grouped_matmul_executor *down;
+    uint64_t ops_bytes; /* the largest operator workspace */
+} layer_plan;
+
 struct qmoe_moe_layer {
     qmoe_moe_layer_config cfg;
     qmoe_weights *w13, *w2;
     qmoe_tensor *t13, *t2; /* views of the prepacked objects */
     float *bias;           /* [E] selection bias (sigmoid gating), or NULL */
+    /* The last forward's plan: a forward with the same tensors and workspace (an engine's
+     * steady state) reuses it and allocates nothing. Taken with trylock: a forward that finds it
+     * busy (another thread's) plans on its own. */
+    pthread_mutex_t lock;
+    int cached;
+    plan_key key;
+    layer_plan plan;
 };
 
 /* Intermediates, in workspace order; each starts on a 64-byte boundary. */
@@ -143,6 +167,10 @@ qmoe_status qmoe_moe_layer_create(const qmoe_moe_layer_config *config, const qmo
     qmoe_moe_layer *L = calloc(1, sizeof *L);
     float *zero = NULL;
     if (!L) return qmoe_fail(QMOE_ERR_INNER, OP ": out of memory");
+    if (pthread_mutex_init(&L->lock, NULL)) {
+        free(L);
+        return qmoe_fail(QMOE_ERR_INNER, OP ": cannot make a mutex");
+    }
     L->cfg = c;
     if (c.correction_bias) {
         L->bias = malloc((size_t)c.num_experts * sizeof(float));
@@ -183,9 +211,13 @@ fail:
     return st;
 }
 
+static void plan_free(layer_plan *p);
+
 void qmoe_moe_layer_destroy(qmoe_moe_layer *L)
 {
     if (!L) return;
+    if (L->cached) plan_free(&L->plan);
+    pthread_mutex_destroy(&L->lock);
     qmoe_tensor_destroy(L->t13);
     qmoe_tensor_destroy(L->t2);
     qmoe_weights_destroy(L->w13);
@@ -251,13 +283,6 @@ done:
 }
 
 /* ---------------------------------------------------------------- forward --------------------- */
-
-typedef struct layer_plan {
-    qmoe_moe_executor *gate, *route, *fin;
-    qmoe_executor *gu;
-    qmoe_grouped_matmul_executor *down;
-    uint64_t ops_bytes; /* the largest operator workspace */
-} layer_plan;
 
 static void plan_free(layer_plan *p)
 {
@@ -413,11 +438,32 @@ static qmoe_status run(const qmoe_moe_layer *L, const qmoe_tensor *hidden, const
                              OP ": workspaceSize = %llu; the intermediates alone need %llu",
                              (unsigned long long)workspace_size, (unsigned long long)off[B_OPS]);
     layer_plan p = {0};
-    qmoe_status st = plan_layer(L, hidden, logits, ids, wts, out, (uintptr_t)workspace, &p);
-    if (st) return st;
+    plan_key key;
+    const qmoe_tensor *kt[4] = {hidden, logits ? logits : ids, wts, out};
+    memset(&key, 0, sizeof key);
+    for (int i = 0; i < 4; i++)
+        if (kt[i]) {
+            key.t[i].data = qmoe_tensor_data(kt[i]), key.t[i].dtype = qmoe_tensor_dtype(kt[i]);
+            key.t[i].d0 = qmoe_tensor_dim(kt[i], 0), key.t[i].d1 = qmoe_tensor_dim(kt[i], 1);
+            key.t[i].s0 = qmoe_tensor_stride(kt[i], 0), key.t[i].s1 = qmoe_tensor_stride(kt[i], 1);
+        }
+    key.workspace = workspace;
+    qmoe_moe_layer *M = (qmoe_moe_layer *)L; /* the cache is not part of the layer's value */
+    int mine = !pthread_mutex_trylock(&M->lock), hit = mine && M->cached && !memcmp(&M->key, &key, sizeof key);
+    qmoe_status st = QMOE_OK;
+    if (hit) {
+        p = M->plan;
+    } else {
+        st = plan_layer(L, hidden, logits, ids, wts, out, (uintptr_t)workspace, &p);
+        if (st) {
+            if (mine) pthread_mutex_unlock(&M->lock);
+            return st;
+        }
+    }
     uint64_t need = off[B_OPS] + p.ops_bytes;
     if (workspace_size < need) {
-        plan_free(&p);
+        if (!hit) plan_free(&p);
+        if (mine) pthread_mutex_unlock(&M->lock);
         return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_WORKSPACE, "workspaceSize",
                              OP ": workspaceSize = %llu is less than the %llu bytes needed",
                              (unsigned long long)workspace_size, (unsigned long long)need);
@@ -434,7 +480,14 @@ static qmoe_status run(const qmoe_moe_layer *L, const qmoe_tensor *hidden, const
     if (!st) st = qmoe_gmm_swiglu_quant(ow, os, p.gu, stream);
     if (!st) st = qmoe_grouped_matmul(ow, os, p.down, stream);
     if (!st) st = qmoe_moe_finalize_routing(ow, os, p.fin, stream);
-    plan_free(&p);
+    if (mine && !hit) { /* keep the new plan in place of the old one */
+        if (M->cached) plan_free(&M->plan);
+        M->plan = p, M->cached = 1;
+        memcpy(&M->key, &key, sizeof key);
+    } else if (!hit) {
+        plan_free(&p);
+    }
+    if (mine) pthread_mutex_unlock(&M->lock);
     return st;
 }
 
