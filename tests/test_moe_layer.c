@@ -516,10 +516,122 @@ static void errors(void)
     unmake(&s);
 }
 
+/* A shared expert of Is = 2I (two chunks): equal to a layer of E + 2 experts (the routed ones
+ * plus the shared weights split by the test) routed to the gating's choice plus both chunks with
+ * weight 1; and within A8W8's error of the float64 layer with the shared expert. */
+static void shared_expert(void)
+{
+    qt_rng r = {57};
+    setup s;
+    enum { M = 2 };
+    make(&s, &r, 20, 64, 32, 8, QMOE_DTYPE_BFLOAT16);
+    int64_t T = s.T, H = s.H, I = s.I, E = s.E, K = 2, Is = M * 32, K2 = K + M;
+    float *sg = malloc(4 * (size_t)(Is * H)), *su = malloc(4 * (size_t)(Is * H)), *sd = malloc(4 * (size_t)(H * Is));
+    for (int64_t i = 0; i < Is * H; i++) sg[i] = (float)(gauss(&r) / 8), su[i] = (float)(gauss(&r) / 8);
+    for (int64_t i = 0; i < H * Is; i++) sd[i] = (float)(gauss(&r) / 8);
+    s.cfg.gating = QMOE_MOE_GATING_SIGMOID, s.cfg.group_count = 4, s.cfg.k_group = 2;
+    s.cfg.routed_scaling_factor = 2.5, s.cfg.correction_bias = s.bias;
+    s.cfg.shared_intermediate_size = Is, s.cfg.shared_gate = sg, s.cfg.shared_up = su, s.cfg.shared_down = sd;
+    qmoe_moe_layer *L = layer_of(&s);
+    /* the big layer: experts 0..E-1, then the shared expert's chunks of I */
+    setup b = s;
+    b.E = E + M;
+    b.gate = malloc(4 * (size_t)(b.E * I * H)), b.up = malloc(4 * (size_t)(b.E * I * H));
+    b.down = malloc(4 * (size_t)(b.E * H * I));
+    memcpy(b.gate, s.gate, 4 * (size_t)(E * I * H)), memcpy(b.up, s.up, 4 * (size_t)(E * I * H));
+    memcpy(b.down, s.down, 4 * (size_t)(E * H * I));
+    memcpy(b.gate + E * I * H, sg, 4 * (size_t)(Is * H)), memcpy(b.up + E * I * H, su, 4 * (size_t)(Is * H));
+    for (int64_t k = 0; k < M; k++)
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t i = 0; i < I; i++) b.down[((E + k) * H + h) * I + i] = sd[h * Is + k * I + i];
+    qmoe_moe_layer_config bc = QMOE_MOE_LAYER_CONFIG_INIT;
+    bc.hidden_size = H, bc.intermediate_size = I, bc.num_experts = b.E, bc.top_k = K2;
+    b.cfg = bc;
+    qmoe_moe_layer *B = layer_of(&b);
+    if (L && B) {
+        void *got = layer_run(L, &s, NULL);
+        /* the routing the gating operator gives, plus the shared columns */
+        float *y = malloc(4 * (size_t)(T * K)), *y2 = malloc(4 * (size_t)(T * K2));
+        int32_t *ids = malloc(4 * (size_t)(T * K)), *ids2 = malloc(4 * (size_t)(T * K2));
+        int64_t ls[2] = {T, E}, ks[2] = {T, K}, ks2[2] = {T, K2}, hs[2] = {T, H};
+        qmoe_tensor *tl = mt_tensor(s.logits, QMOE_DTYPE_FLOAT32, 2, ls, NULL), *ty = mt_tensor(y, QMOE_DTYPE_FLOAT32, 2, ks, NULL),
+                    *ti = mt_tensor(ids, QMOE_DTYPE_INT32, 2, ks, NULL), *tbias = mt_tensor(s.bias, QMOE_DTYPE_FLOAT32, 1, &E, NULL);
+        qmoe_moe_gating_attrs ga = {.k = K, .k_group = 2, .group_count = 4, .group_select_mode = 1, .norm_type = 1,
+                                    .routed_scaling_factor = 2.5, .eps = 1e-20};
+        qmoe_moe_executor *ex = NULL;
+        uint64_t ws = 0;
+        CHECK(qmoe_moe_gating_top_k_workspace_size(tl, tbias, &ga, ty, ti, NULL, NULL, &ws, &ex) == QMOE_OK);
+        void *w = malloc(ws + 8);
+        CHECK(qmoe_moe_gating_top_k(w, ws, ex, NULL) == QMOE_OK);
+        free(w);
+        qmoe_moe_executor_destroy(ex);
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t j = 0; j < K2; j++) {
+                ids2[t * K2 + j] = j < K ? ids[t * K + j] : (int32_t)(E + j - K);
+                y2[t * K2 + j] = j < K ? y[t * K + j] : 1.0f;
+            }
+        void *want = mt_alloc(T * H, s.hd);
+        uint64_t wsz = 0;
+        CHECK(qmoe_moe_layer_workspace_size(B, T, s.hd, &wsz) == QMOE_OK);
+        void *lw = aligned_alloc(64, (size_t)(wsz + 63) / 64 * 64);
+        qmoe_tensor *th = mt_tensor(s.hidden, s.hd, 2, hs, NULL), *to = mt_tensor(want, s.hd, 2, hs, NULL),
+                    *ti2 = mt_tensor(ids2, QMOE_DTYPE_INT32, 2, ks2, NULL), *ty2 = mt_tensor(y2, QMOE_DTYPE_FLOAT32, 2, ks2, NULL);
+        CHECK_MSG(qmoe_moe_layer_forward_routed(B, th, ti2, ty2, to, lw, wsz, NULL) == QMOE_OK, "%s", qmoe_last_error());
+        CHECK_MSG(memcmp(got, want, (size_t)(T * H) * 2) == 0, "shared expert: differs from E + 2 experts routed by hand");
+        /* routed forward of the shared layer: the same */
+        void *got2 = mt_alloc(T * H, s.hd);
+        qmoe_tensor *to2 = mt_tensor(got2, s.hd, 2, hs, NULL);
+        uint64_t wsz2 = 0;
+        CHECK(qmoe_moe_layer_workspace_size(L, T, s.hd, &wsz2) == QMOE_OK);
+        void *lw2 = aligned_alloc(64, (size_t)(wsz2 + 63) / 64 * 64);
+        CHECK_MSG(qmoe_moe_layer_forward_routed(L, th, ti, ty, to2, lw2, wsz2, NULL) == QMOE_OK, "%s", qmoe_last_error());
+        CHECK_MSG(memcmp(got2, want, (size_t)(T * H) * 2) == 0, "shared expert, routed forward differs");
+        /* float64 layer with the shared expert */
+        double num = 0, den = 0;
+        for (int64_t t = 0; t < T; t++) {
+            double x[64], acc[64] = {0}, wt[2];
+            for (int64_t h = 0; h < H; h++) x[h] = mt_get(s.hidden, s.hd, t * H + h);
+            route_weights(&s, t, ids, wt);
+            for (int64_t j = 0; j < K2; j++) {
+                int64_t e = ids2[t * K2 + j];
+                for (int64_t i = 0; i < I; i++) {
+                    double g = 0, u = 0;
+                    for (int64_t h = 0; h < H; h++)
+                        g += b.gate[(e * I + i) * H + h] * x[h], u += b.up[(e * I + i) * H + h] * x[h];
+                    double a = g / (1 + exp(-g)) * u * (j < K ? wt[j] : 1);
+                    for (int64_t h = 0; h < H; h++) acc[h] += a * b.down[(e * H + h) * I + i];
+                }
+            }
+            for (int64_t h = 0; h < H; h++) {
+                double d = mt_get(got, s.hd, t * H + h) - acc[h];
+                num += d * d, den += acc[h] * acc[h];
+            }
+        }
+        printf("%-28s rel L2 vs float64: layer %.4f%%\n", "shared expert (Is = 2I)", 100 * sqrt(num / den));
+        CHECK_MSG(sqrt(num / den) < 0.04, "shared expert: error %.5g vs float64", sqrt(num / den));
+        qmoe_tensor *all[] = {tl, ty, ti, tbias, th, to, ti2, ty2, to2};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) qmoe_tensor_destroy(all[i]);
+        free(got), free(got2), free(want), free(y), free(y2), free(ids), free(ids2), free(lw), free(lw2);
+    }
+    /* Is not a multiple of I: refused */
+    qmoe_moe_layer *bad = NULL;
+    s.cfg.shared_intermediate_size = 48;
+    const void **g = ptrs(s.gate, E, I * H), **u = ptrs(s.up, E, I * H), **d = ptrs(s.down, E, H * I);
+    MT_EXPECT_FAIL(qmoe_moe_layer_create_from_float(&s.cfg, g, u, d, QMOE_DTYPE_FLOAT32, &bad), QMOE_ERR_PARAM_INVALID);
+    s.cfg.shared_intermediate_size = Is, s.cfg.shared_down = NULL;
+    MT_EXPECT_FAIL(qmoe_moe_layer_create_from_float(&s.cfg, g, u, d, QMOE_DTYPE_FLOAT32, &bad), QMOE_ERR_PARAM_NULLPTR);
+    CHECK(bad == NULL);
+    free(g), free(u), free(d);
+    qmoe_moe_layer_destroy(L), qmoe_moe_layer_destroy(B);
+    free(b.gate), free(b.up), free(b.down), free(sg), free(su), free(sd);
+    unmake(&s);
+}
+
 int main(void)
 {
     gating_and_modes();
     threads_streams_routed();
+    shared_expert();
     errors();
     return qt_finish("moe_layer");
 }

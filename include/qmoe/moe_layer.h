@@ -11,8 +11,9 @@
  *   down          GroupedMatmul (prepacked weights), per-token dequant to the hidden dtype
  *   finalize      weighted sum of each token's top-k rows back in token order
  *
- * The intermediates live in one workspace the caller sizes with qmoe_moe_layer_workspace_size()
- * (nothing is allocated for them per call). Results do not depend on the thread count.
+ * The intermediates live in one workspace the caller sizes with qmoe_moe_layer_workspace_size().
+ * The layer keeps the plan of its last forward: a forward with the same tensors (data, shape,
+ * strides) and workspace allocates nothing. Results do not depend on the thread count.
  * Quantization of float weights: docs/moe-layer.md (qmoe/quantize.h).
  */
 #ifndef QMOE_MOE_LAYER_H
@@ -53,11 +54,17 @@ typedef struct qmoe_moe_layer_config {
     int64_t group_size;        /* 0: per output channel; else a divisor of H and of I */
     int clip_search;           /* A8W4 from floats: per-group MSE-optimal clipping */
     int threads;               /* parts each operator is split into (0: the online cores) */
+    /* A shared expert every token passes with weight 1 (DeepSeek-style; 0: none). Is must be a
+     * multiple of I: it runs as Is / I more experts of size I (their int8 intermediate and down
+     * scales are per chunk of I). From floats: its [Is, H], [Is, H], [H, Is] weights in the
+     * experts' dtype; from quantized weights: experts E .. E + Is/I - 1 of w13 / w2. */
+    int64_t shared_intermediate_size;
+    const void *shared_gate, *shared_up, *shared_down;
 } qmoe_moe_layer_config;
 
 #define QMOE_MOE_LAYER_CONFIG_INIT \
     {(uint32_t)sizeof(qmoe_moe_layer_config), 0, 0, 0, 0, QMOE_MOE_GATING_SOFTMAX, 1, 0, 0, 0.0, \
-     NULL, QMOE_QUANT_A8W8, 0, 0, 0}
+     NULL, QMOE_QUANT_A8W8, 0, 0, 0, 0, NULL, NULL, NULL}
 
 /* From float weights in the checkpoint convention: gate[e], up[e] point at expert e's [I, H]
  * row-major matrices, down[e] at its [H, I] one, all of `dtype` (float32, float16, bfloat16).
@@ -97,7 +104,8 @@ QMOE_API qmoe_status qmoe_moe_layer_forward(const qmoe_moe_layer *layer, const q
                                             uint64_t workspace_size, qmoe_stream *stream);
 
 /* Forward with routing decided by the caller: topk_ids int32 [T, k] in [0, E), topk_weights
- * [T, k] float32 or hidden's dtype (used as given: no renormalisation). */
+ * [T, k] float32 or hidden's dtype (used as given: no renormalisation). With a shared expert
+ * they are copied into the workspace by this call (so they must be ready when it is made). */
 QMOE_API qmoe_status qmoe_moe_layer_forward_routed(const qmoe_moe_layer *layer,
                                                    const qmoe_tensor *hidden,
                                                    const qmoe_tensor *topk_ids,

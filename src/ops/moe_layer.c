@@ -59,17 +59,23 @@ static int is_float(qmoe_dtype d)
     return d == QMOE_DTYPE_FLOAT32 || d == QMOE_DTYPE_FLOAT16 || d == QMOE_DTYPE_BFLOAT16;
 }
 
+/* Experts the shared expert runs as (chunks of I). */
+static int64_t n_shared(const qmoe_moe_layer_config *c)
+{
+    return c->shared_intermediate_size / c->intermediate_size;
+}
+
 /* Offsets of the intermediates for T tokens; false on overflow. */
 static int layout(const qmoe_moe_layer_config *c, int64_t T, qmoe_dtype dtype,
                   uint64_t off[B_COUNT])
 {
-    int64_t A, tk, bytes[B_OPS];
-    if (!qmoe_mul_i64(T, c->top_k, &A)) return 0;
+    int64_t A, tk, bytes[B_OPS], T0 = T;
+    if (!qmoe_mul_i64(T, c->top_k + n_shared(c), &A)) return 0;
     tk = A;
     bytes[B_Y] = 0, bytes[B_IDS] = 0, bytes[B_ROWIDX] = 0;
     int ok = qmoe_mul_i64(tk, 4, &bytes[B_Y]) && qmoe_mul_i64(tk, 4, &bytes[B_IDS]) &&
-             qmoe_mul_i64(tk, 4, &bytes[B_ROWIDX]) && qmoe_mul_i64(A, c->hidden_size, &bytes[B_XQ]) &&
-             qmoe_mul_i64(A, 4, &bytes[B_RI]) && qmoe_mul_i64(c->num_experts, 8, &bytes[B_CUM]) &&
+             qmoe_mul_i64(T0 * c->top_k, 4, &bytes[B_ROWIDX]) && qmoe_mul_i64(A, c->hidden_size, &bytes[B_XQ]) &&
+             qmoe_mul_i64(A, 4, &bytes[B_RI]) && qmoe_mul_i64(c->num_experts + n_shared(c), 8, &bytes[B_CUM]) &&
              qmoe_mul_i64(A, 4, &bytes[B_XS]) &&
              qmoe_mul_i64(A, c->intermediate_size, &bytes[B_HQ]) && qmoe_mul_i64(A, 4, &bytes[B_HS]) &&
              qmoe_mul_i64(A, c->hidden_size, &bytes[B_DOWN]) &&
@@ -126,6 +132,10 @@ static qmoe_status check_config(const qmoe_moe_layer_config *in, qmoe_moe_layer_
                    (long long)c->group_size, (long long)c->hidden_size, (long long)c->intermediate_size);
     if (c->threads < 0 || c->threads > 4096)
         return BAD("config.threads = %d; expected 0 to 4096", c->threads);
+    if (c->shared_intermediate_size < 0 || c->shared_intermediate_size % c->intermediate_size ||
+        c->shared_intermediate_size / c->intermediate_size > 64)
+        return BAD("config.shared_intermediate_size = %lld: expected 0 or a multiple (at most 64) of "
+                   "intermediate_size %lld", (long long)c->shared_intermediate_size, (long long)c->intermediate_size);
     int64_t n2;
     if (!qmoe_mul_i64(c->intermediate_size, 2, &n2))
         return BAD("config.intermediate_size = %lld overflows", (long long)c->intermediate_size);
@@ -184,11 +194,11 @@ qmoe_status qmoe_moe_layer_create(const qmoe_moe_layer_config *config, const qmo
     qmoe_weights_options wo = QMOE_WEIGHTS_OPTIONS_INIT;
     st = qmoe_weights_prepack(w13, w13_scale, a8w4 ? w13_bias : NULL, &wo, &L->w13);
     if (!st) st = qmoe_weights_tensor(L->w13, &L->t13);
-    if (!st) st = check_view(L->t13, "w13", c.num_experts, c.hidden_size, 2 * c.intermediate_size);
+    if (!st) st = check_view(L->t13, "w13", c.num_experts + n_shared(&c), c.hidden_size, 2 * c.intermediate_size);
     if (st) goto fail;
     qmoe_tensor *tz = NULL;
     if (a8w4) { /* GroupedMatmul folds no assist matrix: prepack it with a zero one */
-        int64_t zs[2] = {c.num_experts, c.hidden_size}, n;
+        int64_t zs[2] = {c.num_experts + n_shared(&c), c.hidden_size}, n;
         if (!qmoe_mul_i64(zs[0], zs[1], &n) || !(zero = calloc((size_t)n, sizeof(float)))) {
             st = qmoe_fail(QMOE_ERR_INNER, OP ": out of memory");
             goto fail;
@@ -199,7 +209,7 @@ qmoe_status qmoe_moe_layer_create(const qmoe_moe_layer_config *config, const qmo
     st = qmoe_weights_prepack(w2, w2_scale, tz, &wo, &L->w2);
     qmoe_tensor_destroy(tz);
     if (!st) st = qmoe_weights_tensor(L->w2, &L->t2);
-    if (!st) st = check_view(L->t2, "w2", c.num_experts, c.intermediate_size, c.hidden_size);
+    if (!st) st = check_view(L->t2, "w2", c.num_experts + n_shared(&c), c.intermediate_size, c.hidden_size);
     if (st) goto fail;
     free(zero);
     *layer = L;
@@ -243,14 +253,51 @@ qmoe_status qmoe_moe_layer_create_from_float(const qmoe_moe_layer_config *config
         return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL,
                              !gate ? "gate" : !up ? "up" : !down ? "down" : "layer",
                              OP ": a required argument is a null pointer");
+    int64_t m = n_shared(&c);
+    if (m && (!c.shared_gate || !c.shared_up || !c.shared_down))
+        return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "config",
+                             OP ": config.shared_gate, shared_up and shared_down are needed with a shared expert");
+    if (dtype != QMOE_DTYPE_FLOAT32 && dtype != QMOE_DTYPE_FLOAT16 && dtype != QMOE_DTYPE_BFLOAT16)
+        return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_DTYPE, "dtype",
+                             OP ": weights must be float32, float16 or bfloat16");
     qmoe_quant_options qo = QMOE_QUANT_OPTIONS_INIT;
     qo.mode = c.mode, qo.weight_nd = 1, qo.clip_search = c.clip_search, qo.group_size = c.group_size;
     qo.threads = c.threads;
-    int64_t E = c.num_experts, H = c.hidden_size, I = c.intermediate_size;
+    int64_t E = c.num_experts + m, H = c.hidden_size, I = c.intermediate_size;
+    size_t item = dtype == QMOE_DTYPE_FLOAT32 ? 4 : 2;
+    /* the routed experts, then the shared expert's chunks of I: gate/up rows are contiguous,
+     * down's columns are copied out ([H, Is] -> m times [H, I]) */
+    const void **pg = calloc((size_t)E, sizeof *pg), **pu = calloc((size_t)E, sizeof *pu),
+               **pd = calloc((size_t)E, sizeof *pd);
+    char *chunks = m ? malloc((size_t)(m * H * I) * item) : NULL;
+    if (!pg || !pu || !pd || (m && !chunks)) {
+        free(pg), free(pu), free(pd), free(chunks);
+        return qmoe_fail(QMOE_ERR_INNER, OP ": out of memory");
+    }
+    for (int64_t e = 0; e < c.num_experts; e++) pg[e] = gate[e], pu[e] = up[e], pd[e] = down[e];
+    for (int64_t k = 0; k < m; k++) {
+        const char *sg = c.shared_gate, *su = c.shared_up, *sd = c.shared_down;
+        char *dst = chunks + (size_t)(k * H * I) * item;
+        pg[c.num_experts + k] = sg + (size_t)(k * I * H) * item;
+        pu[c.num_experts + k] = su + (size_t)(k * I * H) * item;
+        for (int64_t h = 0; h < H; h++)
+            memcpy(dst + (size_t)(h * I) * item, sd + (size_t)(h * m * I + k * I) * item, (size_t)I * item);
+        pd[c.num_experts + k] = dst;
+    }
+    for (int64_t e = 0; e < E; e++)
+        if (!pg[e] || !pu[e] || !pd[e]) {
+            free(pg), free(pu), free(pd), free(chunks);
+            return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "gate",
+                                 OP ": expert %lld's weight pointer is NULL", (long long)e);
+        }
+    gate = pg, up = pu, down = pd;
     qmoe_quant_sizes s13, s2;
     st = qmoe_quant_sizes_of(&qo, E, H, 2 * I, &s13);
     if (!st) st = qmoe_quant_sizes_of(&qo, E, I, H, &s2);
-    if (st) return st;
+    if (st) {
+        free(pg), free(pu), free(pd), free(chunks);
+        return st;
+    }
     void *w13 = malloc((size_t)s13.weight_bytes), *w2 = malloc((size_t)s2.weight_bytes);
     float *sc13 = malloc((size_t)s13.scale_count * sizeof(float)),
           *sc2 = malloc((size_t)s2.scale_count * sizeof(float));
@@ -279,6 +326,7 @@ qmoe_status qmoe_moe_layer_create_from_float(const qmoe_moe_layer_config *config
 done:
     for (int i = 0; i < 5; i++) qmoe_tensor_destroy(t[i]);
     free(w13), free(w2), free(sc13), free(sc2), free(b13), free(b2);
+    free(pg), free(pu), free(pd), free(chunks);
     return st;
 }
 
@@ -317,14 +365,22 @@ static qmoe_status plan_layer(const qmoe_moe_layer *L, const qmoe_tensor *hidden
     uint64_t off[B_COUNT];
     if (!layout(c, T, hd, off))
         return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_LIMIT, "hidden", OP ": %lld tokens overflow the workspace size", (long long)T);
-    int64_t A = T * K, tk[2] = {T, K}, xq[2] = {A, H}, hq[2] = {A, I}, e1 = E, bias_sh = E;
+    int64_t m = n_shared(c), K2 = K + m;
+    int64_t A = T * K2, tk[2] = {T, K}, tk2[2] = {T, K2}, vs[2] = {K2, 1}, xq[2] = {A, H}, hq[2] = {A, I},
+            e1 = E + m, bias_sh = E;
     qmoe_tensor *t[12] = {0}, *tb = NULL;
     qmoe_status st = QMOE_OK;
-    enum { Y, IDS, ROWIDX, XQ, RI, CUM, XS, HQ, HS, DOWN };
-    qmoe_dtype yd = logits ? qmoe_tensor_dtype(logits) : QMOE_DTYPE_FLOAT32;
-    if (logits) {
-        st = tensor_at(ws, off[B_Y], yd, 2, tk, &t[Y]);
-        if (!st) st = tensor_at(ws, off[B_IDS], QMOE_DTYPE_INT32, 2, tk, &t[IDS]);
+    enum { Y, IDS, ROWIDX, XQ, RI, CUM, XS, HQ, HS, DOWN, YV, IDSV };
+    qmoe_dtype yd = qmoe_tensor_dtype(logits ? logits : w_in);
+    int own = logits || m; /* the routing lives in the workspace ([T, K + m]: shared columns) */
+    if (own) {
+        st = tensor_at(ws, off[B_Y], yd, 2, tk2, &t[Y]);
+        if (!st) st = tensor_at(ws, off[B_IDS], QMOE_DTYPE_INT32, 2, tk2, &t[IDS]);
+        /* the gating writes the first K columns */
+        if (!st) st = qmoe_tensor_create(tk, 2, vs, yd, QMOE_FORMAT_ND, (void *)(ws + (uintptr_t)off[B_Y]), &t[YV]);
+        if (!st)
+            st = qmoe_tensor_create(tk, 2, vs, QMOE_DTYPE_INT32, QMOE_FORMAT_ND, (void *)(ws + (uintptr_t)off[B_IDS]),
+                                    &t[IDSV]);
         if (!st) st = tensor_at(ws, off[B_ROWIDX], QMOE_DTYPE_INT32, 2, tk, &t[ROWIDX]);
     }
     if (!st) st = tensor_at(ws, off[B_XQ], QMOE_DTYPE_INT8, 2, xq, &t[XQ]);
@@ -337,23 +393,23 @@ static qmoe_status plan_layer(const qmoe_moe_layer *L, const qmoe_tensor *hidden
     if (!st && L->bias)
         st = qmoe_tensor_create(&bias_sh, 1, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, L->bias, &tb);
     if (st) goto done;
-    const qmoe_tensor *ids = logits ? t[IDS] : ids_in, *wts = logits ? t[Y] : w_in;
+    const qmoe_tensor *ids = own ? t[IDS] : ids_in, *wts = own ? t[Y] : w_in;
     qmoe_moe_options mo = {sizeof mo, c->threads};
     uint64_t w = 0;
     p->ops_bytes = 0;
     if (logits && c->gating == QMOE_MOE_GATING_SOFTMAX && !c->renormalize) {
-        st = qmoe_moe_gating_top_k_softmax_workspace_size(logits, NULL, K, t[Y], t[IDS], t[ROWIDX], &mo, &w,
+        st = qmoe_moe_gating_top_k_softmax_workspace_size(logits, NULL, K, t[YV], t[IDSV], t[ROWIDX], &mo, &w,
                                                           &p->gate);
     } else if (logits) {
         int sig = c->gating == QMOE_MOE_GATING_SIGMOID;
         qmoe_moe_gating_attrs ga = {.k = K, .k_group = c->k_group, .group_count = c->group_count,
                                     .group_select_mode = sig, .renorm = 0, .norm_type = sig,
                                     .routed_scaling_factor = c->routed_scaling_factor, .eps = 1e-20};
-        st = qmoe_moe_gating_top_k_workspace_size(logits, tb, &ga, t[Y], t[IDS], NULL, &mo, &w, &p->gate);
+        st = qmoe_moe_gating_top_k_workspace_size(logits, tb, &ga, t[YV], t[IDSV], NULL, &mo, &w, &p->gate);
     }
     if (st) goto done;
     keep_max(&p->ops_bytes, w);
-    qmoe_moe_routing_attrs ra = {.expert_num = E, .tokens_mode = QMOE_MOE_TOKENS_CUMSUM,
+    qmoe_moe_routing_attrs ra = {.expert_num = E + m, .tokens_mode = QMOE_MOE_TOKENS_CUMSUM,
                                  .quant_mode = QMOE_MOE_QUANT_DYNAMIC};
     st = qmoe_moe_init_routing_workspace_size(hidden, ids, NULL, NULL, &ra, t[XQ], t[RI], t[CUM], t[XS], &mo,
                                               &w, &p->route);
@@ -417,6 +473,36 @@ static qmoe_status check_io(const qmoe_moe_layer *L, const qmoe_tensor *hidden, 
     return QMOE_OK;
 }
 
+/* With a shared expert: its columns of the routing (expert E + k, weight 1) and, for a routed
+ * forward, the caller's ids and weights copied in front of them. */
+static void fill_routing(const qmoe_moe_layer *L, int64_t T, const qmoe_tensor *ids_in, const qmoe_tensor *w_in,
+                         qmoe_dtype yd, char *ws, const uint64_t *off)
+{
+    int64_t K = L->cfg.top_k, m = n_shared(&L->cfg), K2 = K + m, E = L->cfg.num_experts;
+    if (!m) return;
+    int32_t *ids = (int32_t *)(void *)(ws + off[B_IDS]);
+    char *y = ws + off[B_Y];
+    size_t item = yd == QMOE_DTYPE_FLOAT32 ? 4 : 2;
+    float one32 = 1.0f;
+    uint16_t one16 = yd == QMOE_DTYPE_FLOAT16 ? 0x3C00 : 0x3F80; /* 1.0 in fp16 / bf16 */
+    const void *one = item == 4 ? (const void *)&one32 : (const void *)&one16;
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t k = 0; k < m; k++) {
+            ids[t * K2 + K + k] = (int32_t)(E + k);
+            memcpy(y + (size_t)(t * K2 + K + k) * item, one, item);
+        }
+    if (!ids_in) return;
+    const int32_t *si = qmoe_tensor_data(ids_in);
+    const char *sw = qmoe_tensor_data(w_in);
+    int64_t i0 = qmoe_tensor_stride(ids_in, 0), i1 = qmoe_tensor_stride(ids_in, 1),
+            w0 = qmoe_tensor_stride(w_in, 0), w1 = qmoe_tensor_stride(w_in, 1);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t j = 0; j < K; j++) {
+            ids[t * K2 + j] = si[t * i0 + j * i1];
+            memcpy(y + (size_t)(t * K2 + j) * item, sw + (size_t)(t * w0 + j * w1) * item, item);
+        }
+}
+
 static qmoe_status run(const qmoe_moe_layer *L, const qmoe_tensor *hidden, const qmoe_tensor *logits,
                        const qmoe_tensor *ids, const qmoe_tensor *wts, const qmoe_tensor *out, void *workspace,
                        uint64_t workspace_size, qmoe_stream *stream)
@@ -468,6 +554,7 @@ static qmoe_status run(const qmoe_moe_layer *L, const qmoe_tensor *hidden, const
                              OP ": workspaceSize = %llu is less than the %llu bytes needed",
                              (unsigned long long)workspace_size, (unsigned long long)need);
     }
+    fill_routing(L, qmoe_tensor_dim(hidden, 0), ids, wts, qmoe_tensor_dtype(logits ? logits : wts), workspace, off);
     /* The operators run one after another on the stream: they share one scratch region. */
     void *ow = (char *)workspace + off[B_OPS];
     uint64_t os = workspace_size - off[B_OPS];
