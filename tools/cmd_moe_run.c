@@ -34,8 +34,8 @@ static void usage(FILE *f)
             "usage: qmoe moe run --layer FILE.safetensors --hidden H.npy --router-logits L.npy "
             "--out OUT.npy [options]\n\n"
             "Builds the MoE layer under PREFIX (experts.{e}.gate_proj/up_proj/down_proj.weight or\n"
-            "Mixtral's w1/w3/w2; gate.weight, gate.e_score_correction_bias, shared experts read\n"
-            "but a shared expert is not applied) quantized on load, runs hidden [T,H] (float32 or\n"
+            "Mixtral's w1/w3/w2; gate.weight, gate.e_score_correction_bias, shared_experts.*: a\n"
+            "shared expert of Is a multiple of I) quantized on load, runs hidden [T,H] (float32 or\n"
             "float16) with router_logits [T,E] (float32), writes out [T,H] in hidden's dtype.\n"
             "Defaults come from the file's qmoe.* metadata (qmoe moe gen writes it).\n\n"
             "  --prefix P        the layer's name prefix (default: qmoe.prefix, else inferred)\n"
@@ -104,6 +104,8 @@ typedef struct layer_in {
     void **copies;     /* aligned copies of misaligned tensors */
     size_t ncopies;
     const float *bias; /* gate.e_score_correction_bias (F32) or NULL */
+    int64_t Is;        /* shared expert's intermediate size (0: none) */
+    const void *shared[3];
     qmoe_dtype dtype;
 } layer_in;
 
@@ -189,7 +191,7 @@ static int load_layer(const str_file *f, const char *prefix, layer_in *L, char *
         L->w[r] = calloc((size_t)L->E, sizeof(void *));
         if (!L->w[r]) return snprintf(err, RUN_ERR_LEN, "out of memory"), -1;
     }
-    L->copies = calloc((size_t)L->E * 3, sizeof(void *));
+    L->copies = calloc((size_t)L->E * 3 + 3, sizeof(void *));
     if (!L->copies) return snprintf(err, RUN_ERR_LEN, "out of memory"), -1;
     for (int64_t e = 0; e < L->E; e++)
         for (int r = 0; r < 3; r++) {
@@ -223,6 +225,34 @@ static int load_layer(const str_file *f, const char *prefix, layer_in *L, char *
     if (router && (router->ndim != 2 || router->shape[1] != L->H))
         return snprintf(err, RUN_ERR_LEN, "tensor %.400s: shape mismatch; expected [%" PRId64 ", %" PRId64 "]",
                         router->name, L->E, L->H), -1;
+    snprintf(name, sizeof name, "%s.shared_expert_gate.weight", prefix);
+    if (str_find(f, name))
+        return snprintf(err, RUN_ERR_LEN, "tensor %.400s: a gated shared expert (Qwen2-MoE) is not supported", name), -1;
+    for (int style = 0; style < 2 && !L->Is; style++)
+        for (int r = 0; r < 3; r++) {
+            snprintf(name, sizeof name, "%s.%s.%s.weight", prefix, style ? "shared_expert" : "shared_experts", hf[r]);
+            const str_tensor *t = str_find(f, name);
+            if (!t) {
+                if (r) return snprintf(err, RUN_ERR_LEN, "tensor %.400s is missing", name), -1;
+                break;
+            }
+            qmoe_dtype d;
+            if (r == 0) L->Is = t->ndim == 2 ? t->shape[0] : -1;
+            int64_t want0 = r < 2 ? L->Is : L->H, want1 = r < 2 ? L->H : L->Is;
+            if (float_dtype(t->dtype, &d) || d != L->dtype || t->ndim != 2 || t->shape[0] != want0 ||
+                t->shape[1] != want1 || L->Is < 1)
+                return snprintf(err, RUN_ERR_LEN, "tensor %.400s: shape mismatch or dtype; expected %s [%" PRId64 ", %" PRId64
+                                "]", name, t->dtype, want0, want1), -1;
+            const void *p = t->data;
+            if ((uintptr_t)p % t->itemsize) {
+                void *c = malloc(t->nbytes ? t->nbytes : 1);
+                if (!c) return snprintf(err, RUN_ERR_LEN, "out of memory"), -1;
+                memcpy(c, p, t->nbytes);
+                L->copies[L->ncopies++] = c;
+                p = c;
+            }
+            L->shared[r] = p;
+        }
     snprintf(name, sizeof name, "%s.gate.e_score_correction_bias", prefix);
     const str_tensor *b = str_find(f, name);
     if (b) {
@@ -345,6 +375,8 @@ static int run(const run_opts *o, char *err)
     c.group_size = o->group_size >= 0 ? o->group_size : meta_int(&f, "qmoe.group_size", 0);
     c.clip_search = o->clip;
     c.threads = (int)o->threads;
+    c.shared_intermediate_size = L.Is;
+    c.shared_gate = L.shared[0], c.shared_up = L.shared[1], c.shared_down = L.shared[2];
     const char *mg = str_meta(&f, "qmoe.gating");
     int gating = o->gating >= 0 ? o->gating : mg && !strncmp(mg, "sigmoid", 7) ? 2 : 0;
     c.renormalize = gating != 1;
@@ -388,15 +420,11 @@ static int run(const run_opts *o, char *err)
         snprintf(err, RUN_ERR_LEN, "%.1000s", why);
         goto done;
     }
-    printf("moe run: %s, E=%" PRId64 " H=%" PRId64 " I=%" PRId64 " top-%" PRId64 " %s%s, T=%" PRId64
+    printf("moe run: %s, E=%" PRId64 " H=%" PRId64 " I=%" PRId64 " top-%" PRId64 " %s%s%s, T=%" PRId64
            ": load+quantize %.3f s, forward %.3f s; wrote %s\n",
            prefix, L.E, L.H, L.I, c.top_k, c.mode == QMOE_QUANT_A8W4 ? "a8w4" : "a8w8",
            c.gating == QMOE_MOE_GATING_SIGMOID ? " sigmoid" : c.renormalize ? "" : " no-renorm",
-           hidden.shape[0], t1 - t0, t2 - t1, o->out);
-    char sh[NAME_MAX_LEN];
-    snprintf(sh, sizeof sh, "%s.shared_experts.gate_proj.weight", prefix);
-    if (str_find(&f, sh))
-        fprintf(stderr, "qmoe " CMD ": note: the shared expert under %s is not applied\n", prefix);
+           L.Is ? " + shared expert" : "", hidden.shape[0], t1 - t0, t2 - t1, o->out);
     rc = 0;
 done:
     qmoe_tensor_destroy(th), qmoe_tensor_destroy(tl), qmoe_tensor_destroy(to);

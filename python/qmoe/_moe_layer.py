@@ -40,6 +40,10 @@ class _LayerConfig(ctypes.Structure):
         ("group_size", c_int64),
         ("clip_search", c_int),
         ("threads", c_int),
+        ("shared_intermediate_size", c_int64),
+        ("shared_gate", c_void_p),
+        ("shared_up", c_void_p),
+        ("shared_down", c_void_p),
     ]
 
 
@@ -61,6 +65,11 @@ def _declare(lib: ctypes.CDLL) -> None:
 
 
 _declare(_lib.lib)
+
+
+def _np3(obj: ArrayLike) -> Any:
+    """A [rows, cols] weight as [1, rows, cols] (NumPy or torch)."""
+    return obj[None] if hasattr(obj, "ndim") and obj.ndim == 2 else obj
 
 
 def _int(value: Any, name: str, lo: int) -> int:
@@ -133,12 +142,16 @@ class MoELayer:
                    renormalize: bool = True, gating: str = "softmax", group_count: int = 1,
                    k_group: int = 1, routed_scaling_factor: float = 1.0,
                    correction_bias: Optional[ArrayLike] = None, clip_search: bool = False,
-                   threads: Optional[int] = None) -> "MoELayer":
+                   threads: Optional[int] = None, shared_gate: Optional[ArrayLike] = None,
+                   shared_up: Optional[ArrayLike] = None,
+                   shared_down: Optional[ArrayLike] = None) -> "MoELayer":
         """From float experts in the checkpoint convention: gate, up ``[E, I, H]``, down
         ``[E, H, I]`` (float32, float16 or bfloat16). ``gating="sigmoid"`` is DeepSeek-style:
         sigmoid scores, ``correction_bias [E]`` added for selection, ``group_count`` groups of
         which ``k_group`` are kept, weights renormalised and multiplied by
-        ``routed_scaling_factor``. Quantization: docs/moe-layer.md."""
+        ``routed_scaling_factor``. A shared expert every token passes with weight 1:
+        ``shared_gate``, ``shared_up [Is, H]``, ``shared_down [H, Is]`` (Is a multiple of I).
+        Quantization: docs/moe-layer.md."""
         if mode not in _MODES:
             raise invalid(f"mode = {mode!r}: expected 'a8w8' or 'a8w4'")
         if gating not in _GATINGS:
@@ -158,12 +171,27 @@ class MoELayer:
             bias = _float32(correction_bias, "correction_bias").reshape(-1)
             if bias.shape != (E,):
                 raise invalid(f"correction_bias: shape {list(bias.shape)}, expected [{E}]")
+        shared = [sh for sh in (shared_gate, shared_up, shared_down) if sh is not None]
+        Is, keep = 0, []
+        if shared:
+            if len(shared) != 3:
+                raise invalid("shared_gate, shared_up and shared_down go together")
+            sg, sc = _float_experts(_np3(shared_gate), "shared_gate")
+            su, uc = _float_experts(_np3(shared_up), "shared_up")
+            sd, dc = _float_experts(_np3(shared_down), "shared_down")
+            Is = sg.shape[1]
+            if (sg.shape != (1, Is, H) or su.shape != (1, Is, H) or sd.shape != (1, H, Is)
+                    or {sc, uc, dc} != {code}):
+                raise invalid(f"shared expert: expected [Is, H], [Is, H], [H, Is] with H = {H} in "
+                              "the experts' dtype")
+            keep = [np.ascontiguousarray(a) for a in (sg, su, sd)]
         cfg = _LayerConfig(ctypes.sizeof(_LayerConfig), H, I, E, _int(top_k, "top_k", 1),
                            _GATINGS[gating], int(bool(renormalize)), _int(group_count, "group_count", 1),
                            _int(k_group, "k_group", 1), float(routed_scaling_factor),
                            None if bias is None else bias.ctypes.data, _MODES[mode],
                            _int(group_size or 0, "group_size", 0), int(bool(clip_search)),
-                           min(_int(threads or 0, "threads", 0), 4096))
+                           min(_int(threads or 0, "threads", 0), 4096), Is,
+                           *(a.ctypes.data for a in keep) if keep else (None, None, None))
         handle = c_void_p()
         _lib.check(_lib.lib.qmoe_moe_layer_create_from_float(
             ctypes.byref(cfg), _pointers(g), _pointers(u), _pointers(d), code,
@@ -182,6 +210,12 @@ class MoELayer:
         ck = load_experts(path, prefix, num_experts=num_experts)
         if kwargs.get("gating") == "sigmoid" and kwargs.get("correction_bias") is None:
             kwargs["correction_bias"] = ck.router_bias
+        if ck.shared_expert_gate is not None:
+            raise invalid(f"{path}: {prefix}.shared_expert_gate.weight: a gated shared expert "
+                          "(Qwen2-MoE) is not supported")
+        if ck.shared_gate is not None and "shared_gate" not in kwargs:
+            kwargs.update(shared_gate=ck.shared_gate, shared_up=ck.shared_up,
+                          shared_down=ck.shared_down)
         return cls.from_float(ck.gate, ck.up, ck.down, top_k=top_k, **kwargs)
 
     @property

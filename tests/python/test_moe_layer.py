@@ -175,3 +175,28 @@ def test_errors():
     layer.close()
     with pytest.raises(qmoe.QmoeError, match="closed"):
         layer(np.zeros((3, H), F32), np.zeros((3, E), F32))
+
+
+def test_shared_expert():
+    """DeepSeek-style layer with a shared expert (Is = 2I): float64 reference adds the shared
+    SwiGLU MLP with weight 1 to the routed experts' sum."""
+    T, H, I, E, K = 16, 128, 64, 8, 2
+    rng = np.random.default_rng(11)
+    gate, up, down = experts(E, I, H, seed=12)
+    sg = (rng.standard_normal((2 * I, H)) * H ** -0.5).astype(F32)
+    su = (rng.standard_normal((2 * I, H)) * H ** -0.5).astype(F32)
+    sd = (rng.standard_normal((H, 2 * I)) * (2 * I) ** -0.5).astype(F32)
+    hidden = rng.standard_normal((T, H)).astype(F32)
+    logits = rng.standard_normal((T, E)).astype(F32)
+    ref, _, _ = float_moe(hidden.astype(np.float64), logits.astype(np.float64), gate, up, down, K)
+    for t in range(T):
+        x = hidden[t].astype(np.float64)
+        ref[t] += sd.astype(np.float64) @ (silu(sg.astype(np.float64) @ x) * (su.astype(np.float64) @ x))
+    layer = qmoe.MoELayer.from_float(gate, up, down, top_k=K, shared_gate=sg, shared_up=su,
+                                     shared_down=sd)
+    assert rel_l2(layer(hidden, logits).astype(np.float64), ref) < 0.04
+    with pytest.raises(qmoe.QmoeError, match="shared"):
+        qmoe.MoELayer.from_float(gate, up, down, top_k=K, shared_gate=sg, shared_up=su)
+    with pytest.raises(qmoe.QmoeError, match="shared_intermediate_size"):
+        qmoe.MoELayer.from_float(gate, up, down, top_k=K, shared_gate=sg[:40], shared_up=su[:40],
+                                 shared_down=sd[:, :40])
