@@ -1,6 +1,6 @@
 /*
  * The prepacked weight object behind qmoe/weights.h, shared by phase one (src/host/weights.c,
- * which builds and checks it) and the fast driver (src/kernels/gmm_fast.c, which streams it).
+ * which builds and checks it) and the fast driver (src/kernels/gemm_driver.c, which streams it).
  *
  * Layout (version QMOE_PP_VERSION): the columns of each half (act: [0, N2), gate: [N2, N)) go in
  * panels of QMOE_PP_COLS = 64 columns, 4 units of gmm_fast.h; panel i of both halves is one

@@ -1,5 +1,5 @@
 /*
- * The fast kernels of GroupedMatmulSwigluQuant: one blocked driver (gmm_fast.c) shared by every
+ * The fast kernels of GroupedMatmulSwigluQuant: one blocked driver (gemm_driver.c) shared by every
  * instruction set, and per instruction set a small table of micro-kernels (gemm_s8_<isa>.c,
  * epilogue_<isa>.c, pack_<isa>.c).
  *

@@ -52,21 +52,20 @@ qmoe_status qmoe_moe_combine(qmoe_ep *ep, qmoe_dtype y_dtype, const void *expert
     else if (rt->tokens > 0 && !out)
         st = ep_fail(QMOE_ERR_PARAM_NULLPTR, "out is NULL with %lld tokens", (long long)rt->tokens);
     const int64_t n = st == QMOE_OK ? rt->tokens * K : 0, m = st == QMOE_OK ? rows : 0;
-    unsigned char *sbuf = ep_alloc((size_t)m, row), *rbuf = ep_alloc((size_t)n, row);
     float *acc = ep_alloc((size_t)H, sizeof(float));
-    if (st == QMOE_OK && (!sbuf || !rbuf || !acc))
+    if (st == QMOE_OK && (!acc || !ep_reserve(&ep->home, &ep->home_cap, (size_t)n, row) ||
+                          !ep_reserve(&ep->stage, &ep->stage_cap, (size_t)m, row)))
         st = ep_fail(QMOE_ERR_INNER, "out of memory for %lld + %lld rows", (long long)m,
                      (long long)n);
     if ((st = ep_agree(ep->comm, st)) != QMOE_OK) goto done;
 
-    /* Back to source-major staging, the layout each source sent, then home. */
-    for (int64_t g = 0; g < m; g++)
-        memcpy(sbuf + (size_t)rt->perm[g] * row, (const unsigned char *)expert_y + (size_t)g * row,
-               row);
+    /* Back to source-major staging (the layout each source sent), then home in send order. */
+    unsigned char *rbuf = ep->home;
+    if (m > 0) ep_regroup(ep, rt, row, 0, expert_y, ep->stage);
     MPI_Datatype y_row;
     MPI_Type_contiguous((int)row, MPI_BYTE, &y_row);
     MPI_Type_commit(&y_row);
-    MPI_Alltoallv(sbuf, rt->rcounts, rt->rdispls, y_row, rbuf, rt->scounts, rt->sdispls, y_row,
+    MPI_Alltoallv(ep->stage, rt->rcounts, rt->rdispls, y_row, rbuf, rt->scounts, rt->sdispls, y_row,
                   ep->comm);
     MPI_Type_free(&y_row);
 
@@ -92,8 +91,6 @@ qmoe_status qmoe_moe_combine(qmoe_ep *ep, qmoe_dtype y_dtype, const void *expert
     }
     ep_clear_error();
 done:
-    free(sbuf);
-    free(rbuf);
     free(acc);
     return st;
 }

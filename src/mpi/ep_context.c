@@ -153,6 +153,11 @@ void qmoe_ep_destroy(qmoe_ep *ep)
 {
     if (!ep) return;
     ep_route_free(&ep->route);
+    free(ep->pack);
+    free(ep->home);
+    free(ep->pack_scale);
+    free(ep->stage);
+    free(ep->stage_scale);
     MPI_Type_free(&ep->x_row);
     MPI_Comm_free(&ep->comm);
     free(ep->owner);

@@ -40,7 +40,7 @@ qmoe_status qmoe_moe_dispatch(qmoe_ep *ep, int64_t tokens, const void *x, const 
 {
     if (!ep) return ep_fail(QMOE_ERR_PARAM_NULLPTR, "ep is NULL"); /* no communicator to agree on */
     const int P = ep->size, q = ep->x_dtype == QMOE_DTYPE_INT8;
-    const int64_t E = ep->E, K = ep->K;
+    const int64_t E = ep->E, K = ep->K, nl = ep->nlocal;
     const size_t row = (size_t)ep->H * ep->x_size;
     qmoe_status st = check_args(ep, tokens, x, x_scale, expert_idx, capacity, recv_x, recv_scale,
                                 group_list, recv_rows);
@@ -48,21 +48,25 @@ qmoe_status qmoe_moe_dispatch(qmoe_ep *ep, int64_t tokens, const void *x, const 
     ep_route rt = {.tokens = tokens};
     int *send_e = ep_alloc((size_t)P, (size_t)E * sizeof(int));
     int *recv_e = ep_alloc((size_t)P, (size_t)E * sizeof(int));
-    int64_t *start = ep_alloc((size_t)E, sizeof(int64_t));
-    unsigned char *sbuf = ep_alloc((size_t)n, row), *rbuf = NULL;
-    float *sscale = ep_alloc((size_t)n, sizeof(float)), *rscale = NULL;
-    rt.scounts = ep_alloc((size_t)P, sizeof(int));
-    rt.sdispls = ep_alloc((size_t)P, sizeof(int));
+    int64_t *start = ep_alloc((size_t)E, sizeof(int64_t)), *groups = ep_alloc((size_t)nl, sizeof(int64_t));
     rt.rcounts = ep_alloc((size_t)P, sizeof(int));
     rt.rdispls = ep_alloc((size_t)P, sizeof(int));
+    rt.scounts = ep_alloc((size_t)P, sizeof(int));
+    rt.sdispls = ep_alloc((size_t)P, sizeof(int));
+    rt.blk_len = ep_alloc((size_t)P, (size_t)nl * sizeof(int));
+    rt.blk_pos = ep_alloc((size_t)P, (size_t)nl * sizeof(int64_t));
     rt.slot = ep_alloc((size_t)n, sizeof(int64_t));
-    if (st == QMOE_OK && (!send_e || !recv_e || !start || !sbuf || !sscale || !rt.scounts ||
-                          !rt.sdispls || !rt.rcounts || !rt.rdispls || !rt.slot))
+    if (st == QMOE_OK &&
+        (!send_e || !recv_e || !start || !groups || !rt.rcounts || !rt.rdispls || !rt.scounts || !rt.sdispls || !rt.blk_len || !rt.blk_pos || !rt.slot ||
+         !ep_reserve(&ep->pack, &ep->pack_cap, (size_t)n, row) ||
+         (q && !ep_reserve(&ep->pack_scale, &ep->pack_scale_cap, (size_t)n, sizeof(float)))))
         st = ep_fail(QMOE_ERR_INNER, "out of memory for %lld rows to send", (long long)n);
     if ((st = ep_agree(ep->comm, st)) != QMOE_OK) goto done;
 
     /* Send order: by (owner, local expert) = order[e], then token, then k (a stable counting
      * sort), so each rank receives its rows grouped by its experts from every source. */
+    unsigned char *sbuf = ep->pack;
+    float *sscale = ep->pack_scale;
     memset(send_e, 0, (size_t)P * (size_t)E * sizeof(int));
     memset(start, 0, (size_t)E * sizeof(int64_t));
     for (int64_t i = 0; i < n; i++) start[ep->order[expert_idx[i]]]++;
@@ -87,52 +91,48 @@ qmoe_status qmoe_moe_dispatch(qmoe_ep *ep, int64_t tokens, const void *x, const 
     }
     MPI_Alltoall(send_e, (int)E, MPI_INT, recv_e, (int)E, MPI_INT, ep->comm);
 
+    /* Where source s's rows for local expert l go: expert-major, then source. */
     int64_t total = 0;
-    for (int s = 0; s < P; s++) {
-        int64_t c = 0;
-        for (int64_t l = 0; l < ep->nlocal; l++) c += recv_e[(int64_t)s * E + ep->local_ids[l]];
-        rt.rcounts[s] = (int)(c > INT_MAX ? INT_MAX : c);
-        rt.rdispls[s] = (int)(total > INT_MAX ? INT_MAX : total);
+    for (int64_t l = 0; l < nl; l++) {
+        int64_t e = ep->local_ids[l], c = 0;
+        for (int s = 0; s < P; s++) {
+            int64_t k = recv_e[(int64_t)s * E + e];
+            rt.blk_len[(int64_t)s * nl + l] = (int)k;
+            rt.blk_pos[(int64_t)s * nl + l] = total + c;
+            c += k;
+        }
+        groups[l] = c;
         total += c;
     }
     rt.recv_total = total;
+    for (int s = 0, at = 0; s < P; s++) {
+        int64_t c = 0;
+        for (int64_t l = 0; l < nl; l++) c += rt.blk_len[(int64_t)s * nl + l];
+        rt.rcounts[s] = (int)(c > INT_MAX ? INT_MAX : c); /* total > INT_MAX fails below */
+        rt.rdispls[s] = at;
+        at = (int)(at + c > INT_MAX ? INT_MAX : at + c);
+    }
     if (total > capacity)
         st = ep_fail(QMOE_ERR_PARAM_INVALID, "%lld rows arrive at rank %d: more than capacity %lld",
                      (long long)total, ep->rank, (long long)capacity);
     else if (total > INT_MAX)
         st = ep_fail(QMOE_ERR_PARAM_INVALID, "%lld rows arrive at rank %d: over INT_MAX",
                      (long long)total, ep->rank);
-    else {
-        rbuf = ep_alloc((size_t)total, row);
-        rscale = ep_alloc((size_t)total, sizeof(float));
-        rt.perm = ep_alloc((size_t)total, sizeof(int64_t));
-        if (!rbuf || !rscale || !rt.perm)
-            st = ep_fail(QMOE_ERR_INNER, "out of memory for %lld received rows", (long long)total);
-    }
+    else if (!ep_reserve(&ep->stage, &ep->stage_cap, (size_t)total, row) ||
+             (q && !ep_reserve(&ep->stage_scale, &ep->stage_scale_cap, (size_t)total, sizeof(float))))
+        st = ep_fail(QMOE_ERR_INNER, "out of memory for %lld received rows", (long long)total);
     if ((st = ep_agree(ep->comm, st)) != QMOE_OK) goto done;
 
-    MPI_Alltoallv(sbuf, rt.scounts, rt.sdispls, ep->x_row, rbuf, rt.rcounts, rt.rdispls, ep->x_row,
-                  ep->comm);
+    /* Contiguous blocks per peer keep MPI on its fast (single-copy) path; the regrouping by
+     * local expert is one block copy per (source, expert) here. */
+    MPI_Alltoallv(sbuf, rt.scounts, rt.sdispls, ep->x_row, ep->stage, rt.rcounts, rt.rdispls,
+                  ep->x_row, ep->comm);
     if (q)
-        MPI_Alltoallv(sscale, rt.scounts, rt.sdispls, MPI_FLOAT, rscale, rt.rcounts, rt.rdispls,
-                      MPI_FLOAT, ep->comm);
-
-    /* Staging is source-major (each source's rows by local expert); deliver expert-major. */
-    int64_t g = 0;
-    for (int64_t l = 0; l < ep->nlocal; l++) {
-        int64_t e = ep->local_ids[l], rows = 0;
-        for (int s = 0; s < P; s++) {
-            int64_t c = recv_e[(int64_t)s * E + e], off = rt.rdispls[s];
-            for (int64_t l2 = 0; l2 < l; l2++) off += recv_e[(int64_t)s * E + ep->local_ids[l2]];
-            for (int64_t i = 0; i < c; i++) rt.perm[g++] = off + i;
-            rows += c;
-        }
-        group_list[l] = rows;
-    }
-    for (int64_t i = 0; i < total; i++) {
-        memcpy((unsigned char *)recv_x + (size_t)i * row, rbuf + (size_t)rt.perm[i] * row, row);
-        if (q) recv_scale[i] = rscale[rt.perm[i]];
-    }
+        MPI_Alltoallv(sscale, rt.scounts, rt.sdispls, MPI_FLOAT, ep->stage_scale, rt.rcounts,
+                      rt.rdispls, MPI_FLOAT, ep->comm);
+    ep_regroup(ep, &rt, row, 1, ep->stage, recv_x);
+    if (q) ep_regroup(ep, &rt, sizeof(float), 1, ep->stage_scale, recv_scale);
+    if (nl > 0) memcpy(group_list, groups, (size_t)nl * sizeof *groups);
     *recv_rows = total;
     ep_route_free(&ep->route);
     ep->route = rt;
@@ -144,9 +144,6 @@ done:
     free(send_e);
     free(recv_e);
     free(start);
-    free(sbuf);
-    free(rbuf);
-    free(sscale);
-    free(rscale);
+    free(groups);
     return st;
 }

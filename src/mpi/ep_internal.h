@@ -13,13 +13,14 @@
 #define EP_PRINTF(a, b)
 #endif
 
-/* What one dispatch leaves for its combine: counts in rows, per peer rank. */
+/* What one dispatch leaves for its combine, in rows. */
 typedef struct ep_route {
     int64_t tokens, recv_total;
     int *scounts, *sdispls; /* [P]: rows this rank sent to each rank, in send order */
     int *rcounts, *rdispls; /* [P]: rows received from each rank, source-major staging */
+    int *blk_len;           /* [P * nlocal]: rows from source s for local expert l */
+    int64_t *blk_pos;       /* [P * nlocal]: where they are in the delivered (grouped) rows */
     int64_t *slot;          /* [tokens * K]: send-order row of token t, choice k */
-    int64_t *perm;          /* [recv_total]: staging row of delivered (grouped) row g */
 } ep_route;
 
 struct qmoe_ep {
@@ -35,6 +36,10 @@ struct qmoe_ep {
     MPI_Datatype x_row; /* H * x_size bytes */
     int dispatched;
     ep_route route;
+    /* Kept between calls (no page faults per batch): the rows leaving in dispatch, coming home
+     * in combine, and the scales leaving. */
+    void *pack, *home, *pack_scale, *stage, *stage_scale;
+    size_t pack_cap, home_cap, pack_scale_cap, stage_cap, stage_scale_cap;
 };
 
 /* Records the calling thread's message for qmoe_mpi_last_error() and returns `status`. */
@@ -52,5 +57,14 @@ void ep_route_free(ep_route *r);
 
 /* malloc(a * b), NULL on overflow; never NULL for 0 bytes (MPI gets valid buffers). */
 void *ep_alloc(size_t a, size_t b);
+/* Grows *buf to a * b bytes (kept when large enough); 0 when out of memory or on overflow, with
+ * *buf as it was. */
+int ep_reserve(void **buf, size_t *cap, size_t a, size_t b);
+
+/* Received rows are source-major in the staging buffer (each source's rows by local expert) and
+ * expert-major where the caller has them. Copies whole blocks of `row` bytes between the two:
+ * to_grouped 1: from staging to grouped (dispatch); 0: from grouped to staging (combine). */
+void ep_regroup(const qmoe_ep *ep, const ep_route *rt, size_t row, int to_grouped,
+                const void *from, void *to);
 
 #endif

@@ -1,23 +1,28 @@
 /*
- * The blocked driver of the fast kernels, shared by every instruction set.
+ * The blocked GEMM driver shared by every instruction set and every int8 matmul operator: weight
+ * layout decoding, staging through the copy queue, packing (or prepacked panels), the tile loop
+ * and the scale fold. What happens to a folded float tile is the operator's epilogue
+ * (gemm_driver.h): SwiGLU + quant for GroupedMatmulSwigluQuant (epilogue_swiglu_quant.c),
+ * per-token dequant to a float type for the grouped matmul (epilogue_dequant.c).
  *
- * swiglu_block(e, rows [m0, m1), output columns [j0, j1)) works panel by panel: a panel is up to
- * 64 output columns, i.e. up to 4 units of act weight columns and the 4 matching units of gate
- * columns (j + N/2). Its weights are streamed, chunk of K by chunk, through the copy queue into
- * a staging buffer of the scratchpad and rearranged there once into the micro-kernel's order
- * (gmm_fast.h); then every row of the block reuses them. Rows go in blocks of mc, K in chunks
- * that never cross a scale group, so the int32 accumulators of one group are exact, are folded
- * into float with that group's scale, and the float tile ends in the fused SwiGLU epilogue.
+ * A block (expert e, rows [m0, m1), output columns [j0, j1)) goes panel by panel: a panel is up
+ * to 64 output columns of each of two column halves, weight columns j and N2 + j (for SwiGLU the
+ * activated and the gate half; for the plain matmul simply its left and right half). Its weights
+ * are streamed, chunk of K by chunk, through the copy queue into a staging buffer of the
+ * scratchpad and rearranged there once into the micro-kernel's order (gmm_fast.h); then every
+ * row of the block reuses them. Rows go in blocks of mc, K in chunks that never cross a scale
+ * group, so the int32 accumulators of one group are exact and are folded into float with that
+ * group's scale; the float tile then goes to the epilogue.
  * Micro-kernels with a gemm_xt (AMX) also get x copied once per call in tile order, so each
  * A tile is one contiguous kilobyte instead of 16 rows K bytes apart, for every column panel.
- * A8W4 uses C = (sum_g acc_g * ws_g + corr) * xs with corr = bias - 8 * sum_g ws_g * colsum_g, the
- * vendor's high/low nibble formula rewritten exactly (in real numbers), honouring any bias; xScale
- * comes last, as in the vendor formula. A8W8 multiplies in the spec's order, acc * xScale * ws
- * (per group, summed in group order), so xScale goes into the fold and swiglu gets none: the same
- * float operations as the reference kernel, which keeps a weight scale near FLT_MAX from
- * overflowing acc * ws where the spec's product is finite.
+ * A8W4 folds sum_g acc_g * ws_g and the epilogue multiplies xScale last (the vendor formula);
+ * SwiGLU also adds corr = bias - 8 * sum_g ws_g * colsum_g, the vendor's high/low nibble formula
+ * rewritten exactly. A8W8 multiplies in the spec's order, acc * xScale * ws (per group, summed in
+ * group order), so xScale goes into the fold and the epilogue gets none: the same float
+ * operations as the reference kernel, which keeps a weight scale near FLT_MAX from overflowing
+ * acc * ws where the spec's product is finite.
  */
-#include "kernels/gmm_fast.h"
+#include "kernels/gemm_driver.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -322,7 +327,7 @@ static void panel_corr(const qmoe_gmm_params *p, const fast_layout *L, uint8_t *
     for (int64_t h = 0; h < 2; h++)
         for (int64_t c = 0; c < half; c++) {
             float v = 0.0f;
-            if (p->mode == QMOE_MODE_A8W4 && c < pn->nc) {
+            if (p->mode == QMOE_MODE_A8W4 && p->bias && c < pn->nc) {
                 int64_t n = weight_col(p, pn, h, c);
                 double bias = p->bias[e * p->bias_s[0] + n * p->bias_s[1]];
                 v = (float)(bias - 8.0 * csum[h * half + c]);
@@ -465,15 +470,7 @@ static void tile_chunk(const qmoe_gemm_isa *isa, const fast_layout *L, const pan
 #define DUMPING(A) 0
 #endif
 
-typedef struct block_args {
-    const qmoe_gemm_isa *isa;
-    const qmoe_gmm_params *p;
-    qmoe_thread_ctx *ctx;
-    int64_t e, m0, m1, j0, j1;
-    float *s;
-    int64_t lds;
-    int32_t *dump; /* test entry point: exact accumulators instead of S */
-} block_args;
+typedef qmoe_gemm_block block_args;
 
 /* A block of few rows on plain FRACTAL_NZ strips: the isa's gemm_nz reads the weights in place
  * and rearranges them in registers, nothing is packed; scales, correction and epilogue as in
@@ -490,8 +487,8 @@ static int direct_panel(const block_args *A, qmoe_copyq *q, uint8_t *sp, const f
     const int8_t *x = p->x + A->m0 * p->x_s[0];
     panel_scales(p, L, sp, A->e, pn);
     for (int64_t r = 0; r < rows && !DUMPING(A); r++) xs[r] = p->xs[(A->m0 + r) * p->xs_s];
-    /* A8W8: xScale in the fold (acc * xScale * ws); A8W4: last, in swiglu (file comment) */
-    const float *xs_fold = int4 ? NULL : xs, *xs_swiglu = int4 ? xs : NULL;
+    /* A8W8: xScale in the fold (acc * xScale * ws); A8W4: last, in the epilogue (file comment) */
+    const float *xs_fold = int4 ? NULL : xs, *xs_epi = int4 ? xs : NULL;
     for (int64_t g = 0; g < p->G; g++) {
         if (L->gk == 0) { /* K = 0: acc and column sums are 0 */
             memset(acc, 0, sizeof(int32_t) * (size_t)(rows * pn->ld));
@@ -530,8 +527,9 @@ static int direct_panel(const block_args *A, qmoe_copyq *q, uint8_t *sp, const f
     }
     if (DUMPING(A)) return 1;
     panel_corr(p, L, sp, A->e, pn);
-    isa->swiglu(rows, pn->nc, f, pn->ld, half, pn->corr, xs_swiglu, p->swiglu_limit,
-                A->s + (pn->jc - A->j0), A->lds);
+    qmoe_gemm_tile t = {A->m0, rows, pn->jc, 0, pn->nc, half, f, pn->ld, pn->corr, xs_epi,
+                        NULL};
+    A->epilogue(A, &t);
     return 1;
 }
 
@@ -717,77 +715,60 @@ static void run_block(const block_args *A, uint8_t *sp, const fast_layout *L)
                               pn.ld, g == 0);
             }
             if (DUMPING(A)) continue;
-            float *srow = A->s + (mb - A->m0) * A->lds + (pn.jc + c_lo - A->j0);
-            if (c_lo % QMOE_PK_UNIT == 0) {
-                isa->swiglu(rows, c_hi - c_lo, f + c_lo, pn.ld, half, pn.corr + c_lo,
-                            a8w4 ? xs : NULL, p->swiglu_limit, srow, A->lds);
-            } else {
-                /* vector epilogues read whole 16-column groups: start on one, then copy */
-                int64_t c16 = c_lo / QMOE_PK_UNIT * QMOE_PK_UNIT;
-                float *sr = (float *)(sp + L->sr);
-                isa->swiglu(rows, c_hi - c16, f + c16, pn.ld, half, pn.corr + c16,
-                            a8w4 ? xs : NULL, p->swiglu_limit, sr, QMOE_PP_COLS);
-                for (int64_t r = 0; r < rows; r++)
-                    memcpy(srow + r * A->lds, sr + r * QMOE_PP_COLS + (c_lo - c16),
-                           sizeof(float) * (size_t)(c_hi - c_lo));
-            }
+            qmoe_gemm_tile t = {mb, rows, pn.jc, c_lo, c_hi, half, f, pn.ld, pn.corr,
+                                a8w4 ? xs : NULL, p->pp ? (float *)(sp + L->sr) : NULL};
+            A->epilogue(A, &t);
         }
     }
+}
+
+uint64_t qmoe_gemm_scratch_bytes(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p,
+                                 int64_t rows, int64_t cols)
+{
+    return qmoe_fast_scratch_bytes(isa, p, rows, cols);
+}
+
+void qmoe_gemm_run(const qmoe_gemm_block *B)
+{
+    if (B->m1 <= B->m0 || B->j1 <= B->j0) return;
+    /* Phase one sized the thread's slice with qmoe_gemm_scratch_bytes for the plan's largest
+     * block, so every block fits: no allocation here. The checked build verifies the contract. */
+    fast_layout L = layout_for(B->isa, B->p, B->m1 - B->m0, B->j1 - B->j0, 0);
+#ifdef QMOE_CHECKED
+    if (!B->ctx->scratch || B->ctx->scratch_bytes < L.total) {
+        fprintf(stderr, "qmoe: %s block of %lld x %lld needs %llu scratch bytes, the plan gave "
+                "%llu\n", B->isa->name, (long long)(B->m1 - B->m0), (long long)(B->j1 - B->j0),
+                (unsigned long long)L.total, (unsigned long long)B->ctx->scratch_bytes);
+        abort();
+    }
+#endif
+    run_block(B, B->ctx->scratch, &L);
 }
 
 #ifdef QMOE_TESTING
 /* The test entry point's scratch: the caller's when large enough, otherwise a temporary one
  * (tests call it without planning a scratchpad; the operator never comes here). */
-static int with_scratch(const block_args *A)
+int qmoe_gemm_run_testing(const qmoe_gemm_block *B)
 {
-    fast_layout L = layout_for(A->isa, A->p, A->m1 - A->m0, A->j1 - A->j0, 0);
-    if (A->ctx->scratch && A->ctx->scratch_bytes >= L.total) {
-        run_block(A, A->ctx->scratch, &L);
+    if (B->m1 <= B->m0 || B->j1 <= B->j0) return 1;
+    fast_layout L = layout_for(B->isa, B->p, B->m1 - B->m0, B->j1 - B->j0, 0);
+    if (B->ctx->scratch && B->ctx->scratch_bytes >= L.total) {
+        run_block(B, B->ctx->scratch, &L);
         return 1;
     }
     void *sp = aligned_alloc(64, L.total);
     if (!sp) return 0;
-    run_block(A, sp, &L);
+    run_block(B, sp, &L);
     free(sp);
     return 1;
 }
 #endif
 
-void qmoe_fast_swiglu_block(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p,
-                            qmoe_thread_ctx *ctx, int64_t e, int64_t m0, int64_t m1, int64_t j0,
-                            int64_t j1, float *s, int64_t lds)
-{
-    if (m1 <= m0 || j1 <= j0) return;
-    block_args A = {isa, p, ctx, e, m0, m1, j0, j1, s, lds, NULL};
-    /* Phase one sized the thread's slice with qmoe_fast_scratch_bytes for the plan's largest
-     * block, so every block fits: no allocation and no other kernel here. The checked build
-     * verifies the contract. */
-    fast_layout L = layout_for(isa, p, m1 - m0, j1 - j0, 0);
-#ifdef QMOE_CHECKED
-    if (!ctx->scratch || ctx->scratch_bytes < L.total) {
-        fprintf(stderr, "qmoe: %s block of %lld x %lld needs %llu scratch bytes, the plan gave "
-                "%llu\n", isa->name, (long long)(m1 - m0), (long long)(j1 - j0),
-                (unsigned long long)L.total, (unsigned long long)ctx->scratch_bytes);
-        abort();
-    }
-#endif
-    run_block(&A, ctx->scratch, &L);
-}
-
 #ifdef QMOE_TESTING
 void qmoe_fast_acc_block(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p, qmoe_thread_ctx *ctx,
                          int64_t e, int64_t m0, int64_t m1, int64_t j0, int64_t j1, int32_t *acc)
 {
-    if (m1 <= m0 || j1 <= j0) return;
-    block_args A = {isa, p, ctx, e, m0, m1, j0, j1, NULL, 0, acc};
-    (void)with_scratch(&A);
+    qmoe_gemm_block B = {isa, p, ctx, e, m0, m1, j0, j1, NULL, NULL, 0, acc};
+    (void)qmoe_gemm_run_testing(&B);
 }
 #endif
-
-void qmoe_fast_quantize_rows(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p, const float *s,
-                             int64_t lds, int64_t m0, int64_t m1)
-{
-    for (int64_t m = m0; m < m1; m++)
-        isa->quantize_row(s + (m - m0) * lds, p->N2, p->out + m * p->out_s[0], p->out_s[1],
-                          p->out_scale + m * p->out_scale_s);
-}

@@ -1,0 +1,44 @@
+/*
+ * Internals of GroupedMatmul (include/qmoe/grouped_matmul.h): the plan phase one fills
+ * (src/host/grouped_matmul_plan.c) and phase two runs (src/ops/grouped_matmul.c). One plain
+ * block: it is copied into the queued job and into the vendor layer's executor.
+ */
+#ifndef QMOE_OPS_GROUPED_MATMUL_EXEC_H
+#define QMOE_OPS_GROUPED_MATMUL_EXEC_H
+
+#include "core/gmm_params.h"
+#include "kernels/gemm_driver.h"
+#include "ops/moe_exec.h"
+#include "qmoe/grouped_matmul.h"
+
+typedef enum gmm_path {
+    GMM_PATH_INT8 = 0,  /* quantized, float output: the shared GEMM driver + dequant epilogue */
+    GMM_PATH_EXACT = 1, /* quantized, plain loops: int32 output, and N odd (no column halves) */
+    GMM_PATH_FLOAT = 2, /* float x and weight: a blocked float loop */
+} gmm_path;
+
+/* What the dequant epilogue writes (gemm_driver.h's block->out). */
+typedef struct gmm_dequant_out {
+    moe_view out;  /* [M, N] float32 / float16 / bfloat16 */
+    moe_view bias; /* [E, N] float32, or data NULL */
+} gmm_dequant_out;
+
+struct qmoe_grouped_matmul_executor {
+    qmoe_gmm_params p; /* int8 paths: x, weight, scales, per-token scale, G (mode, layout) */
+    const qmoe_gemm_isa *isa;
+    int32_t path;      /* gmm_path */
+    int32_t threads;
+    int32_t scaled;    /* GMM_PATH_EXACT: 1 when scale / per_token_scale apply (float output) */
+    int32_t pad;
+    int64_t M, K, N, E, group_list_type;
+    int64_t rb, cb;    /* rows per work item; columns per item (of each half on the driver) */
+    moe_view x, w, gl; /* float path: x, weight [E, K, N]; group list (every path) */
+    gmm_dequant_out o;
+    uint64_t workspace_bytes; /* segment starts and item prefix: 2 * (E + 1) int64 */
+    uint64_t slice_bytes;     /* one thread's scratch */
+};
+
+/* The epilogue of the driver for this operator (src/kernels/epilogue_dequant.c). */
+void qmoe_epilogue_dequant(const qmoe_gemm_block *B, const qmoe_gemm_tile *t);
+
+#endif
