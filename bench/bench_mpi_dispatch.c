@@ -70,7 +70,8 @@ int main(int argc, char **argv)
         double t0 = now();
         qmoe_moe_dispatch(ep, T, x, xs, ids, cap, rx, rs, groups, &rows);
         double t1 = now();
-        for (int64_t i = 0; i < rows * H; i++) y[i] = (float)rx[i]; /* identity expert (not timed) */
+        for (int64_t i = 0; i < rows * H; i++)
+            y[i] = (float)rx[i]; /* identity expert (not timed) */
         MPI_Barrier(MPI_COMM_WORLD);
         double t2 = now();
         qmoe_moe_combine(ep, QMOE_DTYPE_FLOAT32, y, rows, w, QMOE_DTYPE_FLOAT32, out);

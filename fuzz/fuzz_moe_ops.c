@@ -7,44 +7,24 @@
  * Input: the operator (first byte), a valid template of it (sizes, dtypes, optional inputs,
  * attributes), then mutations of one tensor descriptor, one attribute or the options.
  */
-#define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "fuzz_input.h"
+#include "fuzz_tensor.h"
 #include "qmoe/moe_ops.h"
 
 enum { SLOTS = 8, ATTRS = 12, SLOT_BYTES = 1 << 20 };
 
-typedef struct desc {
-    int present, ndim, dtype, format, has_strides, null_data;
-    int64_t shape[QMOE_MAX_DIMS], strides[QMOE_MAX_DIMS];
-} desc;
+typedef fz_desc desc;
 
-static void *unreadable_region(int slot)
-{
-    static uint8_t *base;
-    if (!base) {
-        void *m = mmap(NULL, (size_t)SLOTS * SLOT_BYTES, PROT_NONE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        if (m == MAP_FAILED) abort();
-        base = m;
-    }
-    return base + (size_t)slot * SLOT_BYTES;
-}
+static void *unreadable_region(int slot) { return fz_unreadable(slot, SLOTS, SLOT_BYTES); }
 
 static void set(desc *d, int dtype, int ndim, const int64_t *shape)
 {
-    memset(d, 0, sizeof *d);
-    d->present = 1;
-    d->dtype = dtype;
-    d->format = QMOE_FORMAT_ND;
-    d->ndim = ndim;
-    memcpy(d->shape, shape, (size_t)ndim * sizeof *shape);
+    fz_desc_set(d, dtype, QMOE_FORMAT_ND, ndim, shape);
 }
-
 static int float_dtype(fz_input *in)
 {
     static const int f[] = {QMOE_DTYPE_FLOAT32, QMOE_DTYPE_FLOAT16, QMOE_DTYPE_BFLOAT16};
@@ -144,18 +124,12 @@ static void mutate(fz_input *in, desc *t, int64_t *a, grown_options *g, int *nul
 {
     desc *d = &t[fz_range(in, 0, SLOTS - 1)];
     int axis = (int)fz_range(in, 0, QMOE_MAX_DIMS - 1);
-    switch (fz_range(in, 0, 10)) {
-    case 0: d->present = !d->present; break;
-    case 1: d->ndim = (int)fz_range(in, -2, QMOE_MAX_DIMS + 1); break;
-    case 2: d->shape[axis] = fz_dim(in); break;
-    case 3:
-        d->has_strides = 1;
-        for (int i = 0; i < QMOE_MAX_DIMS; i++) d->strides[i] = d->shape[i] ? 1 : 0;
-        /* fallthrough: then set one stride */
-    case 4: d->strides[axis] = fz_dim(in); break;
-    case 5: d->dtype = (int)fz_range(in, -1, 9); break;
-    case 6: d->format = (int)fz_range(in, -1, 3); break;
-    case 7: d->null_data = !d->null_data; break;
+    int mutation = (int)fz_range(in, 0, 10);
+    if (mutation < FZ_DESC_MUTATIONS) {
+        fz_desc_mutate(in, d, axis, mutation);
+        return;
+    }
+    switch (mutation) {
     case 8: a[fz_range(in, 0, ATTRS - 1)] = fz_dim(in); break;
     case 9: a[fz_range(in, 0, ATTRS - 1)] = fz_range(in, -3, 40); break;
     case 10:
@@ -169,38 +143,7 @@ static void mutate(fz_input *in, desc *t, int64_t *a, grown_options *g, int *nul
     }
 }
 
-static int documented(qmoe_status st)
-{
-    return st == QMOE_OK || st == QMOE_ERR_PARAM_NULLPTR || st == QMOE_ERR_PARAM_INVALID ||
-           st == QMOE_ERR_INNER;
-}
-
-static void require(int ok, const char *what)
-{
-    if (!ok) {
-        fprintf(stderr, "fuzz_moe_ops: %s (last error: %s)\n", what, qmoe_last_error());
-        abort();
-    }
-}
-
-static qmoe_tensor *create(const desc *d, int slot)
-{
-    if (!d->present) return NULL;
-    int n = d->ndim > 0 ? (d->ndim < QMOE_MAX_DIMS ? d->ndim : QMOE_MAX_DIMS) : 0;
-    int64_t *shape = malloc((size_t)(n ? n : 1) * sizeof *shape);
-    int64_t *strides = malloc((size_t)(n ? n : 1) * sizeof *strides);
-    if (!shape || !strides) abort();
-    memcpy(shape, d->shape, (size_t)n * sizeof *shape);
-    memcpy(strides, d->strides, (size_t)n * sizeof *strides);
-    qmoe_tensor *t = NULL;
-    qmoe_status st = qmoe_tensor_create(shape, d->ndim, d->has_strides ? strides : NULL,
-                                        (qmoe_dtype)d->dtype, (qmoe_format)d->format,
-                                        d->null_data ? NULL : unreadable_region(slot), &t);
-    free(shape);
-    free(strides);
-    require(documented(st), "qmoe_tensor_create returned an undocumented status");
-    return t;
-}
+static qmoe_tensor *create(const desc *d, int slot) { return fz_tensor(d, unreadable_region(slot)); }
 
 static qmoe_status plan(int op, qmoe_tensor **t, const int64_t *a, const qmoe_moe_options *o,
                         uint64_t *ws, qmoe_moe_executor **ex)
@@ -252,15 +195,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uint64_t ws = 0;
     qmoe_status st = plan(op, ts, a, null_options ? NULL : &g.o, null_size_ptr ? NULL : &ws,
                           null_ex_ptr ? NULL : &ex);
-    require(documented(st), "workspace_size returned an undocumented status");
+    fz_require(fz_documented(st), "workspace_size returned an undocumented status");
     if (st == QMOE_OK) {
-        require(ex != sentinel && ex != NULL, "success without an executor");
-        require(qmoe_last_error()[0] == '\0', "success left an error message");
-        require(op == 3 || ws == 0, "a workspace for an operator that needs none");
+        fz_require(ex != sentinel && ex != NULL, "success without an executor");
+        fz_require(qmoe_last_error()[0] == '\0', "success left an error message");
+        fz_require(op == 3 || ws == 0, "a workspace for an operator that needs none");
         qmoe_moe_executor_destroy(ex);
     } else {
-        require(ex == sentinel, "a refused plan changed *executor");
-        require(qmoe_last_error()[0] != '\0', "a refused plan gave no message");
+        fz_require(ex == sentinel, "a refused plan changed *executor");
+        fz_require(qmoe_last_error()[0] != '\0', "a refused plan gave no message");
     }
     for (int i = 0; i < SLOTS; i++) qmoe_tensor_destroy(ts[i]);
     return 0;

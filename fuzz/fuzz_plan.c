@@ -9,49 +9,25 @@
  * Every data pointer points into a PROT_NONE region (one per tensor), so a read of tensor data
  * faults.
  */
-#define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "fuzz_input.h"
+#include "fuzz_tensor.h"
 #include "host/gmm_plan.h"
 #include "qmoe/qmoe.h"
 #include "qmoe/runtime.h"
 
 enum { X, W, BIAS, OFFSET, WS, XS, GL, OUT, OUTS, OUTOFF, SLOTS };
 
-typedef struct desc {
-    int present, ndim, dtype, format, has_strides, null_data;
-    int64_t shape[QMOE_MAX_DIMS], strides[QMOE_MAX_DIMS];
-} desc;
+typedef fz_desc desc;
 
 /* One unreadable 1 MiB region per tensor slot: distinct regions, because phase one refuses
  * outputs that share memory with inputs, and a valid template must be able to pass. */
 enum { SLOT_BYTES = 1 << 20 };
 
-static void *unreadable_region(int slot)
-{
-    static uint8_t *base;
-    if (!base) {
-        void *m = mmap(NULL, (size_t)SLOTS * SLOT_BYTES, PROT_NONE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        if (m == MAP_FAILED) abort();
-        base = m;
-    }
-    return base + (size_t)slot * SLOT_BYTES;
-}
-
-static void set(desc *d, int dtype, int format, int ndim, const int64_t *shape)
-{
-    memset(d, 0, sizeof *d);
-    d->present = 1;
-    d->dtype = dtype;
-    d->format = format;
-    d->ndim = ndim;
-    memcpy(d->shape, shape, (size_t)ndim * sizeof *shape);
-}
+static void *unreadable_region(int slot) { return fz_unreadable(slot, SLOTS, SLOT_BYTES); }
 
 /* A valid case of one of the six weight layouts, per-channel or per-group. */
 static void make_template(fz_input *in, desc *t, qmoe_op_options *o)
@@ -66,24 +42,24 @@ static void make_template(fz_input *in, desc *t, qmoe_op_options *o)
     int64_t G = fz_u8(in) % 2 ? (int64_t[]){1, 2, 4, 8, 16}[fz_range(in, 0, 4)] : 0;
 
     for (int i = 0; i < SLOTS; i++) memset(&t[i], 0, sizeof t[i]);
-    set(&t[X], QMOE_DTYPE_INT8, QMOE_FORMAT_ND, 2, (int64_t[]){M, K});
+    fz_desc_set(&t[X], QMOE_DTYPE_INT8, QMOE_FORMAT_ND, 2, (int64_t[]){M, K});
     if (nz) {
         int64_t cols = a8w4 ? 64 : 32, inner = wdtype == QMOE_DTYPE_INT32 ? 8 : cols;
-        set(&t[W], wdtype, QMOE_FORMAT_FRACTAL_NZ, 5, (int64_t[]){E, N / cols, K / 16, 16, inner});
+        fz_desc_set(&t[W], wdtype, QMOE_FORMAT_FRACTAL_NZ, 5, (int64_t[]){E, N / cols, K / 16, 16, inner});
     } else {
-        set(&t[W], wdtype, QMOE_FORMAT_ND, 3,
+        fz_desc_set(&t[W], wdtype, QMOE_FORMAT_ND, 3,
             (int64_t[]){E, K, wdtype == QMOE_DTYPE_INT32 ? N / 8 : N});
     }
-    if (a8w4) set(&t[BIAS], QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, 2, (int64_t[]){E, N});
+    if (a8w4) fz_desc_set(&t[BIAS], QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, 2, (int64_t[]){E, N});
     static const int scale_types[] = {QMOE_DTYPE_FLOAT32, QMOE_DTYPE_FLOAT16, QMOE_DTYPE_BFLOAT16,
                                       QMOE_DTYPE_UINT64, QMOE_DTYPE_INT64};
     int st = scale_types[fz_range(in, 0, a8w4 ? 4 : 2)];
-    if (G) set(&t[WS], st, QMOE_FORMAT_ND, 3, (int64_t[]){E, G, N});
-    else set(&t[WS], st, QMOE_FORMAT_ND, 2, (int64_t[]){E, N});
-    set(&t[XS], QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, 1, (int64_t[]){M});
-    set(&t[GL], QMOE_DTYPE_INT64, QMOE_FORMAT_ND, 1, (int64_t[]){Eg});
-    set(&t[OUT], QMOE_DTYPE_INT8, QMOE_FORMAT_ND, 2, (int64_t[]){M, N / 2});
-    set(&t[OUTS], QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, 1, (int64_t[]){M});
+    if (G) fz_desc_set(&t[WS], st, QMOE_FORMAT_ND, 3, (int64_t[]){E, G, N});
+    else fz_desc_set(&t[WS], st, QMOE_FORMAT_ND, 2, (int64_t[]){E, N});
+    fz_desc_set(&t[XS], QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, 1, (int64_t[]){M});
+    fz_desc_set(&t[GL], QMOE_DTYPE_INT64, QMOE_FORMAT_ND, 1, (int64_t[]){Eg});
+    fz_desc_set(&t[OUT], QMOE_DTYPE_INT8, QMOE_FORMAT_ND, 2, (int64_t[]){M, N / 2});
+    fz_desc_set(&t[OUTS], QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, 1, (int64_t[]){M});
     memset(o, 0, sizeof *o);
     o->group_list_type = fz_u8(in) % 2;
 }
@@ -92,18 +68,12 @@ static void mutate(fz_input *in, desc *t, qmoe_op_options *o, int *null_options)
 {
     desc *d = &t[fz_range(in, 0, SLOTS - 1)];
     int axis = (int)fz_range(in, 0, QMOE_MAX_DIMS - 1);
-    switch (fz_range(in, 0, 9)) {
-    case 0: d->present = !d->present; break;
-    case 1: d->ndim = (int)fz_range(in, -2, QMOE_MAX_DIMS + 1); break;
-    case 2: d->shape[axis] = fz_dim(in); break;
-    case 3:
-        d->has_strides = 1;
-        for (int i = 0; i < QMOE_MAX_DIMS; i++) d->strides[i] = d->shape[i] ? 1 : 0;
-        /* fallthrough: then set one stride */
-    case 4: d->strides[axis] = fz_dim(in); break;
-    case 5: d->dtype = (int)fz_range(in, -1, 9); break;
-    case 6: d->format = (int)fz_range(in, -1, 3); break;
-    case 7: d->null_data = !d->null_data; break;
+    int mutation = (int)fz_range(in, 0, 9);
+    if (mutation < FZ_DESC_MUTATIONS) {
+        fz_desc_mutate(in, d, axis, mutation);
+        return;
+    }
+    switch (mutation) {
     case 8:
         switch (fz_range(in, 0, 6)) {
         case 0: o->group_list_type = (qmoe_group_list_type)fz_range(in, -2, 3); break;
@@ -125,59 +95,23 @@ static void mutate(fz_input *in, desc *t, qmoe_op_options *o, int *null_options)
     }
 }
 
-static int documented(qmoe_status st)
-{
-    return st == QMOE_OK || st == QMOE_ERR_PARAM_NULLPTR || st == QMOE_ERR_PARAM_INVALID ||
-           st == QMOE_ERR_INNER;
-}
-
-static void require(int ok, const char *what)
-{
-    if (!ok) {
-        fprintf(stderr, "fuzz_plan: %s (last error: %s)\n", what, qmoe_last_error());
-        abort();
-    }
-}
-
-/* A tensor from its descriptor; the shape and strides are copied into exact-size heap arrays so
- * that a read past `ndim` is caught by AddressSanitizer. */
-static qmoe_tensor *create(const desc *d, int slot)
-{
-    if (!d->present) return NULL;
-    int n = d->ndim > 0 ? (d->ndim < QMOE_MAX_DIMS ? d->ndim : QMOE_MAX_DIMS) : 0;
-    int64_t *shape = malloc((size_t)(n ? n : 1) * sizeof *shape);
-    int64_t *strides = malloc((size_t)(n ? n : 1) * sizeof *strides);
-    if (!shape || !strides) abort();
-    memcpy(shape, d->shape, (size_t)n * sizeof *shape);
-    memcpy(strides, d->strides, (size_t)n * sizeof *strides);
-    qmoe_tensor *t = NULL;
-    /* A rank past QMOE_MAX_DIMS is passed as such: create must refuse it before reading. */
-    qmoe_status st = qmoe_tensor_create(shape, d->ndim, d->has_strides ? strides : NULL,
-                                        (qmoe_dtype)d->dtype, (qmoe_format)d->format,
-                                        d->null_data ? NULL : unreadable_region(slot), &t);
-    free(shape);
-    free(strides);
-    require(documented(st), "qmoe_tensor_create returned an undocumented status");
-    require((st == QMOE_OK) == (t != NULL), "qmoe_tensor_create: status and tensor disagree");
-    if (st) require(qmoe_last_error()[0] != '\0', "qmoe_tensor_create failed without a message");
-    return t;
-}
+static qmoe_tensor *create(const desc *d, int slot) { return fz_tensor(d, unreadable_region(slot)); }
 
 /* What a successful plan promises: sizes consistent with each other and a workspace size that
  * did not wrap around. */
 static void check_plan(const qmoe_executor *ex, uint64_t size)
 {
     const qmoe_gmm_params *p = &ex->plan;
-    require(qmoe_executor_kernel(ex) != QMOE_KERNEL_AUTO, "plan without a concrete kernel");
-    require(size == p->workspace_bytes, "workspace size differs from the plan's");
-    require(p->M >= 0 && p->K > 0 && p->N > 0 && p->N == 2 * p->N2, "plan with bad M, K or N");
-    require(p->E_groups >= 0 && p->E_groups <= p->E, "plan with E' > E");
-    require(p->G > 0 && p->K % p->G == 0 && p->group_k * p->G == p->K, "plan with bad G");
-    require(p->threads >= 1 && p->devices >= 1, "plan with no thread or device");
+    fz_require(qmoe_executor_kernel(ex) != QMOE_KERNEL_AUTO, "plan without a concrete kernel");
+    fz_require(size == p->workspace_bytes, "workspace size differs from the plan's");
+    fz_require(p->M >= 0 && p->K > 0 && p->N > 0 && p->N == 2 * p->N2, "plan with bad M, K or N");
+    fz_require(p->E_groups >= 0 && p->E_groups <= p->E, "plan with E' > E");
+    fz_require(p->G > 0 && p->K % p->G == 0 && p->group_k * p->G == p->K, "plan with bad G");
+    fz_require(p->threads >= 1 && p->devices >= 1, "plan with no thread or device");
     /* runtime.h: groups of at most QMOE_MAX_DEVICES devices, devices of at most 4096 threads */
-    require(p->devices <= QMOE_MAX_DEVICES && p->threads <= 4096, "plan beyond the runtime's limits");
+    fz_require(p->devices <= QMOE_MAX_DEVICES && p->threads <= 4096, "plan beyond the runtime's limits");
     uint64_t need;
-    require(!__builtin_mul_overflow(p->ws_row_bytes, (uint64_t)p->threads, &need) &&
+    fz_require(!__builtin_mul_overflow(p->ws_row_bytes, (uint64_t)p->threads, &need) &&
                 !__builtin_mul_overflow(need, (uint64_t)p->devices, &need),
             "accepted a plan whose per-thread workspace (row bytes x threads x devices) overflows");
 }
@@ -202,15 +136,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     qmoe_status st = qmoe_gmm_swiglu_quant_workspace_size(
         ts[X], ts[W], ts[BIAS], ts[OFFSET], ts[WS], ts[XS], ts[GL], ts[OUT], ts[OUTS], ts[OUTOFF],
         null_options ? NULL : &o, null_size_ptr ? NULL : &ws, null_ex_ptr ? NULL : &ex);
-    require(documented(st), "workspace_size returned an undocumented status");
+    fz_require(fz_documented(st), "workspace_size returned an undocumented status");
     if (st == QMOE_OK) {
-        require(ex != sentinel && ex != NULL, "success without an executor");
-        require(qmoe_last_error()[0] == '\0', "success left an error message");
+        fz_require(ex != sentinel && ex != NULL, "success without an executor");
+        fz_require(qmoe_last_error()[0] == '\0', "success left an error message");
         check_plan(ex, ws);
         qmoe_executor_destroy(ex);
     } else {
-        require(ex == sentinel, "a refused plan changed *executor");
-        require(qmoe_last_error()[0] != '\0', "a refused plan gave no message");
+        fz_require(ex == sentinel, "a refused plan changed *executor");
+        fz_require(qmoe_last_error()[0] != '\0', "a refused plan gave no message");
     }
     for (int i = 0; i < SLOTS; i++) qmoe_tensor_destroy(ts[i]);
     return 0;

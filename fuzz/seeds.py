@@ -90,7 +90,16 @@ def npy_seeds():
     put("fuzz_npy", "bad-huge-short", npy("|i1", (4294967296,), b""))
 
 
+def grouped_matmul_seeds():
+    # form, M, E, K/16-1, N/64-1, G flag, float dtype, out dtype, bias; then group list type,
+    # threads, mutation count (see fuzz_grouped_matmul.c)
+    for form in range(8):
+        put("fuzz_grouped_matmul", f"form{form}", bytes([form, 9, 3, 1, 1, form & 1, 1, 0, 1, 0, 2, 0]))
+    put("fuzz_grouped_matmul", "m0", bytes([0, 0, 2, 0, 0, 0, 0, 2, 0, 1, 1, 0]))
+
+
 if __name__ == "__main__":
+    grouped_matmul_seeds()
     plan_seeds()
     op_seeds()
     prepack_seeds()

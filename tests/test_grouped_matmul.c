@@ -5,6 +5,7 @@
  * nothing; the validation rules return the vendor codes. */
 #include "kernels/kernel.h"
 #include "qmoe/grouped_matmul.h"
+#include "qmoe/weights.h"
 #include "support/oracle.h"
 #include "test_moe_common.h"
 
@@ -62,7 +63,12 @@ static void *run_q(const qcase *c, qt_rng *r, int32_t kernel, int threads, int64
         gl[e] = c->count_list ? c->counts[e] : at;
     }
     qmoe_dtype od = c->scaled ? c->out_dtype : QMOE_DTYPE_INT32;
-    void *out = mt_alloc(M * N, od);
+    /* 64-byte aligned (whole bf16 output lines go out as streaming stores) or 32 bytes off
+     * (plain stores): both store paths meet the oracle */
+    size_t ob = (size_t)(M * N > 0 ? M * N : 1) * mt_item(od);
+    char *oblk = aligned_alloc(64, (ob + 32 + 63) / 64 * 64);
+    void *out = oblk + (c->strided_x ? 32 : 0);
+    memset(out, 0x5A, ob);
 
     int64_t xsh[2] = {M, K}, xst[2] = {ldx, 1}, ssh[3] = {E, G, N}, s2[2] = {E, N}, msh[1] = {M},
             esh[1] = {E}, osh[2] = {M, N};
@@ -132,7 +138,10 @@ static void *run_q(const qcase *c, qt_rng *r, int32_t kernel, int threads, int64
     qmoe_tensor *ts_[] = {tx, tw, ts, tp, tb, tg, to};
     for (int i = 0; i < 7; i++) qmoe_tensor_destroy(ts_[i]);
     free(x), free(w), free(wst), free(ws), free(xs), free(bf), free(bi), free(gl);
-    return out;
+    void *ret = malloc(ob);
+    memcpy(ret, out, ob);
+    free(oblk);
+    return ret;
 }
 
 static void quantized_cases(void)
@@ -168,6 +177,70 @@ static void quantized_cases(void)
             (void)qt_next(&r);
         }
     CHECK(cases >= 42);
+}
+
+/* Prepacked weights (qmoe/weights.h, made for the fused operator) give the raw path's bits:
+ * int8 ND / NZ and int32-packed int4 NZ, per channel and per group; without scale too. */
+static void prepacked_cases(void)
+{
+    static const oracle_wlayout layouts[] = {ORACLE_W_INT8_ND, ORACLE_W_INT8_NZ, ORACLE_W_INT32_NZ};
+    qt_rng r = {23};
+    for (int li = 0; li < 3; li++)
+        for (int G = 1; G <= 2; G++) {
+            oracle_wlayout l = layouts[li];
+            int a8w4 = l == ORACLE_W_INT32_NZ;
+            enum { E = 3, K = 128, N = 192, M = 50 };
+            int64_t counts[E] = {17, 0, 30}, gl[E] = {17, 17, 47};
+            int8_t *x = malloc(M * K), *w = malloc(E * K * N);
+            for (int i = 0; i < M * K; i++) x[i] = (int8_t)qt_range(&r, -128, 127);
+            for (int i = 0; i < E * K * N; i++) w[i] = (int8_t)(a8w4 ? qt_range(&r, -8, 7) : qt_range(&r, -128, 127));
+            uint8_t *wst = calloc(1, (size_t)oracle_weight_bytes(l, E, K, N));
+            oracle_pack_weight(l, w, E, K, N, wst);
+            float ws[E * 2 * N], xs[M], zero[E * N];
+            for (int i = 0; i < E * G * N; i++) ws[i] = qt_uniform(&r, 0.001f, 0.02f);
+            for (int i = 0; i < M; i++) xs[i] = qt_uniform(&r, 0.001f, 0.05f);
+            memset(zero, 0, sizeof zero);
+            uint16_t raw[M * N], pre[M * N], pre2[M * N];
+            int64_t xsh[2] = {M, K}, ssh[3] = {E, G, N}, s2[2] = {E, N}, msh[1] = {M}, esh[1] = {E}, osh[2] = {M, N};
+            qmoe_tensor *tx = mt_tensor(x, QMOE_DTYPE_INT8, 2, xsh, NULL), *tw = weight_tensor(l, E, K, N, wst);
+            qmoe_tensor *ts = G > 1 ? mt_tensor(ws, QMOE_DTYPE_FLOAT32, 3, ssh, NULL) : mt_tensor(ws, QMOE_DTYPE_FLOAT32, 2, s2, NULL);
+            qmoe_tensor *tz = mt_tensor(zero, QMOE_DTYPE_FLOAT32, 2, s2, NULL), *tp = mt_tensor(xs, QMOE_DTYPE_FLOAT32, 1, msh, NULL);
+            qmoe_tensor *tg = mt_tensor(gl, QMOE_DTYPE_INT64, 1, esh, NULL);
+            qmoe_tensor *tr = mt_tensor(raw, QMOE_DTYPE_BFLOAT16, 2, osh, NULL), *tq = mt_tensor(pre, QMOE_DTYPE_BFLOAT16, 2, osh, NULL);
+            qmoe_tensor *tq2 = mt_tensor(pre2, QMOE_DTYPE_BFLOAT16, 2, osh, NULL);
+            qmoe_weights *pw = NULL;
+            CHECK_MSG(qmoe_weights_prepack(tw, ts, a8w4 ? tz : NULL, NULL, &pw) == QMOE_OK, "prepack: %s", qmoe_last_error());
+            qmoe_tensor *tpw = NULL;
+            if (pw) CHECK(qmoe_weights_tensor(pw, &tpw) == QMOE_OK);
+            const struct { qmoe_tensor *w, *s, *o; } runs[3] = {{tw, ts, tr}, {tpw, ts, tq}, {tpw, NULL, tq2}};
+            memset(raw, 0, sizeof raw), memset(pre, 0, sizeof pre), memset(pre2, 0, sizeof pre2);
+            for (int i = 0; i < 3 && tpw; i++) {
+                uint64_t wsz = 0;
+                qmoe_grouped_matmul_executor *ex = NULL;
+                qmoe_status st = qmoe_grouped_matmul_workspace_size(tx, runs[i].w, NULL, runs[i].s, tp, tg, 0,
+                                                                    runs[i].o, NULL, &wsz, &ex);
+                CHECK_MSG(st == QMOE_OK, "plan %d: %s", i, qmoe_last_error());
+                void *wk = malloc(wsz ? wsz : 1);
+                if (!st) CHECK_MSG(qmoe_grouped_matmul(wk, wsz, ex, NULL) == QMOE_OK, "run: %s", qmoe_last_error());
+                free(wk);
+                qmoe_grouped_matmul_executor_destroy(ex);
+            }
+            CHECK_MSG(memcmp(raw, pre, sizeof raw) == 0, "layout %d G %d: prepacked bits differ", (int)l, G);
+            CHECK_MSG(memcmp(raw, pre2, sizeof raw) == 0, "layout %d G %d: prepacked (no scale) bits differ", (int)l, G);
+            /* and the values are the matmul's: one spot check against the double sum */
+            double ref = 0;
+            for (int g = 0; g < G; g++) {
+                double acc = 0;
+                for (int k = g * (K / G); k < (g + 1) * (K / G); k++) acc += (double)x[20 * K + k] * w[(2 * K + k) * N + 5];
+                ref += acc * ws[(2 * G + g) * N + 5] * xs[20];
+            }
+            CHECK_MSG(fabs(mt_get(raw, QMOE_DTYPE_BFLOAT16, 20 * N + 5) - ref) <= fabs(ref) / 128 + 1e-6, "spot");
+            (void)counts;
+            qmoe_tensor *t_[] = {tx, tw, ts, tz, tp, tg, tr, tq, tq2, tpw};
+            for (int i = 0; i < 10; i++) qmoe_tensor_destroy(t_[i]);
+            qmoe_weights_destroy(pw);
+            free(x), free(w), free(wst);
+        }
 }
 
 static void float_cases(void)
@@ -285,6 +358,7 @@ static void validation(void)
 int main(void)
 {
     quantized_cases();
+    prepacked_cases();
     float_cases();
     validation();
     return qt_finish("grouped_matmul");

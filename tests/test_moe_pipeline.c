@@ -1,7 +1,8 @@
 /* The MoE layer through the C API: MoeGatingTopKSoftmax -> MoeInitRoutingV2 with fused dynamic
- * int8 quant -> GroupedMatmulSwigluQuant (A8W8, ND weights) -> the down projection (computed here
- * in double as a stand-in until qmoe has the grouped matmul) -> MoeFinalizeRoutingV2, against a
+ * int8 quant -> GroupedMatmulSwigluQuant (A8W8, ND weights) -> GroupedMatmul (the down
+ * projection, per-token dequant) -> MoeFinalizeRoutingV2, against a
  * double MoE with the same quantization (per-token int8 activations, per-channel weights). */
+#include "qmoe/grouped_matmul.h"
 #include "test_moe_common.h"
 
 enum { N = 40, H = 64, E = 8, K = 2, I = 32 }; /* tokens, hidden, experts, top-k, intermediate */
@@ -146,14 +147,20 @@ int main(void)
     free(w);
     qmoe_executor_destroy(gx);
 
-    /* the down projection: rows of expert e are [cum[e-1], cum[e]) */
-    for (int e0 = 0, start = 0; e0 < E; start = (int)cum[e0], e0++)
-        for (int rr = start; rr < cum[e0]; rr++)
-            for (int h = 0; h < H; h++) {
-                double acc = 0;
-                for (int i = 0; i < I; i++) acc += (double)hq[rr * I + i] * w2[(e0 * I + i) * H + h];
-                down[rr * H + h] = (float)(acc * hs[rr] * w2s[e0 * H + h]);
-            }
+    /* the down projection: GroupedMatmul, per-token dequant to float32 */
+    int64_t w2sh[3] = {E, I, H}, w2ss[2] = {E, H};
+    qmoe_tensor *t_w2 = mt_tensor(w2, QMOE_DTYPE_INT8, 3, w2sh, NULL);
+    qmoe_tensor *t_w2s = mt_tensor(w2s, QMOE_DTYPE_FLOAT32, 2, w2ss, NULL);
+    qmoe_grouped_matmul_executor *dx = NULL;
+    CHECK_MSG(qmoe_grouped_matmul_workspace_size(t_hq, t_w2, NULL, t_w2s, t_hs, t_cum, 0, t_down, NULL,
+                                                 &ws, &dx) == QMOE_OK,
+              "%s", qmoe_last_error());
+    w = malloc(ws ? ws : 1);
+    CHECK(qmoe_grouped_matmul(w, ws, dx, NULL) == QMOE_OK);
+    free(w);
+    qmoe_grouped_matmul_executor_destroy(dx);
+    qmoe_tensor_destroy(t_w2);
+    qmoe_tensor_destroy(t_w2s);
 
     CHECK(qmoe_moe_finalize_routing_workspace_size(t_down, t_ri, NULL, NULL, NULL, t_y, t_ids, 2,
                                                    t_out, NULL, &ws, &ex) == QMOE_OK);

@@ -55,7 +55,7 @@ static void *mo_read(void *arg)
 }
 
 /* DRAM read GB/s on `threads` threads over `mb` MB: best of 3 (0 when out of memory). */
-static double mo_dram(int threads, int64_t mb)
+double mo_dram(int threads, int64_t mb)
 {
     size_t bytes = (size_t)mb << 20, words = bytes / 8;
     uint64_t *buf = malloc(bytes);

@@ -19,7 +19,9 @@
 #include "commands.h"
 #include "kernels/gmm_fast.h"
 #include "qmoe/runtime.h"
+#include "bench_down_proj.h"
 #include "bench_moe_ops.h"
+#include "bench_moe_layer.h"
 #ifdef QMOE_HAVE_DNNL
 #include "peer_onednn.h"
 #endif
@@ -459,6 +461,8 @@ done:
 int cmd_bench(int argc, char **argv)
 {
     if (argc > 1 && !strcmp(argv[1], "moe-ops")) return bench_moe_ops(argc - 1, argv + 1);
+    if (argc > 1 && !strcmp(argv[1], "moe")) return bench_moe_layer(argc - 1, argv + 1);
+    if (argc > 1 && !strcmp(argv[1], "down-proj")) return bench_down_proj(argc - 1, argv + 1);
     bench_args a;
     int r = parse(argc, argv, &a);
     if (r) return r > 0 ? 0 : 2;

@@ -14,6 +14,7 @@
 
 #include "cli_args.h"
 #include "commands.h"
+#include "moe_run.h"
 #include "npy.h"
 #include "outfile.h"
 #include "qmoe/quantize.h"
@@ -421,11 +422,13 @@ static int moe_gen(int argc, char **argv)
 int cmd_moe(int argc, char **argv)
 {
     if (argc >= 2 && !strcmp(argv[1], "gen")) return moe_gen(argc - 1, argv + 1);
+    if (argc >= 2 && !strcmp(argv[1], "run")) return moe_run(argc - 1, argv + 1);
     if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-        printf("usage: qmoe moe gen --out DIR [options]   (qmoe moe gen --help)\n");
+        printf("usage: qmoe moe gen --out DIR [options]   (qmoe moe gen --help)\n"
+               "       qmoe moe run --layer F --hidden H --router-logits L --out O   (--help)\n");
         return 0;
     }
-    fprintf(stderr, "qmoe moe: %s: unknown subcommand (available: gen)\n",
+    fprintf(stderr, "qmoe moe: %s: unknown subcommand (available: gen, run)\n",
             argc >= 2 ? argv[1] : "(none)");
     return 2;
 }

@@ -27,9 +27,11 @@ from ._op import (grouped_matmul_swiglu_quant, grouped_matmul_swiglu_quant_weigh
 from ._moe_ops import (npu_dynamic_quant, npu_moe_finalize_routing, npu_moe_gating_top_k,
                        npu_moe_gating_top_k_softmax, npu_moe_init_routing_v2,
                        npu_moe_token_unpermute, npu_swiglu)
+from ._grouped_matmul import npu_grouped_matmul
 from ._quantize import QuantizedExperts, quantize_experts
 from ._checkpoint import load_experts
 from ._prepack import PrepackedWeights, prepack
+from ._moe_layer import MoELayer
 
 __version__ = _lib.package_version()
 
@@ -50,6 +52,7 @@ def library_path() -> str:
 
 
 __all__ = [
+    "MoELayer",
     "QmoeError",
     "ERR_PARAM_NULLPTR",
     "ERR_PARAM_INVALID",
@@ -71,6 +74,7 @@ __all__ = [
     "library_version",
     "library_path",
     "npu_dynamic_quant",
+    "npu_grouped_matmul",
     "npu_moe_gating_top_k_softmax",
     "npu_moe_gating_top_k",
     "npu_moe_init_routing_v2",

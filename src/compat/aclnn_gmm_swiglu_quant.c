@@ -14,12 +14,6 @@
 
 enum { ARG_X, ARG_WEIGHT, ARG_BIAS, ARG_WSCALE, ARG_XSCALE, ARG_GROUPS, ARG_OUT, ARG_OUTSCALE, NARGS };
 
-void compat_executor_free(aclOpExecutor *executor)
-{
-    qmoe_executor_destroy(executor->native);
-    free(executor);
-}
-
 static int is_a8w4(const aclTensor *weight)
 {
     aclDataType d = compat_tensor_dtype(weight);
@@ -75,50 +69,19 @@ static aclnnStatus plan(const char *api, int weight_nz, const aclTensor *const i
     if (st) return st;
 
     aclOpExecutor *ex = malloc(sizeof *ex);
-    if (ex) ex->native = native;
-    compat_lock();
-    int registered = ex && compat_registry_add(ex, COMPAT_EXECUTOR, compat_current_device());
-    compat_unlock();
-    if (!registered) {
-        qmoe_executor_destroy(native);
-        free(ex);
-        return compat_fail(ACLNN_ERR_INNER_CREATE_EXECUTOR, "%s: out of memory for the executor", api);
-    }
-    *workspace_size = size;
-    *executor = ex;
-    return ACLNN_SUCCESS;
+    if (!ex) qmoe_executor_destroy(native);
+    else *ex = (aclOpExecutor){COMPAT_OP_GMM_SWIGLU_QUANT, native};
+    return compat_executor_publish(api, ex, size, workspace_size, executor);
 }
 
 static aclnnStatus execute(const char *api, void *workspace, uint64_t workspace_size,
                            aclOpExecutor *executor, aclrtStream stream)
 {
-    if (!executor) return compat_fail(ACLNN_ERR_PARAM_NULLPTR, "%s: executor is a null pointer", api);
-    if (!compat_initialized())
-        return compat_fail(ACLNN_ERR_RUNTIME_ERROR, "%s: aclInit has not been called", api);
-    /* Claiming the executor (removing it from the registry) makes it one-shot, also across threads. */
-    compat_lock();
-    int live = compat_registry_remove(executor, COMPAT_EXECUTOR);
-    aclnnStatus st = ACLNN_SUCCESS;
-    qmoe_stream *native = live ? compat_native_stream(stream, &st) : NULL;
-    compat_unlock();
-    if (!live)
-        return compat_fail(ACLNN_ERR_PARAM_INVALID,
-                           "%s: executor %p is not live: executors are one-shot and this one was "
-                           "already executed (or released by aclFinalize)",
-                           api, (void *)executor);
-    if (st == ACLNN_ERR_PARAM_INVALID)
-        compat_fail(st, "%s: stream %p is not a live stream", api, stream);
-    else if (st)
-        compat_fail(st, "%s: the device cannot start: %s", api, qmoe_last_error());
-    else if ((st = (aclnnStatus)qmoe_gmm_swiglu_quant(workspace, workspace_size, executor->native,
-                                                      native)))
-        compat_fail(st, "%s: %s", api, qmoe_last_error());
-    /* The queued operator holds its own copy of the plan: the executor can go now. */
-    compat_executor_free(executor);
-    if (!st && !stream && (st = (aclnnStatus)qmoe_stream_synchronize(native)))
-        compat_fail(st, "%s: %s", api, qmoe_last_error()); /* the default stream is synchronous */
-    if (st) compat_record_status(stream, st);
-    return st;
+    qmoe_stream *native;
+    aclnnStatus st = compat_executor_claim(api, executor, COMPAT_OP_GMM_SWIGLU_QUANT, stream, &native);
+    if (st) return st;
+    st = (aclnnStatus)qmoe_gmm_swiglu_quant(workspace, workspace_size, executor->native, native);
+    return compat_executor_finish(api, executor, st, stream, native);
 }
 
 #define GMM_ARGS                                                                                   \

@@ -11,11 +11,6 @@
 #include "compat/compat.h"
 #include "qmoe/gmm_list.h"
 
-struct aclTensorList {
-    uint64_t size;
-    const aclTensor **items;
-};
-
 aclTensorList *aclCreateTensorList(const aclTensor *const *value, uint64_t size)
 {
     if (!value && size) {
@@ -146,18 +141,9 @@ done_lists:
     if (st) return st;
 
     aclOpExecutor *ex = malloc(sizeof *ex);
-    if (ex) ex->native = native;
-    compat_lock();
-    int registered = ex && compat_registry_add(ex, COMPAT_EXECUTOR, compat_current_device());
-    compat_unlock();
-    if (!registered) {
-        qmoe_executor_destroy(native);
-        free(ex);
-        return compat_fail(ACLNN_ERR_INNER_CREATE_EXECUTOR, "%s: out of memory for the executor", API);
-    }
-    *workspaceSize = size;
-    *executor = ex;
-    return ACLNN_SUCCESS;
+    if (!ex) qmoe_executor_destroy(native);
+    else *ex = (aclOpExecutor){COMPAT_OP_GMM_SWIGLU_QUANT, native};
+    return compat_executor_publish(API, ex, size, workspaceSize, executor);
 }
 
 aclnnStatus aclnnGroupedMatmulSwigluQuantWeightNzTensorList(void *workspace, uint64_t workspaceSize,

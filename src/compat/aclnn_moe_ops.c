@@ -3,9 +3,9 @@
  * aclnnMoeGatingTopKSoftmax, aclnnMoeGatingTopK, aclnnMoeInitRoutingV2, aclnnMoeInitRoutingQuantV2,
  * aclnnMoeFinalizeRoutingV2, aclnnSwiGlu) over the native qmoe_* API of qmoe/moe_ops.h.
  *
- * The executor is one block: the common aclOpExecutor head (native = NULL, so the registry's
- * release frees it whole) followed by a copy of the native executor. Phase two claims it from
- * the registry (one-shot), queues it on the stream's native stream, and frees it.
+ * The executor is one block: the common aclOpExecutor head (compat.h) followed by a copy of the
+ * native executor. Phase two claims it from the registry (one-shot), queues it on the stream's
+ * native stream, and frees it (acl_executor.c).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -23,7 +23,7 @@
 #include "qmoe/runtime.h"
 
 typedef struct moe_acl_executor {
-    aclOpExecutor head; /* head.native == NULL marks a MoE executor */
+    aclOpExecutor head; /* op COMPAT_OP_MOE */
     qmoe_moe_executor moe;
 } moe_acl_executor;
 
@@ -74,56 +74,21 @@ static aclnnStatus finish(moe_args *a, qmoe_status ns, qmoe_moe_executor *native
     if (ns) return compat_fail((aclnnStatus)ns, "%s: %s", a->api, qmoe_last_error());
     moe_acl_executor *ex = malloc(sizeof *ex);
     if (ex) {
-        ex->head.native = NULL;
+        ex->head = (aclOpExecutor){COMPAT_OP_MOE, NULL};
         ex->moe = *native;
     }
     qmoe_moe_executor_destroy(native);
-    compat_lock();
-    int registered = ex && compat_registry_add(ex, COMPAT_EXECUTOR, compat_current_device());
-    compat_unlock();
-    if (!registered) {
-        free(ex);
-        return compat_fail(ACLNN_ERR_INNER_CREATE_EXECUTOR, "%s: out of memory for the executor",
-                           a->api);
-    }
-    *workspace_size = size;
-    *executor = &ex->head;
-    return ACLNN_SUCCESS;
+    return compat_executor_publish(a->api, ex ? &ex->head : NULL, size, workspace_size, executor);
 }
 
 static aclnnStatus execute(const char *api, moe_run_fn run, void *workspace,
                            uint64_t workspace_size, aclOpExecutor *executor, aclrtStream stream)
 {
-    if (!executor) return compat_fail(ACLNN_ERR_PARAM_NULLPTR, "%s: executor is a null pointer", api);
-    if (!compat_initialized())
-        return compat_fail(ACLNN_ERR_RUNTIME_ERROR, "%s: aclInit has not been called", api);
-    compat_lock();
-    int live = compat_registry_remove(executor, COMPAT_EXECUTOR);
-    aclnnStatus st = ACLNN_SUCCESS;
-    qmoe_stream *native = live ? compat_native_stream(stream, &st) : NULL;
-    compat_unlock();
-    if (!live)
-        return compat_fail(ACLNN_ERR_PARAM_INVALID,
-                           "%s: executor %p is not live: executors are one-shot and this one was "
-                           "already executed (or released by aclFinalize)",
-                           api, (void *)executor);
-    if (executor->native) { /* a GroupedMatmulSwigluQuant executor: claimed, so freed here */
-        compat_executor_free(executor);
-        return compat_fail(ACLNN_ERR_PARAM_INVALID, "%s: the executor belongs to another operator",
-                           api);
-    }
-    moe_acl_executor *ex = (moe_acl_executor *)executor;
-    if (st == ACLNN_ERR_PARAM_INVALID)
-        compat_fail(st, "%s: stream %p is not a live stream", api, stream);
-    else if (st)
-        compat_fail(st, "%s: the device cannot start: %s", api, qmoe_last_error());
-    else if ((st = (aclnnStatus)run(workspace, workspace_size, &ex->moe, native)))
-        compat_fail(st, "%s: %s", api, qmoe_last_error());
-    free(ex); /* the queued operator holds its own copy of the plan */
-    if (!st && !stream && (st = (aclnnStatus)qmoe_stream_synchronize(native)))
-        compat_fail(st, "%s: %s", api, qmoe_last_error());
-    if (st) compat_record_status(stream, st);
-    return st;
+    qmoe_stream *native;
+    aclnnStatus st = compat_executor_claim(api, executor, COMPAT_OP_MOE, stream, &native);
+    if (st) return st;
+    st = (aclnnStatus)run(workspace, workspace_size, &((moe_acl_executor *)executor)->moe, native);
+    return compat_executor_finish(api, executor, st, stream, native);
 }
 
 static qmoe_moe_options options(void)

@@ -72,11 +72,37 @@ typedef struct compat_stream {
     aclError status; /* first launch failure since the last synchronization */
 } compat_stream;
 
+/* Which operator an executor belongs to (acl_executor.c): phase two refuses another's. */
+typedef enum compat_op {
+    COMPAT_OP_GMM_SWIGLU_QUANT = 1, /* the fused operator and its weight-list form: `native` */
+    COMPAT_OP_MOE = 2,              /* the MoE pipeline operators (aclnn_moe_ops.c) */
+    COMPAT_OP_GROUPED_MATMUL = 3,   /* aclnnGroupedMatmulV4 (aclnn_grouped_matmul_v4.c) */
+} compat_op;
+
+/* The head of every executor; operators other than the fused one allocate a larger block that
+ * starts with it. */
 struct aclOpExecutor {
-    qmoe_executor *native;
+    compat_op op;
+    qmoe_executor *native; /* COMPAT_OP_GMM_SWIGLU_QUANT only */
 };
 
-void compat_executor_free(aclOpExecutor *executor);
+void compat_executor_free(aclOpExecutor *executor); /* NULL is a no-op */
+
+/* Phase one's end: registers `ex` (its `op` set; NULL when the caller ran out of memory) and
+ * returns it with the workspace size; on failure frees it and returns
+ * ACLNN_ERR_INNER_CREATE_EXECUTOR with nothing written. */
+aclnnStatus compat_executor_publish(const char *api, aclOpExecutor *ex, uint64_t size,
+                                    uint64_t *workspace_size, aclOpExecutor **executor);
+
+/* Phase two's start: checks that `executor` is live and belongs to `op`, claims it (one-shot) and
+ * finds the native stream. On failure a claimed executor is freed and the status returned. */
+aclnnStatus compat_executor_claim(const char *api, aclOpExecutor *executor, compat_op op,
+                                  aclrtStream stream, qmoe_stream **native);
+
+/* Phase two's end, after launching with status `st`: frees the executor, waits for the default
+ * stream (synchronous there), records a failure on the stream, returns the final status. */
+aclnnStatus compat_executor_finish(const char *api, aclOpExecutor *executor, aclnnStatus st,
+                                   aclrtStream stream, qmoe_stream *native);
 
 /* Phase two of a GroupedMatmulSwigluQuant executor (aclnn_gmm_swiglu_quant.c): claims it, runs it
  * on `stream`, always frees it; `api` names the caller in messages. */
@@ -84,6 +110,13 @@ aclnnStatus compat_gmm_execute(const char *api, void *workspace, uint64_t worksp
                                aclOpExecutor *executor, aclrtStream stream);
 
 /* ------------------------------------------------------------------ tensors -------------------- */
+
+/* aclCreateTensorList's list (aclnn_gmm_swiglu_quant_tensor_list.c makes it; the list operators
+ * read it). */
+struct aclTensorList {
+    uint64_t size;
+    const aclTensor **items;
+};
 
 /* How a tensor argument is read: as its view (ND-family formats), or as a FRACTAL_NZ weight whose
  * storage shape is the 5-D NZ shape. */

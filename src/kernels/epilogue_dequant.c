@@ -4,27 +4,77 @@
  * here); A8W4 folded sum_g acc_g * scale_g and multiplies xScale last, as the vendor formula does.
  * The optional float32 bias comes after the scaling; one rounding to the output dtype.
  */
+#include <string.h>
+
 #include "ops/grouped_matmul_exec.h"
+
+#if defined(__x86_64__) || defined(_M_X64)
+#include <emmintrin.h> /* SSE2, part of x86-64: streaming stores */
+#define QMOE_STREAM_STORES 1
+#endif
+
+/* float32 -> bfloat16, round to nearest even, NaN kept quiet: moe_f32_to_bf16 without the
+ * branch, so the loop vectorizes. */
+static void store_bf16(uint16_t *d, const float *v, int64_t n)
+{
+    for (int64_t j = 0; j < n; j++) {
+        uint32_t b;
+        memcpy(&b, &v[j], sizeof b);
+        uint32_t r = (b + 0x7FFFu + ((b >> 16) & 1u)) >> 16, q = (b >> 16) | 0x40u;
+        d[j] = (uint16_t)((b & 0x7FFFFFFFu) > 0x7F800000u ? q : r);
+    }
+}
+
+/* A row segment of bf16 output. Whole 64-byte lines go out as streaming stores: the output is
+ * written once and never read here, and ordinary stores would first read every line from memory
+ * (the output of a prefill is twice the weights' bytes) and evict the packed panels. */
+static void store_bf16_row(uint16_t *d, const float *v, int64_t n)
+{
+#ifdef QMOE_STREAM_STORES
+    if ((uintptr_t)d % 64 == 0 && n % 32 == 0) {
+        uint16_t tmp[QMOE_PK_UNIT * QMOE_PK_BLOCK] __attribute__((aligned(16)));
+        store_bf16(tmp, v, n);
+        for (int64_t j = 0; j < n; j += 8)
+            _mm_stream_si128((__m128i *)(void *)(d + j), _mm_load_si128((const __m128i *)(const void *)(tmp + j)));
+        return;
+    }
+#endif
+    store_bf16(d, v, n);
+}
 
 void qmoe_epilogue_dequant(const qmoe_gemm_block *B, const qmoe_gemm_tile *t)
 {
     const gmm_dequant_out *o = B->out;
     const qmoe_gmm_params *p = B->p;
     const moe_view *out = &o->out;
+    const float *bias = (const float *)o->bias.data;
+    int64_t nc = t->c_hi - t->c_lo;
+    float v[QMOE_PK_UNIT * QMOE_PK_BLOCK]; /* a panel half is at most 64 columns */
     for (int64_t r = 0; r < t->rows; r++) {
         const float *fr = t->f + r * t->ldf;
         float xs = t->xs ? t->xs[r] : 1.0f;
         int64_t row = (t->m + r) * out->st[0];
         for (int64_t h = 0; h < 2; h++) {
-            int64_t n0 = (h ? p->N2 : 0) + t->jc;
-            const float *fh = fr + h * t->half;
-            for (int64_t c = t->c_lo; c < t->c_hi; c++) {
-                float v = fh[c];
-                if (t->xs) v *= xs;
-                if (o->bias.data)
-                    v += ((const float *)o->bias.data)[B->e * o->bias.st[0] + (n0 + c) * o->bias.st[1]];
-                moe_store(out, row + (n0 + c) * out->st[1], v);
+            int64_t n0 = (h ? p->N2 : 0) + t->jc + t->c_lo;
+            const float *fh = fr + h * t->half + t->c_lo;
+            if (t->xs)
+                for (int64_t c = 0; c < nc; c++) v[c] = fh[c] * xs;
+            else
+                memcpy(v, fh, sizeof(float) * (size_t)nc);
+            if (bias) {
+                const float *b = bias + B->e * o->bias.st[0];
+                for (int64_t c = 0; c < nc; c++) v[c] += b[(n0 + c) * o->bias.st[1]];
             }
+            int64_t at = row + n0 * out->st[1];
+            if (out->st[1] == 1 && out->dtype == QMOE_DTYPE_BFLOAT16)
+                store_bf16_row((uint16_t *)out->data + at, v, nc);
+            else if (out->st[1] == 1 && out->dtype == QMOE_DTYPE_FLOAT32)
+                memcpy((float *)out->data + at, v, sizeof(float) * (size_t)nc);
+            else
+                moe_store_row(out, at, out->st[1], nc, v);
         }
     }
+#ifdef QMOE_STREAM_STORES
+    _mm_sfence(); /* streaming stores are weakly ordered: visible before the block is done */
+#endif
 }

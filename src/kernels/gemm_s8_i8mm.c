@@ -12,7 +12,7 @@
  * Up to MR = 6 rows (3 row pairs) x 1 unit: 24 accumulators, 3 x matrices and the weights of one
  * column quad live at a time. Per 8 k and unit: 8 weight loads, 8 zips, 6 x loads (one per row)
  * and 24 usmmla. An odd last row reads its own row twice and drops the copy; an odd last step
- * pairs with zeros.
+ * pairs with zeros. A single row takes usdot instead (tile_1).
  */
 #if defined(__aarch64__)
 #include <arm_neon.h>
@@ -108,13 +108,46 @@ static inline __attribute__((always_inline)) void tile(int mr, int64_t kq, const
 #undef ROWQ
 }
 
+/* One row (decode, the driver's sums of x): usdot, also part of I8MM, takes the same uint8 x int8
+ * operands 4 at a time with no half-empty 2x2 tile: per step 4 weight loads and 4 usdot by
+ * element, x loaded once per 4 steps. */
+static void tile_1(int64_t kq, const int8_t *x, int64_t ldx, const uint8_t *wp, int64_t wstep,
+                   int32_t *acc, int64_t ldacc, int accumulate)
+{
+    (void)ldx, (void)ldacc;
+    int32x4_t c0 = vdupq_n_s32(0), c1 = c0, c2 = c0, c3 = c0;
+#define STEP(XV, L)                                                                              \
+    c0 = vusdotq_laneq_s32(c0, vld1q_u8(wp), XV, L);                                            \
+    c1 = vusdotq_laneq_s32(c1, vld1q_u8(wp + 16), XV, L);                                       \
+    c2 = vusdotq_laneq_s32(c2, vld1q_u8(wp + 32), XV, L);                                       \
+    c3 = vusdotq_laneq_s32(c3, vld1q_u8(wp + 48), XV, L);                                       \
+    wp += wstep;
+    int64_t q = 0;
+    for (; q + 4 <= kq; q += 4) {
+        int8x16_t xv = vld1q_s8(x + 4 * q);
+        STEP(xv, 0) STEP(xv, 1) STEP(xv, 2) STEP(xv, 3)
+    }
+    for (; q < kq; q++) {
+        int32_t v;
+        memcpy(&v, x + 4 * q, sizeof v); /* exactly this step's 4 bytes */
+        int8x16_t xv = vreinterpretq_s8_s32(vdupq_n_s32(v));
+        STEP(xv, 0)
+    }
+#undef STEP
+    if (accumulate) {
+        c0 = vaddq_s32(c0, vld1q_s32(acc)), c1 = vaddq_s32(c1, vld1q_s32(acc + 4));
+        c2 = vaddq_s32(c2, vld1q_s32(acc + 8)), c3 = vaddq_s32(c3, vld1q_s32(acc + 12));
+    }
+    vst1q_s32(acc, c0), vst1q_s32(acc + 4, c1), vst1q_s32(acc + 8, c2), vst1q_s32(acc + 12, c3);
+}
+
 #define TILE_FN(R)                                                                               \
     static void tile_##R(int64_t kq, const int8_t *x, int64_t ldx, const uint8_t *wp,           \
                          int64_t wstep, int32_t *acc, int64_t ldacc, int accumulate)             \
     {                                                                                            \
         tile(R, kq, x, ldx, wp, wstep, acc, ldacc, accumulate);                                  \
     }
-TILE_FN(1) TILE_FN(2) TILE_FN(3) TILE_FN(4) TILE_FN(5) TILE_FN(6)
+TILE_FN(2) TILE_FN(3) TILE_FN(4) TILE_FN(5) TILE_FN(6)
 #undef TILE_FN
 
 typedef void (*tile_fn)(int64_t, const int8_t *, int64_t, const uint8_t *, int64_t, int32_t *,

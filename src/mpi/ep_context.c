@@ -34,8 +34,9 @@ static qmoe_status check_config(const qmoe_ep_config *c, int size, int32_t **own
         int64_t r = c->expert_rank ? c->expert_rank[e] : e * size / E;
         if (r < 0 || r >= size) {
             free(o);
-            return ep_fail(QMOE_ERR_PARAM_INVALID, "config: expert_rank[%lld] = %lld not in [0, %d)",
-                           (long long)e, (long long)r, size);
+            return ep_fail(QMOE_ERR_PARAM_INVALID,
+                           "config: expert_rank[%lld] = %lld not in [0, %d)", (long long)e,
+                           (long long)r, size);
         }
         o[e] = (int32_t)r;
     }
@@ -91,9 +92,12 @@ qmoe_status qmoe_ep_create(MPI_Comm comm, const qmoe_ep_config *config, qmoe_ep 
 
     qmoe_status st = QMOE_OK;
     int32_t *owner = NULL;
-    if (!ep) st = ep_fail(QMOE_ERR_INNER, "out of memory for the context");
-    else if (!config || !out) st = ep_fail(QMOE_ERR_PARAM_NULLPTR, "%s is NULL", config ? "out" : "config");
-    else st = check_config(config, size, &owner);
+    if (!ep)
+        st = ep_fail(QMOE_ERR_INNER, "out of memory for the context");
+    else if (!config || !out)
+        st = ep_fail(QMOE_ERR_PARAM_NULLPTR, "%s is NULL", config ? "out" : "config");
+    else
+        st = check_config(config, size, &owner);
     st = ep_agree(dup, st);
     int64_t shape[4] = {0, 0, 0, 0}, scratch[8];
     if (st == QMOE_OK) {
@@ -107,8 +111,10 @@ qmoe_status qmoe_ep_create(MPI_Comm comm, const qmoe_ep_config *config, qmoe_ep 
     }
     if (st == QMOE_OK) {
         int64_t E = shape[0];
-        int64_t *map = ep_alloc((size_t)E, sizeof *map), *mscratch = ep_alloc((size_t)E, 2 * sizeof *map);
-        qmoe_status mst = map && mscratch ? QMOE_OK : ep_fail(QMOE_ERR_INNER, "out of memory for the map");
+        int64_t *map = ep_alloc((size_t)E, sizeof *map),
+                *mscratch = ep_alloc((size_t)E, 2 * sizeof *map);
+        qmoe_status mst =
+            map && mscratch ? QMOE_OK : ep_fail(QMOE_ERR_INNER, "out of memory for the map");
         st = ep_agree(dup, mst);
         if (st == QMOE_OK) {
             for (int64_t e = 0; e < E; e++) map[e] = owner[e];

@@ -5,10 +5,10 @@
 
 #include "ep_internal.h"
 
-static qmoe_status check_args(const qmoe_ep *ep, int64_t tokens, const void *x, const float *x_scale,
-                              const int32_t *expert_idx, int64_t capacity, const void *recv_x,
-                              const float *recv_scale, const int64_t *group_list,
-                              const int64_t *recv_rows)
+static qmoe_status check_args(const qmoe_ep *ep, int64_t tokens, const void *x,
+                              const float *x_scale, const int32_t *expert_idx, int64_t capacity,
+                              const void *recv_x, const float *recv_scale,
+                              const int64_t *group_list, const int64_t *recv_rows)
 {
     int q = ep->x_dtype == QMOE_DTYPE_INT8;
     if (tokens < 0 || tokens > INT_MAX / ep->K)
@@ -18,7 +18,10 @@ static qmoe_status check_args(const qmoe_ep *ep, int64_t tokens, const void *x, 
         return ep_fail(QMOE_ERR_PARAM_INVALID, "capacity %lld < 0", (long long)capacity);
     if (tokens > 0 && (!x || !expert_idx || (q && !x_scale)))
         return ep_fail(QMOE_ERR_PARAM_NULLPTR, "%s is NULL with %lld tokens",
-                       !x ? "x" : !expert_idx ? "expert_idx" : "x_scale", (long long)tokens);
+                       !x            ? "x"
+                       : !expert_idx ? "expert_idx"
+                                     : "x_scale",
+                       (long long)tokens);
     if (!recv_rows) return ep_fail(QMOE_ERR_PARAM_NULLPTR, "recv_rows is NULL");
     if (ep->nlocal > 0 && !group_list)
         return ep_fail(QMOE_ERR_PARAM_NULLPTR, "group_list is NULL (%lld local experts)",
@@ -28,9 +31,9 @@ static qmoe_status check_args(const qmoe_ep *ep, int64_t tokens, const void *x, 
                        !recv_x ? "recv_x" : "recv_scale", (long long)capacity);
     for (int64_t i = 0; i < tokens * ep->K; i++)
         if (expert_idx[i] < 0 || expert_idx[i] >= ep->E)
-            return ep_fail(QMOE_ERR_PARAM_INVALID,
-                           "expert_idx[%lld][%lld] = %d not in [0, %lld)", (long long)(i / ep->K),
-                           (long long)(i % ep->K), (int)expert_idx[i], (long long)ep->E);
+            return ep_fail(QMOE_ERR_PARAM_INVALID, "expert_idx[%lld][%lld] = %d not in [0, %lld)",
+                           (long long)(i / ep->K), (long long)(i % ep->K), (int)expert_idx[i],
+                           (long long)ep->E);
     return QMOE_OK;
 }
 
@@ -48,7 +51,8 @@ qmoe_status qmoe_moe_dispatch(qmoe_ep *ep, int64_t tokens, const void *x, const 
     ep_route rt = {.tokens = tokens};
     int *send_e = ep_alloc((size_t)P, (size_t)E * sizeof(int));
     int *recv_e = ep_alloc((size_t)P, (size_t)E * sizeof(int));
-    int64_t *start = ep_alloc((size_t)E, sizeof(int64_t)), *groups = ep_alloc((size_t)nl, sizeof(int64_t));
+    int64_t *start = ep_alloc((size_t)E, sizeof(int64_t));
+    int64_t *groups = ep_alloc((size_t)nl, sizeof(int64_t));
     rt.rcounts = ep_alloc((size_t)P, sizeof(int));
     rt.rdispls = ep_alloc((size_t)P, sizeof(int));
     rt.scounts = ep_alloc((size_t)P, sizeof(int));
@@ -57,7 +61,8 @@ qmoe_status qmoe_moe_dispatch(qmoe_ep *ep, int64_t tokens, const void *x, const 
     rt.blk_pos = ep_alloc((size_t)P, (size_t)nl * sizeof(int64_t));
     rt.slot = ep_alloc((size_t)n, sizeof(int64_t));
     if (st == QMOE_OK &&
-        (!send_e || !recv_e || !start || !groups || !rt.rcounts || !rt.rdispls || !rt.scounts || !rt.sdispls || !rt.blk_len || !rt.blk_pos || !rt.slot ||
+        (!send_e || !recv_e || !start || !groups || !rt.rcounts || !rt.rdispls || !rt.scounts ||
+         !rt.sdispls || !rt.blk_len || !rt.blk_pos || !rt.slot ||
          !ep_reserve(&ep->pack, &ep->pack_cap, (size_t)n, row) ||
          (q && !ep_reserve(&ep->pack_scale, &ep->pack_scale_cap, (size_t)n, sizeof(float)))))
         st = ep_fail(QMOE_ERR_INNER, "out of memory for %lld rows to send", (long long)n);
@@ -70,7 +75,8 @@ qmoe_status qmoe_moe_dispatch(qmoe_ep *ep, int64_t tokens, const void *x, const 
     memset(send_e, 0, (size_t)P * (size_t)E * sizeof(int));
     memset(start, 0, (size_t)E * sizeof(int64_t));
     for (int64_t i = 0; i < n; i++) start[ep->order[expert_idx[i]]]++;
-    for (int64_t e = 0; e < E; e++) send_e[(int64_t)ep->owner[e] * E + e] = (int)start[ep->order[e]];
+    for (int64_t e = 0; e < E; e++)
+        send_e[(int64_t)ep->owner[e] * E + e] = (int)start[ep->order[e]];
     for (int64_t p = 0, acc = 0; p < E; p++) {
         int64_t c = start[p];
         start[p] = acc;
@@ -119,7 +125,8 @@ qmoe_status qmoe_moe_dispatch(qmoe_ep *ep, int64_t tokens, const void *x, const 
         st = ep_fail(QMOE_ERR_PARAM_INVALID, "%lld rows arrive at rank %d: over INT_MAX",
                      (long long)total, ep->rank);
     else if (!ep_reserve(&ep->stage, &ep->stage_cap, (size_t)total, row) ||
-             (q && !ep_reserve(&ep->stage_scale, &ep->stage_scale_cap, (size_t)total, sizeof(float))))
+             (q &&
+              !ep_reserve(&ep->stage_scale, &ep->stage_scale_cap, (size_t)total, sizeof(float))))
         st = ep_fail(QMOE_ERR_INNER, "out of memory for %lld received rows", (long long)total);
     if ((st = ep_agree(ep->comm, st)) != QMOE_OK) goto done;
 

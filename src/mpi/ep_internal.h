@@ -64,7 +64,7 @@ int ep_reserve(void **buf, size_t *cap, size_t a, size_t b);
 /* Received rows are source-major in the staging buffer (each source's rows by local expert) and
  * expert-major where the caller has them. Copies whole blocks of `row` bytes between the two:
  * to_grouped 1: from staging to grouped (dispatch); 0: from grouped to staging (combine). */
-void ep_regroup(const qmoe_ep *ep, const ep_route *rt, size_t row, int to_grouped,
-                const void *from, void *to);
+void ep_regroup(const qmoe_ep *ep, const ep_route *rt, size_t row, int to_grouped, const void *from,
+                void *to);
 
 #endif

@@ -2,8 +2,6 @@
  * last error, which the hidden-visibility library does not let another library set). */
 #include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "ep_internal.h"
 
@@ -31,63 +29,4 @@ qmoe_status ep_agree(MPI_Comm comm, qmoe_status local)
         return ep_fail((qmoe_status)all, "another rank failed with %s (its own input is at fault)",
                        qmoe_status_name((qmoe_status)all));
     return (qmoe_status)all;
-}
-
-size_t ep_dtype_size(qmoe_dtype dt)
-{
-    switch (dt) {
-    case QMOE_DTYPE_INT8: return 1;
-    case QMOE_DTYPE_FLOAT16:
-    case QMOE_DTYPE_BFLOAT16: return 2;
-    case QMOE_DTYPE_FLOAT32: return 4;
-    default: return 0;
-    }
-}
-
-void ep_route_free(ep_route *r)
-{
-    free(r->scounts);
-    free(r->sdispls);
-    free(r->rcounts);
-    free(r->rdispls);
-    free(r->blk_len);
-    free(r->blk_pos);
-    free(r->slot);
-    *r = (ep_route){0};
-}
-
-void *ep_alloc(size_t a, size_t b)
-{
-    if (b != 0 && a > SIZE_MAX / b) return NULL;
-    return malloc(a * b != 0 ? a * b : 1);
-}
-
-int ep_reserve(void **buf, size_t *cap, size_t a, size_t b)
-{
-    if (b != 0 && a > SIZE_MAX / b) return 0;
-    size_t need = a * b != 0 ? a * b : 1;
-    if (*buf && *cap >= need) return 1;
-    void *p = malloc(need);
-    if (!p) return 0;
-    free(*buf);
-    *buf = p;
-    *cap = need;
-    return 1;
-}
-
-void ep_regroup(const qmoe_ep *ep, const ep_route *rt, size_t row, int to_grouped,
-                const void *from, void *to)
-{
-    const int64_t nl = ep->nlocal;
-    for (int s = 0; s < ep->size; s++) {
-        int64_t at = rt->rdispls[s]; /* source s's rows, local expert by local expert */
-        for (int64_t l = 0; l < nl; l++) {
-            size_t len = (size_t)rt->blk_len[(int64_t)s * nl + l] * row;
-            size_t g = (size_t)rt->blk_pos[(int64_t)s * nl + l] * row, st = (size_t)at * row;
-            if (len)
-                memcpy((unsigned char *)to + (to_grouped ? g : st),
-                       (const unsigned char *)from + (to_grouped ? st : g), len);
-            at += rt->blk_len[(int64_t)s * nl + l];
-        }
-    }
 }

@@ -14,13 +14,13 @@ typedef struct mpi_case {
     int P;
     int64_t E, H, K;
     qmoe_dtype x_dtype;
-    int64_t *first;    /* [P + 1] rank r holds global tokens [first[r], first[r+1]) */
-    int64_t N;         /* all tokens */
-    unsigned char *x;  /* [N, H] of x_dtype */
-    float *x_scale;    /* [N] (INT8) */
-    int32_t *ids;      /* [N, K] */
-    float *weights;    /* [N, K] */
-    int32_t *map;      /* [E] or NULL */
+    int64_t *first;   /* [P + 1] rank r holds global tokens [first[r], first[r+1]) */
+    int64_t N;        /* all tokens */
+    unsigned char *x; /* [N, H] of x_dtype */
+    float *x_scale;   /* [N] (INT8) */
+    int32_t *ids;     /* [N, K] */
+    float *weights;   /* [N, K] */
+    int32_t *map;     /* [E] or NULL */
 } mpi_case;
 
 static inline size_t mc_size(qmoe_dtype dt)

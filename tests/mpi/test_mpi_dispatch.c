@@ -5,6 +5,7 @@
  * with no tokens, all tokens to one rank, top-k spanning ranks, explicit expert maps. */
 #include <stdio.h>
 
+#include "core/halfconv.h"
 #include "mpi_case.h"
 #include "qmoe/moe_ops.h"
 
@@ -17,7 +18,8 @@ static void expert_row(int64_t e, const unsigned char *xrow, float xscale, const
     double m = 0.75 + (double)e / 8.0;
     for (int64_t h = 0; h < c->H; h++) {
         double v;
-        if (c->x_dtype == QMOE_DTYPE_INT8) v = (double)((const int8_t *)xrow)[h] * (double)xscale;
+        if (c->x_dtype == QMOE_DTYPE_INT8)
+            v = (double)((const int8_t *)xrow)[h] * (double)xscale;
         else if (c->x_dtype == QMOE_DTYPE_FLOAT32) {
             float f;
             memcpy(&f, xrow + h * 4, 4);
@@ -28,8 +30,12 @@ static void expert_row(int64_t e, const unsigned char *xrow, float xscale, const
             v = mc_bf16_to_f32(u);
         }
         float y = (float)(v * m);
-        if (y_dtype == QMOE_DTYPE_FLOAT32) memcpy(yrow + h * 4, &y, 4);
-        else {
+        if (y_dtype == QMOE_DTYPE_FLOAT32)
+            memcpy(yrow + h * 4, &y, 4);
+        else if (y_dtype == QMOE_DTYPE_FLOAT16) {
+            uint16_t u = qmoe_f32_to_f16(y);
+            memcpy(yrow + h * 2, &u, 2);
+        } else {
             uint16_t u = mc_f32_to_bf16(y);
             memcpy(yrow + h * 2, &u, 2);
         }
@@ -48,7 +54,9 @@ static void build(mpi_case *c, uint64_t seed, int64_t E, int64_t H, int64_t K, i
     c->E = E, c->H = H, c->K = K, c->N = N, c->x_dtype = xdt;
     c->first = calloc((size_t)P + 1, sizeof *c->first);
     for (int q = 0; q < P; q++) {
-        int64_t n = tok == TOK_EVEN ? N / P + (q < N % P) : tok == TOK_ONE_RANK ? (q == P - 1 ? N : 0) : 0;
+        int64_t n = tok == TOK_EVEN       ? N / P + (q < N % P)
+                    : tok == TOK_ONE_RANK ? (q == P - 1 ? N : 0)
+                                          : 0;
         c->first[q + 1] = c->first[q] + n;
     }
     if (tok == TOK_RANDOM) { /* random cut points, some ranks may get none */
@@ -66,9 +74,12 @@ static void build(mpi_case *c, uint64_t seed, int64_t E, int64_t H, int64_t K, i
     c->weights = malloc((size_t)(N * K) * sizeof(float) + 1);
     for (int64_t i = 0; i < N * H; i++) {
         float v = qt_uniform(&r, -2.0f, 2.0f);
-        if (xdt == QMOE_DTYPE_INT8) ((int8_t *)c->x)[i] = (int8_t)qt_range(&r, -127, 127);
-        else if (xdt == QMOE_DTYPE_FLOAT32) ((float *)(void *)c->x)[i] = v;
-        else ((uint16_t *)(void *)c->x)[i] = mc_f32_to_bf16(v);
+        if (xdt == QMOE_DTYPE_INT8)
+            ((int8_t *)c->x)[i] = (int8_t)qt_range(&r, -127, 127);
+        else if (xdt == QMOE_DTYPE_FLOAT32)
+            ((float *)(void *)c->x)[i] = v;
+        else
+            ((uint16_t *)(void *)c->x)[i] = mc_f32_to_bf16(v);
     }
     for (int64_t t = 0; t < N; t++) c->x_scale[t] = qt_uniform(&r, 0.001f, 0.05f);
     for (int64_t t = 0; t < N; t++)
@@ -87,7 +98,10 @@ static void build(mpi_case *c, uint64_t seed, int64_t E, int64_t H, int64_t K, i
         }
 }
 
-static int owner_of(const mpi_case *c, int64_t e) { return c->map ? c->map[e] : (int)(e * P / c->E); }
+static int owner_of(const mpi_case *c, int64_t e)
+{
+    return c->map ? c->map[e] : (int)(e * P / c->E);
+}
 
 static void run_case(const char *name, const mpi_case *c, qmoe_dtype ydt, int extra_capacity)
 {
@@ -103,7 +117,8 @@ static void run_case(const char *name, const mpi_case *c, qmoe_dtype ydt, int ex
 
     /* What should arrive here: local experts ascending, then (source, token, k). */
     int64_t nloc = qmoe_ep_local_experts(ep), expect = 0;
-    int64_t *exp_t = malloc((size_t)(c->N * K) * sizeof *exp_t + 1), *exp_group = calloc((size_t)nloc + 1, sizeof *exp_group);
+    int64_t *exp_t = malloc((size_t)(c->N * K) * sizeof *exp_t + 1),
+            *exp_group = calloc((size_t)nloc + 1, sizeof *exp_group);
     int64_t *exp_e = malloc((size_t)(c->N * K) * sizeof *exp_e + 1);
     for (int64_t l = 0, prev = -1; l < nloc; l++) {
         int64_t e = qmoe_ep_local_expert_id(ep, l);
@@ -121,8 +136,8 @@ static void run_case(const char *name, const mpi_case *c, qmoe_dtype ydt, int ex
     unsigned char *rx = malloc((size_t)cap * H * xs + 1);
     float *rs = malloc((size_t)cap * sizeof(float) + 1);
     int64_t *groups = malloc((size_t)nloc * sizeof *groups + 1), rows = -1;
-    st = qmoe_moe_dispatch(ep, T, c->x + (size_t)(t0 * H) * xs, c->x_scale + t0, c->ids + t0 * K, cap,
-                           rx, rs, groups, &rows);
+    st = qmoe_moe_dispatch(ep, T, c->x + (size_t)(t0 * H) * xs, c->x_scale + t0, c->ids + t0 * K,
+                           cap, rx, rs, groups, &rows);
     CHECK_MSG(st == QMOE_OK, "%s: dispatch: %s", name, qmoe_mpi_last_error());
     CHECK_MSG(rows == expect, "%s: rank %d got %lld rows, expected %lld", name, me, (long long)rows,
               (long long)expect);
@@ -131,7 +146,8 @@ static void run_case(const char *name, const mpi_case *c, qmoe_dtype ydt, int ex
         for (int64_t l = 0; l < nloc; l++) bad += groups[l] != exp_group[l];
         for (int64_t g = 0; g < rows; g++) {
             int64_t t = exp_t[g];
-            bad += memcmp(rx + (size_t)g * H * xs, c->x + (size_t)(t * H) * xs, (size_t)H * xs) != 0;
+            bad +=
+                memcmp(rx + (size_t)g * H * xs, c->x + (size_t)(t * H) * xs, (size_t)H * xs) != 0;
             if (c->x_dtype == QMOE_DTYPE_INT8) bad += rs[g] != c->x_scale[t];
         }
         CHECK_MSG(bad == 0, "%s: rank %d: %d received rows or groups differ", name, me, bad);
@@ -140,12 +156,40 @@ static void run_case(const char *name, const mpi_case *c, qmoe_dtype ydt, int ex
     unsigned char *y = malloc((size_t)(rows > 0 ? rows : 0) * H * ys + 1);
     for (int64_t g = 0; g < rows && rows == expect; g++)
         expert_row(exp_e[g], rx + (size_t)g * H * xs, rs[g], c, ydt, y + (size_t)g * H * ys);
-    unsigned char *out = malloc((size_t)(T * H) * ys + 1), *ref = malloc((size_t)(T * H) * ys + 1);
-    st = qmoe_moe_combine(ep, ydt, y, rows, c->weights + t0 * K, ydt, out);
+    /* out is y's dtype, except float16 rows (combine writes float32 or bfloat16): float32 */
+    qmoe_dtype odt = ydt == QMOE_DTYPE_FLOAT16 ? QMOE_DTYPE_FLOAT32 : ydt;
+    const size_t os = mc_size(odt);
+    unsigned char *out = malloc((size_t)(T * H) * os + 1), *ref = malloc((size_t)(T * H) * os + 1);
+    st = qmoe_moe_combine(ep, ydt, y, rows, c->weights + t0 * K, odt, out);
     CHECK_MSG(st == QMOE_OK, "%s: combine: %s", name, qmoe_mpi_last_error());
 
+    /* float16 rows: the sum written out (float32 from 0, choices in order), in one process. */
+    if (T > 0 && ydt == QMOE_DTYPE_FLOAT16) {
+        unsigned char *yr = malloc((size_t)H * 2);
+        float *acc = malloc((size_t)H * sizeof *acc);
+        for (int64_t t = 0; t < T; t++) {
+            int64_t gt = t0 + t;
+            for (int64_t h = 0; h < H; h++) acc[h] = 0.0f;
+            for (int64_t j = 0; j < K; j++) {
+                expert_row(c->ids[gt * K + j], c->x + (size_t)(gt * H) * xs, c->x_scale[gt], c, ydt,
+                           yr);
+                float w = c->weights[gt * K + j];
+                for (int64_t h = 0; h < H; h++) {
+                    uint16_t u;
+                    memcpy(&u, yr + h * 2, 2);
+                    acc[h] += w * qmoe_f16_to_f32(u);
+                }
+            }
+            memcpy(ref + (size_t)(t * H) * 4, acc, (size_t)H * 4);
+        }
+        if (st == QMOE_OK)
+            CHECK_MSG(memcmp(out, ref, (size_t)(T * H) * 4) == 0,
+                      "%s: rank %d: combine differs from the single-process sum", name, me);
+        free(yr);
+        free(acc);
+    }
     /* One process: the same expert rows in token order, summed by qmoe_moe_finalize_routing. */
-    if (T > 0) {
+    if (T > 0 && ydt != QMOE_DTYPE_FLOAT16) {
         unsigned char *ex = malloc((size_t)(T * K * H) * ys);
         int32_t *ri = malloc((size_t)(T * K) * sizeof *ri);
         for (int64_t t = 0; t < T; t++)
@@ -159,14 +203,15 @@ static void run_case(const char *name, const mpi_case *c, qmoe_dtype ydt, int ex
         qmoe_tensor *tex = NULL, *tri = NULL, *tsc = NULL, *tout = NULL;
         qmoe_tensor_create(sx, 2, NULL, ydt, QMOE_FORMAT_ND, ex, &tex);
         qmoe_tensor_create(sr, 1, NULL, QMOE_DTYPE_INT32, QMOE_FORMAT_ND, ri, &tri);
-        qmoe_tensor_create(ss, 2, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, c->weights + t0 * K, &tsc);
+        qmoe_tensor_create(ss, 2, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, c->weights + t0 * K,
+                           &tsc);
         qmoe_tensor_create(so, 2, NULL, ydt, QMOE_FORMAT_ND, ref, &tout);
         qmoe_moe_options opt = QMOE_MOE_OPTIONS_INIT;
         opt.threads = 1;
         uint64_t ws = 0;
         qmoe_moe_executor *exe = NULL;
-        qmoe_status fs = qmoe_moe_finalize_routing_workspace_size(tex, tri, NULL, NULL, NULL, tsc, NULL, 2,
-                                                                  tout, &opt, &ws, &exe);
+        qmoe_status fs = qmoe_moe_finalize_routing_workspace_size(tex, tri, NULL, NULL, NULL, tsc,
+                                                                  NULL, 2, tout, &opt, &ws, &exe);
         void *wsp = malloc(ws + 1);
         if (fs == QMOE_OK) fs = qmoe_moe_finalize_routing(wsp, ws, exe, NULL);
         CHECK_MSG(fs == QMOE_OK, "%s: finalize reference: %s", name, qmoe_last_error());
@@ -205,15 +250,26 @@ int main(int argc, char **argv)
         qmoe_dtype x, y;
         int tok, route, map, extra;
     } cases[] = {
-        {"random int8", 16, 40, 4, 37, QMOE_DTYPE_INT8, QMOE_DTYPE_FLOAT32, TOK_EVEN, ROUTE_RANDOM, 0, 0},
-        {"random bf16", 8, 24, 2, 29, QMOE_DTYPE_BFLOAT16, QMOE_DTYPE_BFLOAT16, TOK_RANDOM, ROUTE_RANDOM, 0, 3},
-        {"idle experts", 12, 16, 3, 21, QMOE_DTYPE_INT8, QMOE_DTYPE_BFLOAT16, TOK_EVEN, ROUTE_SPARSE, 0, 0},
-        {"tokens on one rank", 8, 32, 2, 19, QMOE_DTYPE_FLOAT32, QMOE_DTYPE_FLOAT32, TOK_ONE_RANK, ROUTE_RANDOM, 0, 1},
-        {"all to one rank", 8, 16, 2, 23, QMOE_DTYPE_INT8, QMOE_DTYPE_FLOAT32, TOK_RANDOM, ROUTE_ONE_RANK, 0, 0},
-        {"top-k spans ranks", 16, 24, 4, 17, QMOE_DTYPE_INT8, QMOE_DTYPE_FLOAT32, TOK_EVEN, ROUTE_SPAN, 0, 0},
-        {"explicit map", 10, 20, 3, 26, QMOE_DTYPE_INT8, QMOE_DTYPE_BFLOAT16, TOK_RANDOM, ROUTE_RANDOM, 1, 0},
-        {"fewer experts than ranks", 2, 8, 2, 9, QMOE_DTYPE_BFLOAT16, QMOE_DTYPE_FLOAT32, TOK_EVEN, ROUTE_RANDOM, 0, 0},
-        {"no tokens at all", 8, 8, 2, 0, QMOE_DTYPE_INT8, QMOE_DTYPE_FLOAT32, TOK_EVEN, ROUTE_RANDOM, 0, 0},
+        {"random int8", 16, 40, 4, 37, QMOE_DTYPE_INT8, QMOE_DTYPE_FLOAT32, TOK_EVEN, ROUTE_RANDOM,
+         0, 0},
+        {"random bf16", 8, 24, 2, 29, QMOE_DTYPE_BFLOAT16, QMOE_DTYPE_BFLOAT16, TOK_RANDOM,
+         ROUTE_RANDOM, 0, 3},
+        {"idle experts", 12, 16, 3, 21, QMOE_DTYPE_INT8, QMOE_DTYPE_BFLOAT16, TOK_EVEN,
+         ROUTE_SPARSE, 0, 0},
+        {"tokens on one rank", 8, 32, 2, 19, QMOE_DTYPE_FLOAT32, QMOE_DTYPE_FLOAT32, TOK_ONE_RANK,
+         ROUTE_RANDOM, 0, 1},
+        {"all to one rank", 8, 16, 2, 23, QMOE_DTYPE_INT8, QMOE_DTYPE_FLOAT32, TOK_RANDOM,
+         ROUTE_ONE_RANK, 0, 0},
+        {"top-k spans ranks", 16, 24, 4, 17, QMOE_DTYPE_INT8, QMOE_DTYPE_FLOAT32, TOK_EVEN,
+         ROUTE_SPAN, 0, 0},
+        {"explicit map", 10, 20, 3, 26, QMOE_DTYPE_INT8, QMOE_DTYPE_BFLOAT16, TOK_RANDOM,
+         ROUTE_RANDOM, 1, 0},
+        {"fewer experts than ranks", 2, 8, 2, 9, QMOE_DTYPE_BFLOAT16, QMOE_DTYPE_FLOAT32, TOK_EVEN,
+         ROUTE_RANDOM, 0, 0},
+        {"no tokens at all", 8, 8, 2, 0, QMOE_DTYPE_INT8, QMOE_DTYPE_FLOAT32, TOK_EVEN,
+         ROUTE_RANDOM, 0, 0},
+        {"float16 rows back", 12, 20, 3, 25, QMOE_DTYPE_INT8, QMOE_DTYPE_FLOAT16, TOK_RANDOM,
+         ROUTE_SPAN, 1, 2},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         for (uint64_t seed = 1; seed <= 3; seed++) {

@@ -77,8 +77,8 @@ static void good_round(qmoe_ep *ep, const char *after)
     agreed(after, st, QMOE_OK);
     for (int t = 0; t < T; t++)
         for (int h = 0; h < H; h++)
-            CHECK_MSG(out[t * H + h] == (float)K * ((float)b.x[t * H + h] * 0.5f), "%s: out[%d][%d]",
-                      after, t, h);
+            CHECK_MSG(out[t * H + h] == (float)K * ((float)b.x[t * H + h] * 0.5f),
+                      "%s: out[%d][%d]", after, t, h);
     free(y);
 }
 
@@ -130,7 +130,8 @@ int main(int argc, char **argv)
     CHECK(untouched(&b));
     /* NULL on one rank, invalid on another: everyone gets the larger code */
     fill(&b);
-    st = qmoe_moe_dispatch(ep, T, me == 0 ? NULL : b.x, b.xs, b.ids, CAP, b.rx, b.rs, b.groups, &b.rows);
+    st = qmoe_moe_dispatch(ep, T, me == 0 ? NULL : b.x, b.xs, b.ids, CAP, b.rx, b.rs, b.groups,
+                           &b.rows);
     agreed("NULL x on rank 0", st, QMOE_ERR_PARAM_NULLPTR);
     CHECK(untouched(&b));
     if (P > 1) {

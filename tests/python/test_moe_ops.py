@@ -437,8 +437,8 @@ def test_torch_tensors_in_and_out():
 
 
 def test_quantized_moe_pipeline():
-    """gating -> init routing with fused int8 quant -> GroupedMatmulSwigluQuant -> (the down
-    projection, a NumPy stand-in until qmoe has the grouped matmul) -> finalize routing, against
+    """gating -> init routing with fused int8 quant -> GroupedMatmulSwigluQuant -> the down
+    projection (npu_grouped_matmul, per-token dequant) -> finalize routing, against
     a float64 NumPy MoE with the same quantization (per-token int8 activations, per-channel
     weights)."""
     rng = np.random.default_rng(14)
@@ -454,9 +454,9 @@ def test_quantized_moe_pipeline():
     xq, ri, cum, xs = qmoe.npu_moe_init_routing_v2(x, ids, expert_num=E, quant_mode=1,
                                                    expert_tokens_num_flag=True)
     hq, hs, _ = qmoe.npu_grouped_matmul_swiglu_quant(xq, w1, cum, w1s, xs, weight_format="nd")
-    rows_expert = np.repeat(np.arange(E), np.diff(np.concatenate([[0], cum])))
-    down = np.einsum("ri,rih->rh", hq.astype(np.float64), w2[rows_expert].astype(np.float64))
-    down = (down * hs[:, None] * w2s[rows_expert]).astype(np.float32)
+    down = qmoe.npu_grouped_matmul([hq], [w2], scale=[w2s], per_token_scale=[hs], group_list=cum,
+                                   split_item=3, group_type=0, group_list_type=0,
+                                   output_dtype=np.float32)[0]
     out = qmoe.npu_moe_finalize_routing(down, None, None, None, y, ri, ids, drop_pad_mode=2)
 
     ref = np.zeros((N, H))

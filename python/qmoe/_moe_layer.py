@@ -1,0 +1,267 @@
+"""The MoE expert layer (include/qmoe/moe_layer.h): experts quantized and prepacked once, then
+``layer(hidden, router_logits)`` runs gating, routing, the two grouped matmuls and finalize in
+the C library (the GIL is released while it runs: ctypes drops it around the call)."""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from ctypes import POINTER, c_double, c_int, c_int64, c_uint32, c_uint64, c_void_p
+from typing import Any, Optional
+
+import numpy as np
+
+from . import _lib
+from ._arrays import Tensors, invalid, is_torch, torch_bfloat16_bits
+from ._quantize import _float_experts, _pointers
+
+ArrayLike = Any
+
+_MODES = {"a8w8": 0, "a8w4": 1}
+_GATINGS = {"softmax": 0, "sigmoid": 1}
+
+
+class _LayerConfig(ctypes.Structure):
+    """struct qmoe_moe_layer_config (include/qmoe/moe_layer.h)."""
+
+    _fields_ = [
+        ("struct_size", c_uint32),
+        ("hidden_size", c_int64),
+        ("intermediate_size", c_int64),
+        ("num_experts", c_int64),
+        ("top_k", c_int64),
+        ("gating", c_int),
+        ("renormalize", c_int),
+        ("group_count", c_int64),
+        ("k_group", c_int64),
+        ("routed_scaling_factor", c_double),
+        ("correction_bias", c_void_p),
+        ("mode", c_int),
+        ("group_size", c_int64),
+        ("clip_search", c_int),
+        ("threads", c_int),
+    ]
+
+
+def _declare(lib: ctypes.CDLL) -> None:
+    def fn(name, restype, *argtypes):
+        f = getattr(lib, name)
+        f.restype = restype
+        f.argtypes = list(argtypes)
+
+    fn("qmoe_moe_layer_create_from_float", c_int, POINTER(_LayerConfig), POINTER(c_void_p),
+       POINTER(c_void_p), POINTER(c_void_p), c_int, POINTER(c_void_p))
+    fn("qmoe_moe_layer_destroy", None, c_void_p)
+    fn("qmoe_moe_layer_workspace_size", c_int, c_void_p, c_int64, c_int, POINTER(c_uint64))
+    fn("qmoe_moe_layer_forward", c_int, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,
+       c_uint64, c_void_p)
+    fn("qmoe_moe_layer_forward_routed", c_int, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,
+       c_void_p, c_uint64, c_void_p)
+    fn("qmoe_moe_layer_weight_bytes", c_uint64, c_void_p)
+
+
+_declare(_lib.lib)
+
+
+def _int(value: Any, name: str, lo: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
+        raise invalid(f"{name} = {value!r}: expected an integer >= {lo}")
+    return int(value)
+
+
+def _activations(obj: ArrayLike, name: str):
+    """(C-contiguous array, dtype code, how to wrap the output) for hidden states."""
+    bits = torch_bfloat16_bits(obj)
+    if bits is not None:
+        return np.ascontiguousarray(bits), _lib.DTYPE_BFLOAT16, "torch-bf16"
+    torch_in = is_torch(obj)
+    arr = np.asarray(obj.detach().cpu().numpy() if torch_in else obj)
+    wrap = "torch" if torch_in else "numpy"
+    if arr.dtype.name == "bfloat16":  # ml_dtypes
+        return np.ascontiguousarray(arr).view(np.uint16), _lib.DTYPE_BFLOAT16, ("ml-bf16", arr.dtype)
+    if arr.dtype == np.float16:
+        return np.ascontiguousarray(arr), _lib.DTYPE_FLOAT16, wrap
+    if arr.dtype in (np.float32, np.float64):
+        return np.ascontiguousarray(arr, dtype=np.float32), _lib.DTYPE_FLOAT32, wrap
+    raise invalid(f"{name}: dtype {arr.dtype} is not supported; expected float32, float16 or "
+                  "bfloat16")
+
+
+def _float32(obj: ArrayLike, name: str) -> np.ndarray:
+    bits = torch_bfloat16_bits(obj)
+    if bits is not None:
+        return (bits.astype(np.uint32) << 16).view(np.float32)
+    arr = np.asarray(obj.detach().cpu().numpy() if is_torch(obj) else obj)
+    if arr.dtype.kind != "f":
+        raise invalid(f"{name}: dtype {arr.dtype} is not a float type")
+    return np.ascontiguousarray(arr, dtype=np.float32)
+
+
+def _wrap(out: np.ndarray, wrap: Any) -> Any:
+    if wrap == "numpy":
+        return out
+    if isinstance(wrap, tuple):
+        return out.view(wrap[1])
+    import torch
+
+    t = torch.from_numpy(out)
+    return t.view(torch.bfloat16) if wrap == "torch-bf16" else t
+
+
+class MoELayer:
+    """A MoE expert layer: E SwiGLU experts quantized (A8W8 or A8W4) and prepacked once.
+
+    Make it with :meth:`from_float` or :meth:`from_safetensors`; call it as
+    ``layer(hidden [T, H], router_logits [T, E]) -> out [T, H]`` (hidden's dtype: float32,
+    float16 or bfloat16; NumPy arrays or PyTorch CPU tensors, the output of the same kind), or
+    :meth:`forward_routed` with precomputed top-k ids and weights. Safe to call from several
+    Python threads at once (each call has its own workspace).
+    """
+
+    def __init__(self, handle: c_void_p, config: _LayerConfig, bias: Optional[np.ndarray]):
+        self._handle = handle
+        self.hidden_size = int(config.hidden_size)
+        self.intermediate_size = int(config.intermediate_size)
+        self.num_experts = int(config.num_experts)
+        self.top_k = int(config.top_k)
+        self._bias = bias
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_float(cls, gate: ArrayLike, up: ArrayLike, down: ArrayLike, *, top_k: int,
+                   mode: str = "a8w8", group_size: Optional[int] = None,
+                   renormalize: bool = True, gating: str = "softmax", group_count: int = 1,
+                   k_group: int = 1, routed_scaling_factor: float = 1.0,
+                   correction_bias: Optional[ArrayLike] = None, clip_search: bool = False,
+                   threads: Optional[int] = None) -> "MoELayer":
+        """From float experts in the checkpoint convention: gate, up ``[E, I, H]``, down
+        ``[E, H, I]`` (float32, float16 or bfloat16). ``gating="sigmoid"`` is DeepSeek-style:
+        sigmoid scores, ``correction_bias [E]`` added for selection, ``group_count`` groups of
+        which ``k_group`` are kept, weights renormalised and multiplied by
+        ``routed_scaling_factor``. Quantization: docs/moe-layer.md."""
+        if mode not in _MODES:
+            raise invalid(f"mode = {mode!r}: expected 'a8w8' or 'a8w4'")
+        if gating not in _GATINGS:
+            raise invalid(f"gating = {gating!r}: expected 'softmax' or 'sigmoid'")
+        g, code = _float_experts(gate, "gate")
+        u, ucode = _float_experts(up, "up")
+        d, dcode = _float_experts(down, "down")
+        if g.ndim != 3 or u.shape != g.shape or code != ucode or dcode != code:
+            raise invalid(f"gate {list(g.shape)} ({g.dtype}), up {list(u.shape)} ({u.dtype}) and "
+                          f"down {list(d.shape)} ({d.dtype}) must be [E, I, H], [E, I, H], "
+                          "[E, H, I] of one dtype")
+        E, I, H = g.shape
+        if d.shape != (E, H, I):
+            raise invalid(f"down: shape {list(d.shape)}, expected [E, H, I] = {[E, H, I]}")
+        bias = None
+        if correction_bias is not None:
+            bias = _float32(correction_bias, "correction_bias").reshape(-1)
+            if bias.shape != (E,):
+                raise invalid(f"correction_bias: shape {list(bias.shape)}, expected [{E}]")
+        cfg = _LayerConfig(ctypes.sizeof(_LayerConfig), H, I, E, _int(top_k, "top_k", 1),
+                           _GATINGS[gating], int(bool(renormalize)), _int(group_count, "group_count", 1),
+                           _int(k_group, "k_group", 1), float(routed_scaling_factor),
+                           None if bias is None else bias.ctypes.data, _MODES[mode],
+                           _int(group_size or 0, "group_size", 0), int(bool(clip_search)),
+                           min(_int(threads or 0, "threads", 0), 4096))
+        handle = c_void_p()
+        _lib.check(_lib.lib.qmoe_moe_layer_create_from_float(
+            ctypes.byref(cfg), _pointers(g), _pointers(u), _pointers(d), code,
+            ctypes.byref(handle)))
+        return cls(handle, cfg, bias)
+
+    @classmethod
+    def from_safetensors(cls, path: str, prefix: str, *, top_k: int,
+                         num_experts: Optional[int] = None, **kwargs: Any) -> "MoELayer":
+        """From a safetensors checkpoint (:func:`qmoe.load_experts`: ``{prefix}.experts.{e}.
+        gate_proj.weight`` etc.; a missing, extra or mis-shaped tensor is refused by name). With
+        ``gating="sigmoid"`` the file's ``gate.e_score_correction_bias`` is the correction bias
+        unless one is given. Other keywords as :meth:`from_float`."""
+        from ._checkpoint import load_experts
+
+        ck = load_experts(path, prefix, num_experts=num_experts)
+        if kwargs.get("gating") == "sigmoid" and kwargs.get("correction_bias") is None:
+            kwargs["correction_bias"] = ck.router_bias
+        return cls.from_float(ck.gate, ck.up, ck.down, top_k=top_k, **kwargs)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the prepacked weights."""
+        return int(_lib.lib.qmoe_moe_layer_weight_bytes(self._live()))
+
+    def _live(self) -> c_void_p:
+        if self._handle is None:
+            raise QmoeClosed()
+        return self._handle
+
+    def _run(self, hidden: ArrayLike, route: Any, routed: bool) -> Any:
+        x, code, wrap = _activations(hidden, "hidden")
+        if x.ndim != 2:
+            raise invalid(f"hidden: rank {x.ndim}, expected 2 ([T, H])")
+        T = x.shape[0]
+        out = np.empty_like(x)
+        size = c_uint64()
+        _lib.check(_lib.lib.qmoe_moe_layer_workspace_size(self._live(), T, code,
+                                                          ctypes.byref(size)))
+        raw = np.empty(size.value + 64, np.uint8)
+        skip = (-raw.ctypes.data) % 64
+        ws = raw[skip:skip + size.value]
+        with Tensors() as ts:
+            th = ts.create(x, code)
+            to = ts.create(out, code)
+            wsp = ws.ctypes.data if size.value else None
+            if routed:
+                ids, wts = route
+                ti, tw = ts.create(ids, _lib.DTYPE_INT32), ts.create(wts, _lib.DTYPE_FLOAT32)
+                _lib.check(_lib.lib.qmoe_moe_layer_forward_routed(self._live(), th, ti, tw, to, wsp,
+                                                                  size.value, None))
+            else:
+                tl = ts.create(route, _lib.DTYPE_FLOAT32)
+                _lib.check(_lib.lib.qmoe_moe_layer_forward(self._live(), th, tl, to, wsp,
+                                                           size.value, None))
+        return _wrap(out, wrap)
+
+    def __call__(self, hidden: ArrayLike, router_logits: ArrayLike) -> Any:
+        """out [T, H] = the layer applied to hidden [T, H] routed by router_logits [T, E]."""
+        return self._run(hidden, _float32(router_logits, "router_logits"), False)
+
+    def forward_routed(self, hidden: ArrayLike, topk_ids: ArrayLike,
+                       topk_weights: ArrayLike) -> Any:
+        """As calling the layer, with the routing given: topk_ids [T, k] (int, in [0, E)) and
+        topk_weights [T, k] (used as given)."""
+        ids_in = np.asarray(topk_ids.detach().cpu().numpy() if is_torch(topk_ids) else topk_ids)
+        if ids_in.dtype.kind not in "iu":
+            raise invalid(f"topk_ids: dtype {ids_in.dtype} is not an integer type")
+        ids = np.ascontiguousarray(ids_in, dtype=np.int32)
+        if not np.array_equal(ids, ids_in):
+            raise invalid("topk_ids: values outside int32")
+        return self._run(hidden, (ids, _float32(topk_weights, "topk_weights")), True)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._handle is not None:
+                _lib.lib.qmoe_moe_layer_destroy(self._handle)
+                self._handle = None
+
+    def __enter__(self) -> "MoELayer":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: the library may be gone already
+            pass
+
+    def __repr__(self) -> str:
+        return (f"MoELayer(H={self.hidden_size}, I={self.intermediate_size}, E={self.num_experts}, "
+                f"top_k={self.top_k}{', closed' if self._handle is None else ''})")
+
+
+def QmoeClosed():
+    from ._errors import QmoeError
+
+    return QmoeError(_lib.ERR_PARAM_NULLPTR, "MoELayer: closed",
+                     _lib.status_name(_lib.ERR_PARAM_NULLPTR))

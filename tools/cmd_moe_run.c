@@ -1,0 +1,423 @@
+/*
+ * qmoe moe run: a MoE layer from a safetensors checkpoint (float weights, checkpoint names),
+ * quantized on load, run on hidden.npy routed by router_logits.npy, written to OUT.npy through
+ * tools/outfile.h (the output appears whole or not at all).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "moe_run.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli_args.h"
+#include "npy.h"
+#include "outfile.h"
+#include "qmoe/moe_layer.h"
+#include "safetensors_read.h"
+
+#define CMD "moe run"
+enum { NAME_MAX_LEN = 512, RUN_ERR_LEN = 1024 };
+
+typedef struct run_opts {
+    const char *layer, *hidden, *logits, *out, *prefix;
+    int64_t top_k, group_size, threads, groups, k_group;
+    int mode, gating, clip; /* -1: from the file's metadata */
+    double scaling;
+} run_opts;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: qmoe moe run --layer FILE.safetensors --hidden H.npy --router-logits L.npy "
+            "--out OUT.npy [options]\n\n"
+            "Builds the MoE layer under PREFIX (experts.{e}.gate_proj/up_proj/down_proj.weight or\n"
+            "Mixtral's w1/w3/w2; gate.weight, gate.e_score_correction_bias, shared experts read\n"
+            "but a shared expert is not applied) quantized on load, runs hidden [T,H] (float32 or\n"
+            "float16) with router_logits [T,E] (float32), writes out [T,H] in hidden's dtype.\n"
+            "Defaults come from the file's qmoe.* metadata (qmoe moe gen writes it).\n\n"
+            "  --prefix P        the layer's name prefix (default: qmoe.prefix, else inferred)\n"
+            "  --mode a8w8|a8w4  --group-size G (0: per channel)  --clip-search\n"
+            "  --top-k K         experts per token\n"
+            "  --gating softmax|softmax-norenorm|sigmoid  (default: qmoe.gating, else softmax)\n"
+            "  --groups N --k-group N --scaling F   sigmoid gating's expert groups, groups kept,\n"
+            "                    routed scaling (default for sigmoid: 8, 4, 2.5 when E/8 >= 2)\n"
+            "  --threads N       (0: every online core)\n");
+}
+
+static int parse(int argc, char **argv, run_opts *o)
+{
+    static const char *const modes[] = {"a8w8", "a8w4"},
+                             *const gatings[] = {"softmax", "softmax-norenorm", "sigmoid"};
+    *o = (run_opts){.top_k = -1, .group_size = -1, .groups = 0, .k_group = 0, .mode = -1,
+                    .gating = -1, .scaling = 0};
+    for (int i = 1; i < argc;) {
+        const char *a = argv[i], *v = NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 1;
+        }
+        if (!strcmp(a, "--clip-search")) {
+            o->clip = 1, i++;
+            continue;
+        }
+        if (args_value(CMD, argc, argv, &i, &v)) return -1;
+        int bad = 0;
+        if (!strcmp(a, "--layer")) o->layer = v;
+        else if (!strcmp(a, "--hidden")) o->hidden = v;
+        else if (!strcmp(a, "--router-logits")) o->logits = v;
+        else if (!strcmp(a, "--out")) o->out = v;
+        else if (!strcmp(a, "--prefix")) o->prefix = v;
+        else if (!strcmp(a, "--mode")) bad = args_choice(CMD, a, v, modes, 2, &o->mode);
+        else if (!strcmp(a, "--gating")) bad = args_choice(CMD, a, v, gatings, 3, &o->gating);
+        else if (!strcmp(a, "--top-k")) bad = args_int(CMD, a, v, 1, 1024, &o->top_k);
+        else if (!strcmp(a, "--group-size")) bad = args_int(CMD, a, v, 0, INT32_MAX, &o->group_size);
+        else if (!strcmp(a, "--threads")) bad = args_int(CMD, a, v, 0, 4096, &o->threads);
+        else if (!strcmp(a, "--groups")) bad = args_int(CMD, a, v, 1, 2048, &o->groups);
+        else if (!strcmp(a, "--k-group")) bad = args_int(CMD, a, v, 1, 2048, &o->k_group);
+        else if (!strcmp(a, "--scaling")) {
+            char *end;
+            o->scaling = strtod(v, &end);
+            if (*end || !(o->scaling > 0 && o->scaling < 1e6)) {
+                fprintf(stderr, "qmoe " CMD ": --scaling: %s is not a positive number\n", v);
+                bad = -1;
+            }
+        } else {
+            fprintf(stderr, "qmoe " CMD ": unknown option %s (qmoe moe run --help)\n", a);
+            return -1;
+        }
+        if (bad) return -1;
+    }
+    if (!o->layer || !o->hidden || !o->logits || !o->out) {
+        fprintf(stderr, "qmoe " CMD ": --layer, --hidden, --router-logits and --out are required\n");
+        return -1;
+    }
+    return 0;
+}
+
+/* The layer's tensors, found and checked by name. */
+typedef struct layer_in {
+    int64_t E, I, H;
+    const void **w[3]; /* gate, up, down per expert */
+    void **copies;     /* aligned copies of misaligned tensors */
+    size_t ncopies;
+    const float *bias; /* gate.e_score_correction_bias (F32) or NULL */
+    qmoe_dtype dtype;
+} layer_in;
+
+static int role_of(const char *p)
+{
+    static const char *const names[6] = {"gate_proj", "up_proj", "down_proj", "w1", "w3", "w2"};
+    for (int k = 0; k < 6; k++)
+        if (!strcmp(p, names[k])) return k % 3;
+    return -1;
+}
+
+/* "experts.{e}.{proj}.weight" -> e and role; -1 otherwise. */
+static int expert_name(const char *rest, int64_t *e, int *role)
+{
+    if (strncmp(rest, "experts.", 8)) return -1;
+    const char *s = rest + 8;
+    char *end;
+    if (*s < '0' || *s > '9') return -1;
+    long long v = strtoll(s, &end, 10);
+    if (*end != '.' || v < 0 || v > 1000000) return -1;
+    char proj[16];
+    const char *dot = strchr(end + 1, '.');
+    if (!dot || dot - end - 1 >= (long)sizeof proj || strcmp(dot, ".weight")) return -1;
+    memcpy(proj, end + 1, (size_t)(dot - end - 1));
+    proj[dot - end - 1] = 0;
+    *role = role_of(proj);
+    *e = v;
+    return *role < 0 ? -1 : 0;
+}
+
+static int known_other(const char *rest)
+{
+    static const char *const ok[] = {
+        "gate.weight", "gate.e_score_correction_bias", "shared_expert_gate.weight",
+        "shared_experts.gate_proj.weight", "shared_experts.up_proj.weight", "shared_experts.down_proj.weight",
+        "shared_expert.gate_proj.weight", "shared_expert.up_proj.weight", "shared_expert.down_proj.weight"};
+    for (size_t k = 0; k < sizeof ok / sizeof ok[0]; k++)
+        if (!strcmp(rest, ok[k])) return 1;
+    return 0;
+}
+
+static int float_dtype(const char *d, qmoe_dtype *out)
+{
+    if (!strcmp(d, "F32")) *out = QMOE_DTYPE_FLOAT32;
+    else if (!strcmp(d, "F16")) *out = QMOE_DTYPE_FLOAT16;
+    else if (!strcmp(d, "BF16")) *out = QMOE_DTYPE_BFLOAT16;
+    else return -1;
+    return 0;
+}
+
+static int load_layer(const str_file *f, const char *prefix, layer_in *L, char *err)
+{
+    size_t plen = strlen(prefix);
+    int64_t max_e = -1;
+    for (size_t k = 0; k < f->n; k++) {
+        const char *n = f->tensors[k].name;
+        if (strncmp(n, prefix, plen) || n[plen] != '.') continue;
+        int64_t e;
+        int role;
+        if (!expert_name(n + plen + 1, &e, &role)) {
+            if (e > max_e) max_e = e;
+        } else if (!known_other(n + plen + 1)) {
+            snprintf(err, RUN_ERR_LEN, "tensor %.400s: not a MoE layer tensor under prefix %.200s (extra)", n, prefix);
+            return -1;
+        }
+    }
+    char name[NAME_MAX_LEN];
+    snprintf(name, sizeof name, "%s.gate.weight", prefix);
+    const str_tensor *router = str_find(f, name);
+    L->E = router && router->ndim == 2 ? router->shape[0] : max_e + 1;
+    if (L->E < 1) {
+        snprintf(err, RUN_ERR_LEN, "tensor %.400s.experts.0.gate_proj.weight is missing (no experts under the prefix)", prefix);
+        return -1;
+    }
+    if (max_e >= L->E) {
+        snprintf(err, RUN_ERR_LEN, "expert %" PRId64 " under %.400s is beyond E = %" PRId64 " (extra)", max_e, prefix, L->E);
+        return -1;
+    }
+    static const char *const hf[3] = {"gate_proj", "up_proj", "down_proj"}, *const mx[3] = {"w1", "w3", "w2"};
+    snprintf(name, sizeof name, "%s.experts.0.w1.weight", prefix);
+    const char *const *proj = str_find(f, name) ? mx : hf;
+    for (int r = 0; r < 3; r++) {
+        L->w[r] = calloc((size_t)L->E, sizeof(void *));
+        if (!L->w[r]) return snprintf(err, RUN_ERR_LEN, "out of memory"), -1;
+    }
+    L->copies = calloc((size_t)L->E * 3, sizeof(void *));
+    if (!L->copies) return snprintf(err, RUN_ERR_LEN, "out of memory"), -1;
+    for (int64_t e = 0; e < L->E; e++)
+        for (int r = 0; r < 3; r++) {
+            snprintf(name, sizeof name, "%s.experts.%" PRId64 ".%s.weight", prefix, e, proj[r]);
+            const str_tensor *t = str_find(f, name);
+            if (!t) return snprintf(err, RUN_ERR_LEN, "tensor %.400s is missing", name), -1;
+            qmoe_dtype d;
+            if (float_dtype(t->dtype, &d))
+                return snprintf(err, RUN_ERR_LEN, "tensor %.400s: dtype %s; expected F32, F16 or BF16", name, t->dtype), -1;
+            if (e == 0 && r == 0) {
+                if (t->ndim != 2 || !t->shape[0] || !t->shape[1])
+                    return snprintf(err, RUN_ERR_LEN, "tensor %.400s: expected a non-empty [I, H] matrix", name), -1;
+                L->I = t->shape[0], L->H = t->shape[1], L->dtype = d;
+            }
+            int64_t want0 = r < 2 ? L->I : L->H, want1 = r < 2 ? L->H : L->I;
+            if (t->ndim != 2 || t->shape[0] != want0 || t->shape[1] != want1)
+                return snprintf(err, RUN_ERR_LEN, "tensor %.400s: shape mismatch; expected [%" PRId64 ", %" PRId64 "]",
+                                name, want0, want1), -1;
+            if (d != L->dtype)
+                return snprintf(err, RUN_ERR_LEN, "tensor %.400s: dtype %s differs from the other experts'", name, t->dtype), -1;
+            const void *p = t->data;
+            if ((uintptr_t)p % t->itemsize) { /* the format does not promise alignment */
+                void *c = malloc(t->nbytes ? t->nbytes : 1);
+                if (!c) return snprintf(err, RUN_ERR_LEN, "out of memory"), -1;
+                memcpy(c, p, t->nbytes);
+                L->copies[L->ncopies++] = c;
+                p = c;
+            }
+            L->w[r][e] = p;
+        }
+    if (router && (router->ndim != 2 || router->shape[1] != L->H))
+        return snprintf(err, RUN_ERR_LEN, "tensor %.400s: shape mismatch; expected [%" PRId64 ", %" PRId64 "]",
+                        router->name, L->E, L->H), -1;
+    snprintf(name, sizeof name, "%s.gate.e_score_correction_bias", prefix);
+    const str_tensor *b = str_find(f, name);
+    if (b) {
+        if (strcmp(b->dtype, "F32") || b->ndim != 1 || b->shape[0] != L->E || (uintptr_t)b->data % 4)
+            return snprintf(err, RUN_ERR_LEN, "tensor %.400s: expected F32 [%" PRId64 "]", name, L->E), -1;
+        L->bias = b->data;
+    }
+    return 0;
+}
+
+static void free_layer(layer_in *L)
+{
+    for (int r = 0; r < 3; r++) free(L->w[r]);
+    for (size_t k = 0; k < L->ncopies; k++) free(L->copies[k]);
+    free(L->copies);
+}
+
+static int write_array(const char *path, void *ctx, char *err)
+{
+    char why[NPY_ERR_LEN];
+    if (!npy_write(path, ctx, why)) return 0;
+    snprintf(err, OUTFILE_ERR_LEN, "%s", why);
+    return -1;
+}
+
+static int64_t meta_int(const str_file *f, const char *key, int64_t dflt)
+{
+    const char *v = str_meta(f, key);
+    char *end;
+    long long x = v ? strtoll(v, &end, 10) : 0;
+    return v && *v && !*end ? (int64_t)x : dflt;
+}
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int run(const run_opts *o, char *err)
+{
+    outfiles files;
+    str_file f = {0};
+    layer_in L = {0};
+    npy_array hidden = {0}, logits = {0}, out = {0};
+    qmoe_moe_layer *layer = NULL;
+    void *ws = NULL;
+    qmoe_tensor *th = NULL, *tl = NULL, *to = NULL;
+    char why[RUN_ERR_LEN > OUTFILE_ERR_LEN ? RUN_ERR_LEN : OUTFILE_ERR_LEN], prefix[NAME_MAX_LEN];
+    int rc = -1;
+    outfiles_init(&files);
+    outfiles_input(&files, "--layer", o->layer);
+    outfiles_input(&files, "--hidden", o->hidden);
+    outfiles_input(&files, "--router-logits", o->logits);
+    outfile *of = outfiles_output(&files, "--out", o->out);
+    if (outfiles_check(&files, why)) {
+        snprintf(err, RUN_ERR_LEN, "%.1000s", why);
+        goto done;
+    }
+    if (str_open(o->layer, &f, why)) {
+        snprintf(err, RUN_ERR_LEN, "%.300s: %.700s", o->layer, why);
+        goto done;
+    }
+    const char *p = o->prefix ? o->prefix : str_meta(&f, "qmoe.prefix");
+    if (!p) { /* the prefix of the first expert tensor */
+        for (size_t k = 0; k < f.n && !p; k++) {
+            const char *s = strstr(f.tensors[k].name, ".experts.0.");
+            if (s && (size_t)(s - f.tensors[k].name) < sizeof prefix) {
+                memcpy(prefix, f.tensors[k].name, (size_t)(s - f.tensors[k].name));
+                prefix[s - f.tensors[k].name] = 0;
+                p = prefix;
+            }
+        }
+        if (!p) {
+            snprintf(err, RUN_ERR_LEN, "%.300s: no tensor *.experts.0.* (give --prefix)", o->layer);
+            goto done;
+        }
+    }
+    if (strlen(p) >= NAME_MAX_LEN - 64) {
+        snprintf(err, RUN_ERR_LEN, "prefix too long");
+        goto done;
+    }
+    snprintf(prefix, sizeof prefix, "%s", p);
+    size_t pl = strlen(prefix);
+    while (pl && prefix[pl - 1] == '.') prefix[--pl] = 0;
+    if (load_layer(&f, prefix, &L, why)) {
+        snprintf(err, RUN_ERR_LEN, "%.300s: %.700s", o->layer, why);
+        goto done;
+    }
+    char nerr[NPY_ERR_LEN];
+    if (npy_load(o->hidden, &hidden, nerr)) {
+        snprintf(err, RUN_ERR_LEN, "--hidden %.300s: %s", o->hidden, nerr);
+        goto done;
+    }
+    if (npy_load(o->logits, &logits, nerr)) {
+        snprintf(err, RUN_ERR_LEN, "--router-logits %.300s: %s", o->logits, nerr);
+        goto done;
+    }
+    if (hidden.ndim != 2 || hidden.shape[1] != L.H ||
+        (hidden.dtype != NPY_FLOAT32 && hidden.dtype != NPY_FLOAT16)) {
+        snprintf(err, RUN_ERR_LEN, "--hidden %.300s: expected float32 or float16 [T, %" PRId64 "]", o->hidden, L.H);
+        goto done;
+    }
+    if (logits.ndim != 2 || logits.shape[0] != hidden.shape[0] || logits.shape[1] != L.E ||
+        logits.dtype != NPY_FLOAT32) {
+        snprintf(err, RUN_ERR_LEN, "--router-logits %.300s: expected float32 [%" PRId64 ", %" PRId64 "]", o->logits,
+                 hidden.shape[0], L.E);
+        goto done;
+    }
+    qmoe_moe_layer_config c = QMOE_MOE_LAYER_CONFIG_INIT;
+    c.hidden_size = L.H, c.intermediate_size = L.I, c.num_experts = L.E;
+    c.top_k = o->top_k > 0 ? o->top_k : meta_int(&f, "qmoe.top_k", 0);
+    if (c.top_k < 1) {
+        snprintf(err, RUN_ERR_LEN, "give --top-k (the file has no qmoe.top_k)");
+        goto done;
+    }
+    const char *mm = str_meta(&f, "qmoe.mode");
+    c.mode = o->mode >= 0 ? (qmoe_quant_mode)o->mode : mm && !strcmp(mm, "a8w4") ? QMOE_QUANT_A8W4 : QMOE_QUANT_A8W8;
+    c.group_size = o->group_size >= 0 ? o->group_size : meta_int(&f, "qmoe.group_size", 0);
+    c.clip_search = o->clip;
+    c.threads = (int)o->threads;
+    const char *mg = str_meta(&f, "qmoe.gating");
+    int gating = o->gating >= 0 ? o->gating : mg && !strncmp(mg, "sigmoid", 7) ? 2 : 0;
+    c.renormalize = gating != 1;
+    if (gating == 2) {
+        int dflt = L.E % 8 == 0 && L.E / 8 >= 2;
+        c.gating = QMOE_MOE_GATING_SIGMOID;
+        c.group_count = o->groups ? o->groups : dflt ? 8 : 1;
+        c.k_group = o->k_group ? o->k_group : dflt ? 4 : 1;
+        c.routed_scaling_factor = o->scaling ? o->scaling : 2.5;
+        c.correction_bias = L.bias;
+    }
+    double t0 = now();
+    qmoe_status st = qmoe_moe_layer_create_from_float(&c, L.w[0], L.w[1], L.w[2], L.dtype, &layer);
+    if (st) {
+        snprintf(err, RUN_ERR_LEN, "%.300s: %.700s", o->layer, qmoe_last_error());
+        goto done;
+    }
+    double t1 = now();
+    qmoe_dtype hd = hidden.dtype == NPY_FLOAT32 ? QMOE_DTYPE_FLOAT32 : QMOE_DTYPE_FLOAT16;
+    if (npy_alloc(&out, hidden.dtype, 2, hidden.shape, nerr)) {
+        snprintf(err, RUN_ERR_LEN, "%s", nerr);
+        goto done;
+    }
+    uint64_t wsz = 0;
+    if ((st = qmoe_moe_layer_workspace_size(layer, hidden.shape[0], hd, &wsz)) ||
+        (wsz && !(ws = aligned_alloc(64, (size_t)((wsz + 63) & ~(uint64_t)63))))) {
+        snprintf(err, RUN_ERR_LEN, "workspace: %s", st ? qmoe_last_error() : "out of memory");
+        goto done;
+    }
+    if ((st = qmoe_tensor_create(hidden.shape, 2, NULL, hd, QMOE_FORMAT_ND, hidden.data, &th)) ||
+        (st = qmoe_tensor_create(logits.shape, 2, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, logits.data, &tl)) ||
+        (st = qmoe_tensor_create(out.shape, 2, NULL, hd, QMOE_FORMAT_ND, out.data, &to)) ||
+        (st = qmoe_moe_layer_forward(layer, th, tl, to, ws, wsz, NULL))) {
+        snprintf(err, RUN_ERR_LEN, "%s", qmoe_last_error());
+        goto done;
+    }
+    double t2 = now();
+    of->write = write_array;
+    of->ctx = &out;
+    if (outfiles_write(&files, why)) {
+        snprintf(err, RUN_ERR_LEN, "%.1000s", why);
+        goto done;
+    }
+    printf("moe run: %s, E=%" PRId64 " H=%" PRId64 " I=%" PRId64 " top-%" PRId64 " %s%s, T=%" PRId64
+           ": load+quantize %.3f s, forward %.3f s; wrote %s\n",
+           prefix, L.E, L.H, L.I, c.top_k, c.mode == QMOE_QUANT_A8W4 ? "a8w4" : "a8w8",
+           c.gating == QMOE_MOE_GATING_SIGMOID ? " sigmoid" : c.renormalize ? "" : " no-renorm",
+           hidden.shape[0], t1 - t0, t2 - t1, o->out);
+    char sh[NAME_MAX_LEN];
+    snprintf(sh, sizeof sh, "%s.shared_experts.gate_proj.weight", prefix);
+    if (str_find(&f, sh))
+        fprintf(stderr, "qmoe " CMD ": note: the shared expert under %s is not applied\n", prefix);
+    rc = 0;
+done:
+    qmoe_tensor_destroy(th), qmoe_tensor_destroy(tl), qmoe_tensor_destroy(to);
+    free(ws);
+    qmoe_moe_layer_destroy(layer);
+    npy_free(&hidden), npy_free(&logits), npy_free(&out);
+    free_layer(&L);
+    str_close(&f);
+    outfiles_free(&files);
+    return rc;
+}
+
+int moe_run(int argc, char **argv)
+{
+    run_opts o;
+    char err[RUN_ERR_LEN];
+    int r = parse(argc, argv, &o);
+    if (r) return r > 0 ? 0 : 2;
+    if (run(&o, err)) {
+        fprintf(stderr, "qmoe " CMD ": %s\n", err);
+        return 1;
+    }
+    return 0;
+}
