@@ -4,7 +4,8 @@ FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 60
 FUZZ_SMOKE_SECONDS ?= 6
 FUZZ_CC ?= clang
-FUZZERS := fuzz_plan fuzz_moe_ops fuzz_grouped_matmul fuzz_op fuzz_prepack $(if $(wildcard tools/npy.c),fuzz_npy)
+FUZZERS := fuzz_plan fuzz_moe_ops fuzz_grouped_matmul fuzz_op fuzz_prepack $(if $(wildcard tools/npy.c),fuzz_npy) \
+  $(if $(wildcard tools/safetensors_read.c),fuzz_safetensors)
 # -timeout: a hang is a bug; -rss_limit_mb: so is unbounded memory.
 FUZZ_FLAGS ?= -timeout=20 -rss_limit_mb=2048 -print_final_stats=1
 
