@@ -418,8 +418,11 @@ static void shape_for(qt_rng *r, oracle_wlayout lay, int64_t *K, int64_t *N)
     if (*N < 2) *N = 2;
 }
 
-static const qmoe_kernel kernels[] = {QMOE_KERNEL_PORTABLE, QMOE_KERNEL_AVX2, QMOE_KERNEL_AVX_VNNI,
-                                      QMOE_KERNEL_AVX512_VNNI, QMOE_KERNEL_AMX_INT8};
+/* Every kernel of every architecture; those this CPU lacks are passed over. */
+static const qmoe_kernel kernels[] = {QMOE_KERNEL_PORTABLE,    QMOE_KERNEL_AVX2,
+                                      QMOE_KERNEL_AVX_VNNI,    QMOE_KERNEL_AVX512_VNNI,
+                                      QMOE_KERNEL_AMX_INT8,    QMOE_KERNEL_NEON_DOT,
+                                      QMOE_KERNEL_NEON_I8MM};
 
 static void sweep(qt_rng *r)
 {
