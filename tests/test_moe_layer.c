@@ -2,6 +2,8 @@
  * the same quantized weights (identical bits), (2) a float64 layer with the float weights (the
  * error is the quantization's: at most 1.05x that of a float64 simulation of the scheme), for
  * every gating variant, A8W8 / A8W4, T = 0 and 1, thread counts and streams, and its errors. */
+#include <pthread.h>
+
 #include "qmoe/grouped_matmul.h"
 #include "qmoe/moe_layer.h"
 #include "test_moe_common.h"
@@ -627,11 +629,57 @@ static void shared_expert(void)
     unmake(&s);
 }
 
+/* Several threads run one layer at once (each its own workspace and output; one of them may
+ * hold the kept plan, the others plan on their own): every output has the same bits. */
+typedef struct conc_arg {
+    const qmoe_moe_layer *L;
+    const setup *s;
+    void *out;
+} conc_arg;
+
+static void *conc_run(void *p)
+{
+    conc_arg *a = p;
+    for (int rep = 0; rep < 3; rep++) {
+        void *o = layer_run(a->L, a->s, NULL);
+        if (rep == 0) a->out = o;
+        else free(o);
+    }
+    return NULL;
+}
+
+static void concurrent(void)
+{
+    qt_rng r = {77};
+    setup s;
+    make(&s, &r, 30, 64, 32, 8, QMOE_DTYPE_FLOAT32);
+    s.cfg.threads = 2;
+    qmoe_moe_layer *L = layer_of(&s);
+    if (L) {
+        enum { N = 3 };
+        pthread_t th[N];
+        conc_arg a[N];
+        for (int i = 0; i < N; i++) {
+            a[i] = (conc_arg){L, &s, NULL};
+            CHECK(pthread_create(&th[i], NULL, conc_run, &a[i]) == 0);
+        }
+        for (int i = 0; i < N; i++) pthread_join(th[i], NULL);
+        void *want = layer_run(L, &s, NULL);
+        for (int i = 0; i < N; i++)
+            CHECK_MSG(a[i].out && memcmp(a[i].out, want, (size_t)(s.T * s.H) * 4) == 0, "thread %d differs", i);
+        for (int i = 0; i < N; i++) free(a[i].out);
+        free(want);
+    }
+    qmoe_moe_layer_destroy(L);
+    unmake(&s);
+}
+
 int main(void)
 {
     gating_and_modes();
     threads_streams_routed();
     shared_expert();
+    concurrent();
     errors();
     return qt_finish("moe_layer");
 }
