@@ -200,3 +200,23 @@ def test_shared_expert():
     with pytest.raises(qmoe.QmoeError, match="shared_intermediate_size"):
         qmoe.MoELayer.from_float(gate, up, down, top_k=K, shared_gate=sg[:40], shared_up=su[:40],
                                  shared_down=sd[:, :40])
+
+
+def test_ctypes_config_matches_the_header():
+    """qmoe/_moe_layer.py's struct agrees with include/qmoe/moe_layer.h, field by field."""
+    import re
+    from pathlib import Path
+    from qmoe import _moe_layer
+
+    text = (Path(__file__).resolve().parents[2] / "include" / "qmoe" / "moe_layer.h").read_text()
+    body = re.search(r"typedef struct qmoe_moe_layer_config \{(.*?)\} qmoe_moe_layer_config;", text,
+                     re.S).group(1)
+    body = re.sub(r"/\*.*?\*/", "", body, flags=re.S)
+    fields = []
+    for decl in body.split(";"):
+        decl = decl.strip()
+        if decl:
+            fields += [re.findall(r"\w+", part)[-1] for part in decl.split(",")]
+    assert fields == [f[0] for f in _moe_layer._LayerConfig._fields_]
+    gatings = dict(re.findall(r"QMOE_MOE_GATING_(\w+) = (\d+)", text))
+    assert {k.lower(): int(v) for k, v in gatings.items()} == _moe_layer._GATINGS
