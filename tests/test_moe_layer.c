@@ -637,14 +637,25 @@ typedef struct conc_arg {
     void *out;
 } conc_arg;
 
+/* No CHECK here (its counters are not thread-safe): a failure leaves a->out NULL. */
 static void *conc_run(void *p)
 {
     conc_arg *a = p;
-    for (int rep = 0; rep < 3; rep++) {
-        void *o = layer_run(a->L, a->s, NULL);
-        if (rep == 0) a->out = o;
-        else free(o);
-    }
+    const setup *s = a->s;
+    int64_t hs[2] = {s->T, s->H}, ls[2] = {s->T, s->E};
+    uint64_t wsz = 0;
+    void *out = malloc((size_t)(s->T * s->H) * 4), *ws = NULL;
+    qmoe_tensor *th = NULL, *tl = NULL, *to = NULL;
+    int ok = out && !qmoe_moe_layer_workspace_size(a->L, s->T, s->hd, &wsz) &&
+             (ws = aligned_alloc(64, (size_t)(wsz + 63) / 64 * 64)) &&
+             !qmoe_tensor_create(hs, 2, NULL, s->hd, QMOE_FORMAT_ND, s->hidden, &th) &&
+             !qmoe_tensor_create(ls, 2, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, s->logits, &tl) &&
+             !qmoe_tensor_create(hs, 2, NULL, s->hd, QMOE_FORMAT_ND, out, &to);
+    for (int rep = 0; ok && rep < 3; rep++) ok = !qmoe_moe_layer_forward(a->L, th, tl, to, ws, wsz, NULL);
+    qmoe_tensor_destroy(th), qmoe_tensor_destroy(tl), qmoe_tensor_destroy(to);
+    free(ws);
+    if (!ok) free(out);
+    a->out = ok ? out : NULL;
     return NULL;
 }
 
