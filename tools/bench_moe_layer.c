@@ -42,7 +42,7 @@ static const bm_model bm_models[] = {
 typedef struct bm_args {
     bm_model m;
     int64_t tokens[MAX_T];
-    int nt, a8w4, threads;
+    int nt, a8w4, threads, bf16;
     int64_t group_size, max_gib, dram_mb;
     double seconds;
 } bm_args;
@@ -53,6 +53,7 @@ static void usage(FILE *f)
                "  --tokens LIST     token counts (default 1,8,64,512,4096)\n"
                "  --experts N       fewer experts than the model (to fit memory; >= top-k)\n"
                "  --mode a8w8|a8w4  --group-size G (0: per channel)\n"
+               "  --dtype fp32|bf16 hidden states and output (default fp32)\n"
                "  --threads N       (default: every online core)\n"
                "  --seconds S       time per token count (default 1)\n"
                "  --max-gib N       refuse weights over N GiB (default 16)\n"
@@ -79,7 +80,7 @@ static int parse_list(const char *v, bm_args *a)
 
 static int parse(int argc, char **argv, bm_args *a)
 {
-    static const char *const modes[] = {"a8w8", "a8w4"};
+    static const char *const modes[] = {"a8w8", "a8w4"}, *const dtypes[] = {"fp32", "bf16"};
     const char *names[3] = {bm_models[0].name, bm_models[1].name, bm_models[2].name};
     int model = -1;
     int64_t experts = 0, v64;
@@ -98,6 +99,7 @@ static int parse(int argc, char **argv, bm_args *a)
         else if (!strcmp(o, "--tokens")) bad = parse_list(v, a);
         else if (!strcmp(o, "--experts")) bad = args_int(CMD, o, v, 1, 4096, &experts);
         else if (!strcmp(o, "--mode")) bad = args_choice(CMD, o, v, modes, 2, &a->a8w4);
+        else if (!strcmp(o, "--dtype")) bad = args_choice(CMD, o, v, dtypes, 2, &a->bf16);
         else if (!strcmp(o, "--group-size")) bad = args_int(CMD, o, v, 0, 1 << 20, &a->group_size);
         else if (!strcmp(o, "--threads")) bad = args_int(CMD, o, v, 0, 4096, &v64) ? -1 : (a->threads = (int)v64, 0);
         else if (!strcmp(o, "--max-gib")) bad = args_int(CMD, o, v, 1, 1 << 20, &a->max_gib);
@@ -264,6 +266,7 @@ int bench_moe_layer(int argc, char **argv)
     }
     for (int ti = 0; !rc && ti < a.nt; ti++) {
         int64_t T = a.tokens[ti], H = a.m.H, E = a.m.E;
+        qmoe_dtype hd = a.bf16 ? QMOE_DTYPE_BFLOAT16 : QMOE_DTYPE_FLOAT32;
         float *x = malloc((size_t)(T * H) * 4), *out = malloc((size_t)(T * H) * 4),
               *logits = malloc((size_t)(T * E * VARIANTS) * 4);
         uint64_t wsz = 0, s = 99 + (uint64_t)T;
@@ -271,12 +274,17 @@ int bench_moe_layer(int argc, char **argv)
         qmoe_tensor *th = NULL, *tl = NULL, *to = NULL;
         (void)tl;
         int64_t hs[2] = {T, H}, ls[2] = {T, E};
-        if (!x || !out || !logits || qmoe_moe_layer_workspace_size(L, T, QMOE_DTYPE_FLOAT32, &wsz) ||
+        if (!x || !out || !logits || qmoe_moe_layer_workspace_size(L, T, hd, &wsz) ||
             !(ws = aligned_alloc(64, (size_t)((wsz + 64) & ~(uint64_t)63)))) {
             fprintf(stderr, "qmoe " CMD ": T=%" PRId64 ": out of memory\n", T);
             rc = 1;
         }
         for (int64_t i = 0; !rc && i < T * H; i++) x[i] = (float)((double)bm_next(&s) / 2147483648.0 * 2 - 1);
+        for (int64_t i = 0; !rc && a.bf16 && i < T * H; i++) { /* bf16 in the first half of x */
+            uint32_t b;
+            memcpy(&b, &x[i], 4);
+            ((uint16_t *)x)[i] = (uint16_t)(b >> 16);
+        }
         for (int64_t i = 0; !rc && i < T * E; i++) logits[i] = (float)((double)bm_next(&s) / 2147483648.0 * 6 - 3);
         int64_t shift = E / VARIANTS ? E / VARIANTS : 1;
         for (int v = 1; !rc && v < VARIANTS; v++)
@@ -290,8 +298,8 @@ int bench_moe_layer(int argc, char **argv)
                 rc = 1;
             }
         tl = tv[0];
-        if (!rc && (qmoe_tensor_create(hs, 2, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, x, &th) ||
-                    qmoe_tensor_create(hs, 2, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, out, &to))) {
+        if (!rc && (qmoe_tensor_create(hs, 2, NULL, hd, QMOE_FORMAT_ND, x, &th) ||
+                    qmoe_tensor_create(hs, 2, NULL, hd, QMOE_FORMAT_ND, out, &to))) {
             fprintf(stderr, "qmoe " CMD ": %s\n", qmoe_last_error());
             rc = 1;
         }
@@ -315,12 +323,12 @@ int bench_moe_layer(int argc, char **argv)
             double t = times[n / 2];
             int64_t act = active_experts(&c, logits, T);
             double bytes = per_expert * (double)act;
-            printf("{\"bench\":\"moe\",\"model\":\"%s\",\"mode\":\"%s\",\"group_size\":%" PRId64
+            printf("{\"bench\":\"moe\",\"model\":\"%s\",\"dtype\":\"%s\",\"mode\":\"%s\",\"group_size\":%" PRId64
                    ",\"E\":%" PRId64 ",\"H\":%" PRId64 ",\"I\":%" PRId64 ",\"top_k\":%" PRId64
                    ",\"tokens\":%" PRId64 ",\"threads\":%d,\"runs\":%d,\"seconds\":%.6g,"
                    "\"tokens_per_s\":%.6g,\"active_experts\":%" PRId64 ",\"weight_gb_per_s\":%.4g,"
                    "\"dram_gb_per_s\":%.4g,\"fraction_of_dram\":%.3f,\"int8_gops\":%.4g}\n",
-                   a.m.name, a.a8w4 ? "a8w4" : "a8w8", a.group_size, E, H, a.m.I, a.m.k, T, a.threads, n, t,
+                   a.m.name, a.bf16 ? "bf16" : "fp32", a.a8w4 ? "a8w4" : "a8w8", a.group_size, E, H, a.m.I, a.m.k, T, a.threads, n, t,
                    (double)T / t, act, bytes / t / 1e9, dram, dram > 0 ? bytes / t / 1e9 / dram : 0,
                    2.0 * (double)T * (double)a.m.k * 3.0 * (double)H * (double)a.m.I / t / 1e9);
             fflush(stdout);
