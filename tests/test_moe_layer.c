@@ -199,7 +199,10 @@ static void route_weights(const setup *s, int64_t n, const int32_t *ids, double 
     int64_t E = s->E, K = c->top_k;
     const float *l = s->logits + n * E;
     double m = -INFINITY, sum = 0, sel = 0;
-    for (int64_t j = 0; j < E; j++) m = fmax(m, l[j]);
+    /* not fmax(): this float-to-double fmax reduction crashes GCC 12's aarch64 vectorizer (ICE
+     * in vect_transform_reduction), as in test_moe_pipeline.c */
+    for (int64_t j = 0; j < E; j++)
+        if (l[j] > m) m = l[j];
     for (int64_t j = 0; j < E; j++) sum += exp(l[j] - m);
     for (int64_t j = 0; j < K; j++) {
         int32_t e = ids[n * K + j];
