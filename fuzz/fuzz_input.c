@@ -1,5 +1,7 @@
 #include "fuzz_input.h"
 
+#include <stdlib.h>
+
 uint8_t fz_u8(fz_input *in) { return in->pos < in->size ? in->data[in->pos++] : 0; }
 
 uint64_t fz_u64(fz_input *in)
@@ -31,3 +33,18 @@ int64_t fz_dim(fz_input *in)
 }
 
 size_t fz_left(const fz_input *in) { return in->size - in->pos; }
+
+uint64_t fz_mix(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+void *fz_xcalloc(size_t n, size_t size)
+{
+    void *p = calloc(n ? n : 1, size);
+    if (!p) abort();
+    return p;
+}

@@ -19,4 +19,9 @@ int64_t fz_range(fz_input *in, int64_t lo, int64_t hi);
 int64_t fz_dim(fz_input *in);
 size_t fz_left(const fz_input *in);
 
+/* splitmix64: the harnesses' reproducible generator of bulk data from a seed the input gives. */
+uint64_t fz_mix(uint64_t *state);
+/* calloc that never returns NULL (aborts) and takes a count of 0. */
+void *fz_xcalloc(size_t n, size_t size);
+
 #endif

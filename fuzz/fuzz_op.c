@@ -31,25 +31,10 @@ typedef struct fz_case {
     size_t out_bytes, outs_count;
 } fz_case;
 
-static uint64_t mix(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static void *xcalloc(size_t n, size_t size)
-{
-    void *p = calloc(n ? n : 1, size);
-    if (!p) abort();
-    return p;
-}
-
 /* A float scale: usually modest, sometimes 0, negative, tiny or (rarely) non-finite. */
 static float pick_scale(uint64_t *s, int specials)
 {
-    uint64_t r = mix(s);
+    uint64_t r = fz_mix(s);
     switch (r % 32) {
     case 0: return 0.0f;
     case 1: return -ldexpf((float)(r >> 40 & 0xFFF) + 1.0f, -16);
@@ -125,8 +110,8 @@ static double finite_or_0(float v) { return isfinite(v) ? v : 0.0; }
 static void oracle_noise(fz_case *c, const float *decoded_ws)
 {
     int64_t G = c->G ? c->G : 1, n2 = c->N / 2, M = c->M;
-    double *ws = xcalloc((size_t)(c->E * G * c->N), sizeof *ws), *xs = xcalloc((size_t)M, sizeof *xs);
-    double *bias = xcalloc((size_t)(c->E * c->N), sizeof *bias);
+    double *ws = fz_xcalloc((size_t)(c->E * G * c->N), sizeof *ws), *xs = fz_xcalloc((size_t)M, sizeof *xs);
+    double *bias = fz_xcalloc((size_t)(c->E * c->N), sizeof *bias);
     /* The oracle takes finite numbers; rows that meet a non-finite input are non-finite and
      * compared without the bound. */
     for (int64_t i = 0; i < c->E * G * c->N; i++) ws[i] = finite_or_0(decoded_ws[i]);
@@ -136,9 +121,9 @@ static void oracle_noise(fz_case *c, const float *decoded_ws)
                       .a8w4 = c->bias != NULL, .x = c->x, .x_s0 = c->x_s0, .x_s1 = c->x_s1,
                       .w = c->w_logical, .ws = ws, .bias = bias, .xs = xs, .gl = c->gl,
                       .count_list = c->gl_type == QMOE_GROUP_LIST_COUNT};
-    double *S = xcalloc((size_t)(M * n2), sizeof *S), *scale = xcalloc((size_t)M, sizeof *scale);
-    int8_t *q = xcalloc((size_t)(M * n2), 1);
-    uint8_t *written = xcalloc((size_t)M, 1);
+    double *S = fz_xcalloc((size_t)(M * n2), sizeof *S), *scale = fz_xcalloc((size_t)M, sizeof *scale);
+    int8_t *q = fz_xcalloc((size_t)(M * n2), 1);
+    uint8_t *written = fz_xcalloc((size_t)M, 1);
     oracle_run(&oc, S, scale, q, written, c->noise);
     free(ws), free(xs), free(bias), free(S), free(scale), free(q), free(written);
 }
@@ -174,7 +159,7 @@ static void build(fz_input *in, fz_case *c)
     uint64_t seed = fz_u64(in);
 
     /* groupList: counts that add up to at most M */
-    c->gl = xcalloc((size_t)c->Eg, sizeof *c->gl);
+    c->gl = fz_xcalloc((size_t)c->Eg, sizeof *c->gl);
     int64_t end = 0;
     for (int64_t e = 0; e < c->Eg; e++) {
         int64_t cnt = fz_range(in, 0, c->M - end);
@@ -183,34 +168,34 @@ static void build(fz_input *in, fz_case *c)
     }
     c->rows_written = end;
 
-    c->x = xcalloc((size_t)(c->M ? (c->M - 1) * c->x_s0 + (c->K - 1) * c->x_s1 + 1 : 1), 1);
+    c->x = fz_xcalloc((size_t)(c->M ? (c->M - 1) * c->x_s0 + (c->K - 1) * c->x_s1 + 1 : 1), 1);
     for (int64_t m = 0; m < c->M; m++)
         for (int64_t k = 0; k < c->K; k++)
-            c->x[m * c->x_s0 + k * c->x_s1] = extreme ? -128 : (int8_t)mix(&seed);
+            c->x[m * c->x_s0 + k * c->x_s1] = extreme ? -128 : (int8_t)fz_mix(&seed);
     int64_t wn = c->E * c->K * c->N;
-    c->w_logical = xcalloc((size_t)wn, 1);
+    c->w_logical = fz_xcalloc((size_t)wn, 1);
     for (int64_t i = 0; i < wn; i++)
         c->w_logical[i] = extreme ? (a8w4 ? -8 : -128)
-                                  : (int8_t)(a8w4 ? (int)(mix(&seed) % 16) - 8 : (int8_t)mix(&seed));
-    c->w_packed = xcalloc((size_t)oracle_weight_bytes(c->layout, c->E, c->K, c->N), 1);
+                                  : (int8_t)(a8w4 ? (int)(fz_mix(&seed) % 16) - 8 : (int8_t)fz_mix(&seed));
+    c->w_packed = fz_xcalloc((size_t)oracle_weight_bytes(c->layout, c->E, c->K, c->N), 1);
     oracle_pack_weight(c->layout, c->w_logical, c->E, c->K, c->N, c->w_packed);
 
     int64_t groups = c->G ? c->G : 1, ns = c->E * groups * c->N;
     int bytes = c->scale_dtype == QMOE_DTYPE_UINT64 ? 8 : c->scale_dtype == QMOE_DTYPE_FLOAT32 ? 4 : 2;
-    c->ws = xcalloc((size_t)ns, (size_t)bytes);
-    float *decoded = xcalloc((size_t)ns, sizeof *decoded);
+    c->ws = fz_xcalloc((size_t)ns, (size_t)bytes);
+    float *decoded = fz_xcalloc((size_t)ns, sizeof *decoded);
     for (int64_t i = 0; i < ns; i++) put_scale(c, i, pick_scale(&seed, specials), decoded);
-    c->xs = xcalloc((size_t)c->M, sizeof *c->xs);
+    c->xs = fz_xcalloc((size_t)c->M, sizeof *c->xs);
     for (int64_t m = 0; m < c->M; m++) c->xs[m] = pick_scale(&seed, specials);
     if (a8w4) {
-        c->bias = xcalloc((size_t)(c->E * c->N), sizeof *c->bias);
+        c->bias = fz_xcalloc((size_t)(c->E * c->N), sizeof *c->bias);
         if (own_bias)
             for (int64_t i = 0; i < c->E * c->N; i++) c->bias[i] = pick_scale(&seed, specials) * 64;
         else if (qmoe_weight_assist_matrix(c->w_logical, c->E, c->K, c->N, decoded, c->G,
                                            c->bias) != QMOE_OK)
             abort();
     }
-    c->noise = xcalloc((size_t)c->M, sizeof *c->noise);
+    c->noise = fz_xcalloc((size_t)c->M, sizeof *c->noise);
     oracle_noise(c, decoded);
     free(decoded);
     c->out_bytes = (size_t)(c->M ? (c->M - 1) * c->out_s0 + (c->N / 2 - 1) * c->out_s1 + 1 : 1);
@@ -325,7 +310,7 @@ static void fail(const char *what, qmoe_kernel kernel, int threads, int64_t m, i
 static void check_untouched(const fz_case *c, const int8_t *out, const float *outs,
                             qmoe_kernel kernel, int threads)
 {
-    uint8_t *mine = xcalloc(c->out_bytes, 1);
+    uint8_t *mine = fz_xcalloc(c->out_bytes, 1);
     for (int64_t m = 0; m < c->rows_written; m++)
         for (int64_t j = 0; j < c->N / 2; j++) mine[m * c->out_s0 + j * c->out_s1] = 1;
     for (size_t i = 0; i < c->out_bytes; i++)
@@ -378,9 +363,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* the second run: several threads, on a default group of 1-3 devices (stream NULL) */
     int many = (int)fz_range(&in, 2, 4), devices = (int)fz_range(&in, 1, 3);
 
-    int8_t *ref = xcalloc(c.out_bytes, 1), *out = xcalloc(c.out_bytes, 1), *out1 = xcalloc(c.out_bytes, 1);
-    float *ref_s = xcalloc(c.outs_count, sizeof(float)), *outs = xcalloc(c.outs_count, sizeof(float)),
-          *outs1 = xcalloc(c.outs_count, sizeof(float));
+    int8_t *ref = fz_xcalloc(c.out_bytes, 1), *out = fz_xcalloc(c.out_bytes, 1), *out1 = fz_xcalloc(c.out_bytes, 1);
+    float *ref_s = fz_xcalloc(c.outs_count, sizeof(float)), *outs = fz_xcalloc(c.outs_count, sizeof(float)),
+          *outs1 = fz_xcalloc(c.outs_count, sizeof(float));
     static const qmoe_kernel kernels[] = {QMOE_KERNEL_REFERENCE, QMOE_KERNEL_PORTABLE, QMOE_KERNEL_AVX2,
                                           QMOE_KERNEL_AVX_VNNI, QMOE_KERNEL_AVX512_VNNI,
                                           QMOE_KERNEL_AMX_INT8, QMOE_KERNEL_NEON_DOT,

@@ -25,21 +25,6 @@ typedef struct desc {
     void *data;
 } desc;
 
-static uint64_t mix(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static void *xcalloc(size_t n, size_t size)
-{
-    void *p = calloc(n ? n : 1, size);
-    if (!p) abort();
-    return p;
-}
-
 static void require(int ok, const char *what)
 {
     if (!ok) {
@@ -75,8 +60,8 @@ static qmoe_status run(int64_t M, int64_t Kx, const int8_t *x, const float *xs, 
                        const qmoe_tensor *b, qmoe_kernel kernel, int threads, int force_nz,
                        run_out *o)
 {
-    o->q = xcalloc((size_t)(M * N2 + 1), 1);
-    o->s = xcalloc((size_t)(M + 1), sizeof(float));
+    o->q = fz_xcalloc((size_t)(M * N2 + 1), 1);
+    o->s = fz_xcalloc((size_t)(M + 1), sizeof(float));
     memset(o->q, 0x5A, (size_t)(M * N2 + 1));
     memset(o->s, 0x5A, sizeof(float) * (size_t)(M + 1));
     int64_t xd[2] = {M, Kx}, od[2] = {M, N2};
@@ -145,32 +130,32 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uint64_t seed = fz_u64(&in);
 
     /* data */
-    int8_t *w = xcalloc((size_t)(E * K * N), 1);
+    int8_t *w = fz_xcalloc((size_t)(E * K * N), 1);
     for (int64_t i = 0; i < E * K * N; i++)
-        w[i] = (int8_t)(a8w4 ? (int)(mix(&seed) % 16) - 8 : (int)(mix(&seed) % 256) - 128);
-    uint8_t *wst = xcalloc((size_t)(E * K * N) * 8 + 64, 1);
+        w[i] = (int8_t)(a8w4 ? (int)(fz_mix(&seed) % 16) - 8 : (int)(fz_mix(&seed) % 256) - 128);
+    uint8_t *wst = fz_xcalloc((size_t)(E * K * N) * 8 + 64, 1);
     oracle_pack_weight((oracle_wlayout)layout, w, E, K, N, wst);
     int64_t nws = E * G * N;
     size_t ebytes = scale_dtype == QMOE_DTYPE_UINT64 ? 8 : scale_dtype == QMOE_DTYPE_FLOAT32 ? 4 : 2;
-    uint8_t *ws = xcalloc((size_t)nws, 8);
+    uint8_t *ws = fz_xcalloc((size_t)nws, 8);
     for (int64_t i = 0; i < nws; i++) {
-        float f = (float)(mix(&seed) % 1000 + 1) * 1e-5f;
+        float f = (float)(fz_mix(&seed) % 1000 + 1) * 1e-5f;
         uint32_t bits;
         memcpy(&bits, &f, 4);
         if (ebytes == 4) memcpy(ws + 4 * i, &f, 4);
         else if (ebytes == 8) memcpy(ws + 8 * i, &(uint64_t){bits}, 8);
         else if (scale_dtype == QMOE_DTYPE_BFLOAT16) memcpy(ws + 2 * i, &(uint16_t){(uint16_t)(bits >> 16)}, 2);
-        else memcpy(ws + 2 * i, &(uint16_t){(uint16_t)(0x1000 + mix(&seed) % 0x2000)}, 2);
+        else memcpy(ws + 2 * i, &(uint16_t){(uint16_t)(0x1000 + fz_mix(&seed) % 0x2000)}, 2);
     }
-    float *bias = xcalloc((size_t)(E * N), 2 * sizeof(float));
-    for (int64_t i = 0; i < E * N; i++) bias[i] = (float)((int)(mix(&seed) % 2001) - 1000) * 1e-3f;
-    int8_t *x = xcalloc((size_t)(M * (K + 16) + 1), 1);
-    for (int64_t i = 0; i < M * (K + 16); i++) x[i] = (int8_t)(mix(&seed) % 256);
-    float *xs = xcalloc((size_t)(M + 1), sizeof(float));
-    for (int64_t i = 0; i < M; i++) xs[i] = (float)(mix(&seed) % 100 + 1) * 1e-3f;
-    int64_t Eg = fz_range(&in, 1, E), *gl = xcalloc((size_t)Eg, sizeof(int64_t)), end = 0;
+    float *bias = fz_xcalloc((size_t)(E * N), 2 * sizeof(float));
+    for (int64_t i = 0; i < E * N; i++) bias[i] = (float)((int)(fz_mix(&seed) % 2001) - 1000) * 1e-3f;
+    int8_t *x = fz_xcalloc((size_t)(M * (K + 16) + 1), 1);
+    for (int64_t i = 0; i < M * (K + 16); i++) x[i] = (int8_t)(fz_mix(&seed) % 256);
+    float *xs = fz_xcalloc((size_t)(M + 1), sizeof(float));
+    for (int64_t i = 0; i < M; i++) xs[i] = (float)(fz_mix(&seed) % 100 + 1) * 1e-3f;
+    int64_t Eg = fz_range(&in, 1, E), *gl = fz_xcalloc((size_t)Eg, sizeof(int64_t)), end = 0;
     for (int64_t e = 0; e < Eg; e++) {
-        end = e == Eg - 1 ? M : end + (int64_t)(mix(&seed) % (uint64_t)(M - end + 1));
+        end = e == Eg - 1 ? M : end + (int64_t)(fz_mix(&seed) % (uint64_t)(M - end + 1));
         gl[e] = end;
     }
 
