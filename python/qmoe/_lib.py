@@ -178,3 +178,23 @@ def package_version() -> str:
 
 def kernel_name(kernel: int) -> str:
     return lib.qmoe_kernel_name(kernel).decode()
+
+
+class Owned:
+    """Base of the objects that own a library handle and free it in ``close()``: usable as a
+    context manager, and closed when garbage-collected."""
+
+    def close(self) -> None:  # pragma: no cover - every subclass frees its own handle
+        raise NotImplementedError
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: the library may be gone already
+            pass

@@ -117,7 +117,7 @@ def _wrap(out: np.ndarray, wrap: Any) -> Any:
     return t.view(torch.bfloat16) if wrap == "torch-bf16" else t
 
 
-class MoELayer:
+class MoELayer(_lib.Owned):
     """A MoE expert layer: E SwiGLU experts quantized (A8W8 or A8W4) and prepacked once.
 
     Make it with :meth:`from_float` or :meth:`from_safetensors`; call it as
@@ -276,18 +276,6 @@ class MoELayer:
             if self._handle is not None:
                 _lib.lib.qmoe_moe_layer_destroy(self._handle)
                 self._handle = None
-
-    def __enter__(self) -> "MoELayer":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # interpreter shutdown: the library may be gone already
-            pass
 
     def __repr__(self) -> str:
         return (f"MoELayer(H={self.hidden_size}, I={self.intermediate_size}, E={self.num_experts}, "

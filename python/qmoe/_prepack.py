@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ctypes
 from ctypes import POINTER, c_int, c_int64, c_uint64, c_void_p
-from typing import Any, Optional, Union
+from typing import Optional, Union
 
 import numpy as np
 
@@ -40,7 +40,7 @@ def _declare(lib: ctypes.CDLL) -> None:
 _declare(_lib.lib)
 
 
-class PrepackedWeights:
+class PrepackedWeights(_lib.Owned):
     """Expert weights prepacked by :func:`qmoe.prepack`; pass it as ``weight`` to
     :func:`qmoe.grouped_matmul_swiglu_quant` (``weight_scale`` and ``bias`` may then be None).
 
@@ -90,18 +90,6 @@ class PrepackedWeights:
         if self._handle is not None:
             _lib.lib.qmoe_weights_destroy(self._handle)
             self._handle = None
-
-    def __enter__(self) -> "PrepackedWeights":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # interpreter shutdown: the library may be gone already
-            pass
 
     def __repr__(self) -> str:
         state = "closed" if self._handle is None else f"{self.nbytes} bytes, kernel {self.kernel}"
