@@ -22,11 +22,9 @@
 #include "bench_down_proj.h"
 #include "bench_moe_ops.h"
 #include "bench_moe_layer.h"
-#ifdef QMOE_HAVE_DNNL
-#include "peer_onednn.h"
-#endif
-#ifdef QMOE_HAVE_MKL_PEER
+#ifdef QMOE_HAVE_BENCH_PEERS
 #include "peer_mkl.h"
+#include "peer_onednn.h"
 #endif
 
 typedef struct bench_shape {
@@ -43,14 +41,32 @@ static const bench_shape named[] = {
     {"qwen3", 128, 4096, 2048, 1536, 1}, /* Qwen3-30B-A3B gate/up: E=128 x 32 rows */
 };
 
+/* The peers of --peer: a bare int8 GEMM per expert on weights prepared once, each loaded at run
+ * time (bench/peer_open.c); one timing call shape, so every peer's line is written alike. */
+typedef int (*peer_time_fn)(const int64_t *rows, int64_t E, int64_t K, int64_t N, int threads,
+                            int repeat, double *median_ms);
+typedef struct bench_peer {
+    const char *name, *what;
+    peer_time_fn time;
+} bench_peer;
+
+static const bench_peer peers[] = {
+#ifdef QMOE_HAVE_BENCH_PEERS
+    {"onednn", "oneDNN's int8 matmul", peer_onednn_time},
+    {"mkl", "oneMKL's packed int8 GEMM", peer_mkl_time},
+#else
+    {"onednn", "oneDNN's int8 matmul", NULL},
+    {"mkl", "oneMKL's packed int8 GEMM", NULL},
+#endif
+};
+
 typedef struct bench_args {
     bench_shape shapes[16];
     int nshapes;
     int a8w4;
     int64_t groups;
     int repeat;
-    int peer_onednn;
-    int peer_mkl;
+    const bench_peer *peer; /* --peer, or NULL */
     int raw;  /* time the raw-weight path instead of prepacked weights */
     int even; /* --even: custom shapes get exactly M/E tokens per expert */
     int64_t dram_mb;
@@ -83,8 +99,9 @@ static void usage(FILE *f)
             "  --dram-mb MB          buffer of the bandwidth probe (default 1024)\n"
             "  --raw                 time the raw-weight path (default: weights prepacked once,\n"
             "                        outside the timing; each line says \"weights\")\n"
-            "  --peer onednn|mkl     also time oneDNN's int8 matmul (if built with it) or oneMKL's\n"
-            "                        packed int8 GEMM (libmkl_rt found at run time: make bench-venv)\n%s",
+            "  --peer onednn|mkl     also time oneDNN's int8 matmul or oneMKL's packed int8 GEMM,\n"
+            "                        expert by expert, weights prepared outside the timing (both\n"
+            "                        found at run time in the bench venv: make bench-venv)\n%s",
             cli_runtime_help());
 }
 
@@ -186,12 +203,13 @@ static int parse(int argc, char **argv, bench_args *a)
         } else if (!strcmp(o, "--dram-mb")) {
             if (parse_i64(o, v, 16, 1 << 20, &a->dram_mb)) return -1;
         } else if (!strcmp(o, "--peer")) {
-            if (strcmp(v, "onednn") && strcmp(v, "mkl")) {
+            a->peer = NULL;
+            for (size_t p = 0; p < sizeof peers / sizeof peers[0]; p++)
+                if (!strcmp(v, peers[p].name)) a->peer = &peers[p];
+            if (!a->peer) {
                 fprintf(stderr, "qmoe bench: --peer is onednn or mkl, got '%s'\n", v);
                 return -1;
             }
-            a->peer_onednn = !strcmp(v, "onednn");
-            a->peer_mkl = !strcmp(v, "mkl");
         } else {
             fprintf(stderr, "qmoe bench: unknown option '%s' (qmoe bench --help)\n", o);
             return -1;
@@ -394,46 +412,26 @@ static int bench_case(const bench_args *a, const bench_shape *s, int threads, do
     double wbytes = (double)busy * (double)s->K * (double)s->N * (a->a8w4 ? 0.5 : 1.0);
     double wgbps = wbytes / (med * 1e-3) * 1e-9;
     char peer[160] = "";
-    if (a->peer_onednn) {
-#ifdef QMOE_HAVE_DNNL
+    if (a->peer && !a->peer->time) {
+        fprintf(stderr, "qmoe bench: --peer %s: this build has no peers (bench/ was left out); "
+                        "peer skipped\n", a->peer->name);
+    } else if (a->peer) {
         int64_t per[4096], at = 0;
         for (int64_t e = 0; e < c.in[CASE_GROUP_LIST].count; e++) {
             per[e] = ends[e] - at;
             at = ends[e];
         }
         double pms;
-        fprintf(stderr, "qmoe bench: %s: timing oneDNN's int8 matmul, expert by expert\n", s->name);
-        if (peer_onednn_time(per, c.in[CASE_GROUP_LIST].count, s->K, s->N, threads, a->repeat,
-                             &pms) == 0)
-            snprintf(peer, sizeof peer,
-                     ",\"peer\":\"onednn\",\"peer_median_ms\":%.3f,\"peer_int8_gops\":%.1f,"
-                     "\"speedup_vs_peer\":%.2f",
-                     pms, 2.0 * (double)rows * (double)s->K * (double)s->N / (pms * 1e-3) * 1e-9,
-                     pms / med);
-#else
-        fprintf(stderr, "qmoe bench: --peer onednn: this build has no oneDNN (libdnnl-dev was not "
-                        "found when it was configured); peer skipped\n");
-#endif
-    }
-#ifdef QMOE_HAVE_MKL_PEER
-    if (a->peer_mkl) {
-        int64_t per[4096], at = 0;
-        for (int64_t e = 0; e < c.in[CASE_GROUP_LIST].count; e++) {
-            per[e] = ends[e] - at;
-            at = ends[e];
-        }
-        double pms;
-        fprintf(stderr, "qmoe bench: %s: timing oneMKL's packed int8 GEMM, expert by expert\n",
-                s->name);
-        if (peer_mkl_time(per, c.in[CASE_GROUP_LIST].count, s->K, s->N, threads, a->repeat,
+        fprintf(stderr, "qmoe bench: %s: timing %s, expert by expert\n", s->name, a->peer->what);
+        if (a->peer->time(per, c.in[CASE_GROUP_LIST].count, s->K, s->N, threads, a->repeat,
                           &pms) == 0)
             snprintf(peer, sizeof peer,
-                     ",\"peer\":\"mkl\",\"peer_median_ms\":%.3f,\"peer_int8_gops\":%.1f,"
+                     ",\"peer\":\"%s\",\"peer_median_ms\":%.3f,\"peer_int8_gops\":%.1f,"
                      "\"speedup_vs_peer\":%.2f",
-                     pms, 2.0 * (double)rows * (double)s->K * (double)s->N / (pms * 1e-3) * 1e-9,
+                     a->peer->name, pms,
+                     2.0 * (double)rows * (double)s->K * (double)s->N / (pms * 1e-3) * 1e-9,
                      pms / med);
     }
-#endif
     printf("{\"shape\":\"%s\",\"E\":%lld,\"M\":%lld,\"K\":%lld,\"N\":%lld,\"mode\":\"%s\","
            "\"groups\":%lld,\"weight\":\"nz\",\"weights\":\"%s\",\"kernel\":\"%s\",\"threads\":%d,\"repeat\":%d,"
            "\"median_ms\":%.3f,\"best_ms\":%.3f,\"int8_gops\":%.1f,\"weight_gbps\":%.2f,"
