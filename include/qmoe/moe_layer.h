@@ -116,6 +116,65 @@ QMOE_API qmoe_status qmoe_moe_layer_forward_routed(const qmoe_moe_layer *layer,
 /* Bytes of the prepacked weights the layer holds; 0 for NULL. */
 QMOE_API uint64_t qmoe_moe_layer_weight_bytes(const qmoe_moe_layer *layer);
 
+/* ---------------------------------------------------------------- shards ---------------------- */
+/* For expert parallelism (qmoe_ep_layer_forward in qmoe/mpi.h): a shard holds the prepacked
+ * weights of some routed experts only (and the shared expert, which every rank runs on its own
+ * tokens), and exposes the forward's pieces so a caller can move rows between them. A shard is
+ * refused by qmoe_moe_layer_forward*, qmoe_moe_layer_workspace_size. */
+
+/* As qmoe_moe_layer_create_from_float with `config` the whole layer's (num_experts = E, gating,
+ * bias of [E]), holding only the `num_held` experts expert_ids (strictly ascending, in [0, E);
+ * copied): gate/up/down are still indexed by expert id, and only the held entries are read (the
+ * others may be NULL). num_held 0: no routed expert (refused with a shared expert). */
+QMOE_API qmoe_status qmoe_moe_layer_create_shard_from_float(const qmoe_moe_layer_config *config,
+                                                            int64_t num_held,
+                                                            const int32_t *expert_ids,
+                                                            const void *const *gate,
+                                                            const void *const *up,
+                                                            const void *const *down,
+                                                            qmoe_dtype dtype,
+                                                            qmoe_moe_layer **layer);
+
+/* As qmoe_moe_layer_create with num_held (>= 1) experts: w13 / w2 and their scales hold experts
+ * expert_ids[0 .. num_held) in that order, then the shared expert's chunks. */
+QMOE_API qmoe_status qmoe_moe_layer_create_shard(const qmoe_moe_layer_config *config,
+                                                 int64_t num_held, const int32_t *expert_ids,
+                                                 const qmoe_tensor *w13,
+                                                 const qmoe_tensor *w13_scale,
+                                                 const qmoe_tensor *w13_bias, const qmoe_tensor *w2,
+                                                 const qmoe_tensor *w2_scale,
+                                                 qmoe_moe_layer **layer);
+
+/* The configuration the layer was made with (shared_gate/up/down NULL, correction_bias the
+ * layer's copy); the routed experts it holds (E for a whole layer) and the id of held expert i
+ * (-1 out of range or for NULL). */
+QMOE_API qmoe_status qmoe_moe_layer_get_config(const qmoe_moe_layer *layer,
+                                               qmoe_moe_layer_config *config);
+QMOE_API int64_t qmoe_moe_layer_held_experts(const qmoe_moe_layer *layer);
+QMOE_API int64_t qmoe_moe_layer_held_expert_id(const qmoe_moe_layer *layer, int64_t i);
+
+/* The forward's gating alone, on a whole layer or a shard: router_logits [T, E] (float32 or
+ * a float dtype) -> topk_ids int32 [T, top_k], topk_weights [T, top_k] of router_logits' dtype,
+ * the bits the forward routes by. Synchronous; allocates its own scratch. */
+QMOE_API qmoe_status qmoe_moe_layer_route(const qmoe_moe_layer *layer,
+                                          const qmoe_tensor *router_logits,
+                                          const qmoe_tensor *topk_ids,
+                                          const qmoe_tensor *topk_weights);
+
+/* The forward's expert part alone: x int8 [R, H] with x_scale float32 [R] (a dynamic per-row
+ * quantization, qmoe_dynamic_quant's), rows grouped by the layer's experts — held experts in
+ * held order, then the shared expert's chunks — with group_list int64 [held + chunks], the
+ * cumulative row counts; y [R, H] float32/float16/bfloat16 gets each row's gate/up, SwiGLU-quant
+ * and down projection, the bits the forward computes for that row. Synchronous. workspace: at
+ * least qmoe_moe_layer_experts_workspace_size(R) bytes, 64-byte aligned. */
+QMOE_API qmoe_status qmoe_moe_layer_experts_workspace_size(const qmoe_moe_layer *layer,
+                                                           int64_t rows, qmoe_dtype y_dtype,
+                                                           uint64_t *workspace_size);
+QMOE_API qmoe_status qmoe_moe_layer_experts(const qmoe_moe_layer *layer, const qmoe_tensor *x,
+                                            const qmoe_tensor *x_scale,
+                                            const qmoe_tensor *group_list, const qmoe_tensor *y,
+                                            void *workspace, uint64_t workspace_size);
+
 #ifdef __cplusplus
 }
 #endif

@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "qmoe/export.h"
+#include "qmoe/moe_layer.h"
 #include "qmoe/qmoe.h"
 
 #ifdef __cplusplus
@@ -79,12 +80,33 @@ QMOE_API qmoe_status qmoe_moe_dispatch(qmoe_ep *ep, int64_t tokens, const void *
  * *recv_rows); they go back to their source ranks, where
  *   out[t] = sum over j = 0..K-1 of weights[t, j] * y(t, j)
  * is accumulated in float32 from 0 in that order (weights float32 [tokens, K]; NULL: 1) and
- * stored as out_dtype (FLOAT32 or BFLOAT16, round to nearest even) into out [tokens, H] — the
- * arithmetic of qmoe_moe_finalize_routing, so results do not depend on P. Errors as for dispatch
+ * stored as out_dtype (FLOAT32, FLOAT16 or BFLOAT16, round to nearest even) into out [tokens, H]
+ * — the arithmetic of qmoe_moe_finalize_routing, so results do not depend on P. Errors as for dispatch
  * (also: no dispatch before, rows differing from it), the same on every rank, nothing written. */
 QMOE_API qmoe_status qmoe_moe_combine(qmoe_ep *ep, qmoe_dtype y_dtype, const void *expert_y,
                                       int64_t rows, const float *weights, qmoe_dtype out_dtype,
                                       void *out);
+
+/* Collective. The MoE layer (qmoe/moe_layer.h) with its experts spread over the ranks: each rank
+ * passes its own tokens, hidden [T, H] float32/float16/bfloat16 and router_logits [T, E]
+ * (float32 or hidden's dtype), and gets out [T, H] (hidden's dtype, contiguous) for them; T may
+ * differ between ranks and be 0. Each rank gates and quantizes (int8, a scale per row) its own
+ * tokens, qmoe_moe_dispatch sends the rows to the owners of their top-k experts, each owner runs
+ * its experts (gate/up + SwiGLU-quant, down projection: the layer's operators), every rank runs
+ * the shared expert (if the layer has one) on its own tokens, and qmoe_moe_combine brings the
+ * rows back and sums them in token order. The outputs are bit-identical to
+ * qmoe_moe_layer_forward of a whole layer on the same tokens, for any P and placement.
+ * `layer`: this rank's shard (qmoe_moe_layer_create_shard*, holding at least the experts the
+ * context gives this rank: qmoe_ep_local_expert_id) or a whole layer. The context: x_dtype INT8,
+ * the layer's E, H and top_k. Buffers are kept in the context between calls (grown as needed).
+ * Errors, the same on every rank, out untouched: NULL pointers; shapes or dtypes; a layer that
+ * does not hold this rank's experts; a layer configuration (intermediate size, quantization,
+ * gating, shared expert) or input dtypes differing between ranks (QMOE_ERR_PARAM_INVALID); an
+ * expert id out of range; out of memory (QMOE_ERR_INNER). */
+QMOE_API qmoe_status qmoe_ep_layer_forward(qmoe_ep *ep, const qmoe_moe_layer *layer,
+                                           const qmoe_tensor *hidden,
+                                           const qmoe_tensor *router_logits,
+                                           const qmoe_tensor *out);
 
 /* The calling thread's last error from a function above, in words ("" after success). libqmoe's
  * qmoe_last_error() covers libqmoe's own calls only. Valid until the thread's next call. */

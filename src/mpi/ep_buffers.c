@@ -46,6 +46,20 @@ int ep_reserve(void **buf, size_t *cap, size_t a, size_t b)
     return 1;
 }
 
+int ep_reserve_aligned(void **buf, size_t *cap, size_t a, size_t b)
+{
+    if (b != 0 && a > SIZE_MAX / b) return 0;
+    size_t need = a * b != 0 ? a * b : 1;
+    if (*buf && *cap >= need) return 1;
+    if (need > SIZE_MAX - 63) return 0;
+    void *p = aligned_alloc(64, (need + 63) & ~(size_t)63);
+    if (!p) return 0;
+    free(*buf);
+    *buf = p;
+    *cap = need;
+    return 1;
+}
+
 void ep_regroup(const qmoe_ep *ep, const ep_route *rt, size_t row, int to_grouped, const void *from,
                 void *to)
 {

@@ -28,21 +28,41 @@ static float load(qmoe_dtype dt, const unsigned char *row, int64_t h)
     }
 }
 
+/* acc[h] += w * y[h] over a row of y_dtype. */
+static void add_row(float *acc, float w, qmoe_dtype y_dtype, const unsigned char *y, int64_t H)
+{
+    if (y_dtype == QMOE_DTYPE_FLOAT32) {
+        const float *yf = (const float *)(const void *)y;
+        for (int64_t h = 0; h < H; h++) acc[h] += w * yf[h];
+    } else {
+        for (int64_t h = 0; h < H; h++) acc[h] += w * load(y_dtype, y, h);
+    }
+}
+
 qmoe_status qmoe_moe_combine(qmoe_ep *ep, qmoe_dtype y_dtype, const void *expert_y, int64_t rows,
                              const float *weights, qmoe_dtype out_dtype, void *out)
 {
     if (!ep) return ep_fail(QMOE_ERR_PARAM_NULLPTR, "ep is NULL"); /* no communicator to agree on */
+    return ep_combine(ep, QMOE_OK, y_dtype, expert_y, rows, weights, NULL, 0, out_dtype, out);
+}
+
+qmoe_status ep_combine(qmoe_ep *ep, qmoe_status st, qmoe_dtype y_dtype, const void *expert_y,
+                       int64_t rows, const float *weights, const void *extra_y, int64_t extra_k,
+                       qmoe_dtype out_dtype, void *out)
+{
     const ep_route *rt = &ep->route;
     const int64_t H = ep->H, K = ep->K;
     size_t ys = ep_dtype_size(y_dtype), row = (size_t)H * ys;
-    qmoe_status st = QMOE_OK;
-    if (!ep->dispatched)
+    if (st != QMOE_OK) {
+        /* the caller's own checks failed: agree on that below */
+    } else if (!ep->dispatched)
         st = ep_fail(QMOE_ERR_PARAM_INVALID, "combine before any successful dispatch");
     else if (!ys || y_dtype == QMOE_DTYPE_INT8 || (int64_t)row > INT_MAX)
         st = ep_fail(QMOE_ERR_PARAM_INVALID, "y_dtype %d is not FLOAT32, FLOAT16 or BFLOAT16",
                      (int)y_dtype);
-    else if (out_dtype != QMOE_DTYPE_FLOAT32 && out_dtype != QMOE_DTYPE_BFLOAT16)
-        st = ep_fail(QMOE_ERR_PARAM_INVALID, "out_dtype %d is not FLOAT32 or BFLOAT16",
+    else if (out_dtype != QMOE_DTYPE_FLOAT32 && out_dtype != QMOE_DTYPE_BFLOAT16 &&
+             out_dtype != QMOE_DTYPE_FLOAT16)
+        st = ep_fail(QMOE_ERR_PARAM_INVALID, "out_dtype %d is not FLOAT32, FLOAT16 or BFLOAT16",
                      (int)out_dtype);
     else if (rows != rt->recv_total)
         st = ep_fail(QMOE_ERR_PARAM_INVALID, "rows %lld: the dispatch delivered %lld",
@@ -72,18 +92,17 @@ qmoe_status qmoe_moe_combine(qmoe_ep *ep, qmoe_dtype y_dtype, const void *expert
     /* Each token's choices in k order, accumulated in float32 from 0: finalize's arithmetic. */
     for (int64_t t = 0; t < rt->tokens; t++) {
         memset(acc, 0, (size_t)H * sizeof *acc);
-        for (int64_t j = 0; j < K; j++) {
-            const unsigned char *y = rbuf + (size_t)rt->slot[t * K + j] * row;
-            float w = weights ? weights[t * K + j] : 1.0f;
-            if (y_dtype == QMOE_DTYPE_FLOAT32) {
-                const float *yf = (const float *)(const void *)y;
-                for (int64_t h = 0; h < H; h++) acc[h] += w * yf[h];
-            } else {
-                for (int64_t h = 0; h < H; h++) acc[h] += w * load(y_dtype, y, h);
-            }
-        }
+        for (int64_t j = 0; j < K; j++)
+            add_row(acc, weights ? weights[t * K + j] : 1.0f, y_dtype,
+                    rbuf + (size_t)rt->slot[t * K + j] * row, H);
+        for (int64_t j = 0; j < extra_k; j++) /* the shared expert's chunks, weight 1 */
+            add_row(acc, 1.0f, y_dtype,
+                    (const unsigned char *)extra_y + (size_t)(j * rt->tokens + t) * row, H);
         if (out_dtype == QMOE_DTYPE_FLOAT32) {
             memcpy((float *)out + t * H, acc, (size_t)H * sizeof *acc);
+        } else if (out_dtype == QMOE_DTYPE_FLOAT16) {
+            uint16_t *o = (uint16_t *)out + t * H;
+            for (int64_t h = 0; h < H; h++) o[h] = qmoe_f32_to_f16(acc[h]);
         } else {
             uint16_t *o = (uint16_t *)out + t * H;
             for (int64_t h = 0; h < H; h++) o[h] = f32_to_bf16(acc[h]);

@@ -45,7 +45,7 @@ static qmoe_status check_config(const qmoe_ep_config *c, int size, int32_t **own
 }
 
 /* Every rank's values equal? One MPI_Allreduce of (v, -v) with MPI_MAX gives max and -min. */
-static int agree_values(MPI_Comm comm, const int64_t *v, int64_t n, int64_t *scratch)
+int ep_same_values(MPI_Comm comm, const int64_t *v, int64_t n, int64_t *scratch)
 {
     for (int64_t i = 0; i < n; i++) {
         scratch[i] = v[i];
@@ -105,7 +105,7 @@ qmoe_status qmoe_ep_create(MPI_Comm comm, const qmoe_ep_config *config, qmoe_ep 
         shape[1] = config->hidden;
         shape[2] = config->top_k;
         shape[3] = (int64_t)config->x_dtype;
-        if (!agree_values(dup, shape, 4, scratch))
+        if (!ep_same_values(dup, shape, 4, scratch))
             st = ep_fail(QMOE_ERR_PARAM_INVALID,
                          "config differs between ranks (num_experts, hidden, top_k or x_dtype)");
     }
@@ -118,7 +118,7 @@ qmoe_status qmoe_ep_create(MPI_Comm comm, const qmoe_ep_config *config, qmoe_ep 
         st = ep_agree(dup, mst);
         if (st == QMOE_OK) {
             for (int64_t e = 0; e < E; e++) map[e] = owner[e];
-            if (!agree_values(dup, map, E, mscratch))
+            if (!ep_same_values(dup, map, E, mscratch))
                 st = ep_fail(QMOE_ERR_PARAM_INVALID, "config: expert_rank differs between ranks");
         }
         free(map);
@@ -164,6 +164,8 @@ void qmoe_ep_destroy(qmoe_ep *ep)
     free(ep->pack_scale);
     free(ep->stage);
     free(ep->stage_scale);
+    void *own[] = {ep->rx, ep->rxs, ep->tq, ep->tqs, ep->tids, ep->tw, ep->twf, ep->ty, ep->tws};
+    for (size_t i = 0; i < sizeof own / sizeof own[0]; i++) free(own[i]);
     MPI_Type_free(&ep->x_row);
     MPI_Comm_free(&ep->comm);
     free(ep->owner);

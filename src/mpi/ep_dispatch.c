@@ -42,11 +42,31 @@ qmoe_status qmoe_moe_dispatch(qmoe_ep *ep, int64_t tokens, const void *x, const 
                               float *recv_scale, int64_t *group_list, int64_t *recv_rows)
 {
     if (!ep) return ep_fail(QMOE_ERR_PARAM_NULLPTR, "ep is NULL"); /* no communicator to agree on */
+    qmoe_status st = check_args(ep, tokens, x, x_scale, expert_idx, capacity, recv_x, recv_scale,
+                                group_list, recv_rows);
+    ep_recv to = {.capacity = capacity, .x = recv_x, .scale = recv_scale};
+    return ep_dispatch(ep, st, tokens, x, x_scale, expert_idx, &to, group_list, recv_rows);
+}
+
+/* Received rows into the context's own buffers, `extra` more rows reserved after them. */
+static qmoe_status reserve_own(qmoe_ep *ep, ep_recv *to, int64_t total, size_t row)
+{
+    size_t n = (size_t)total + (size_t)to->extra;
+    if (!ep_reserve_aligned(&ep->rx, &ep->rx_cap, n, row) ||
+        !ep_reserve_aligned(&ep->rxs, &ep->rxs_cap, n, sizeof(float)))
+        return ep_fail(QMOE_ERR_INNER, "out of memory for %lld received rows", (long long)n);
+    to->x = ep->rx;
+    to->scale = ep->rxs;
+    return QMOE_OK;
+}
+
+qmoe_status ep_dispatch(qmoe_ep *ep, qmoe_status st, int64_t tokens, const void *x,
+                        const float *x_scale, const int32_t *expert_idx, ep_recv *to,
+                        int64_t *group_list, int64_t *recv_rows)
+{
     const int P = ep->size, q = ep->x_dtype == QMOE_DTYPE_INT8;
     const int64_t E = ep->E, K = ep->K, nl = ep->nlocal;
     const size_t row = (size_t)ep->H * ep->x_size;
-    qmoe_status st = check_args(ep, tokens, x, x_scale, expert_idx, capacity, recv_x, recv_scale,
-                                group_list, recv_rows);
     const int64_t n = st == QMOE_OK ? tokens * K : 0; /* rows this rank sends */
     ep_route rt = {.tokens = tokens};
     int *send_e = ep_alloc((size_t)P, (size_t)E * sizeof(int));
@@ -118,9 +138,9 @@ qmoe_status qmoe_moe_dispatch(qmoe_ep *ep, int64_t tokens, const void *x, const 
         rt.rdispls[s] = at;
         at = (int)(at + c > INT_MAX ? INT_MAX : at + c);
     }
-    if (total > capacity)
+    if (to->capacity >= 0 && total > to->capacity)
         st = ep_fail(QMOE_ERR_PARAM_INVALID, "%lld rows arrive at rank %d: more than capacity %lld",
-                     (long long)total, ep->rank, (long long)capacity);
+                     (long long)total, ep->rank, (long long)to->capacity);
     else if (total > INT_MAX)
         st = ep_fail(QMOE_ERR_PARAM_INVALID, "%lld rows arrive at rank %d: over INT_MAX",
                      (long long)total, ep->rank);
@@ -128,6 +148,8 @@ qmoe_status qmoe_moe_dispatch(qmoe_ep *ep, int64_t tokens, const void *x, const 
              (q &&
               !ep_reserve(&ep->stage_scale, &ep->stage_scale_cap, (size_t)total, sizeof(float))))
         st = ep_fail(QMOE_ERR_INNER, "out of memory for %lld received rows", (long long)total);
+    else if (to->capacity < 0)
+        st = reserve_own(ep, to, total, row);
     if ((st = ep_agree(ep->comm, st)) != QMOE_OK) goto done;
 
     /* Contiguous blocks per peer keep MPI on its fast (single-copy) path; the regrouping by
@@ -137,8 +159,8 @@ qmoe_status qmoe_moe_dispatch(qmoe_ep *ep, int64_t tokens, const void *x, const 
     if (q)
         MPI_Alltoallv(sscale, rt.scounts, rt.sdispls, MPI_FLOAT, ep->stage_scale, rt.rcounts,
                       rt.rdispls, MPI_FLOAT, ep->comm);
-    ep_regroup(ep, &rt, row, 1, ep->stage, recv_x);
-    if (q) ep_regroup(ep, &rt, sizeof(float), 1, ep->stage_scale, recv_scale);
+    ep_regroup(ep, &rt, row, 1, ep->stage, to->x);
+    if (q) ep_regroup(ep, &rt, sizeof(float), 1, ep->stage_scale, to->scale);
     if (nl > 0) memcpy(group_list, groups, (size_t)nl * sizeof *groups);
     *recv_rows = total;
     ep_route_free(&ep->route);

@@ -40,7 +40,35 @@ struct qmoe_ep {
      * in combine, and the scales leaving. */
     void *pack, *home, *pack_scale, *stage, *stage_scale;
     size_t pack_cap, home_cap, pack_scale_cap, stage_cap, stage_scale_cap;
+    /* The layer forward's (ep_layer.c), kept too, 64-byte aligned: the rank's quantized tokens
+     * and routing, the rows its experts run (received + shared), their outputs, the experts'
+     * workspace. */
+    void *rx, *rxs, *tq, *tqs, *tids, *tw, *twf, *ty, *tws;
+    size_t rx_cap, rxs_cap, tq_cap, tqs_cap, tids_cap, tw_cap, twf_cap, ty_cap, tws_cap;
 };
+
+/* Where dispatch puts the rows arriving here: the caller's buffers (capacity >= 0 rows), or the
+ * context's own rx / rxs (capacity -1) with `extra` more rows reserved after the received. */
+typedef struct ep_recv {
+    int64_t capacity, extra;
+    void *x;
+    float *scale;
+} ep_recv;
+
+/* qmoe_moe_dispatch after its argument checks (`st`: their local result, agreed here first). */
+qmoe_status ep_dispatch(qmoe_ep *ep, qmoe_status st, int64_t tokens, const void *x,
+                        const float *x_scale, const int32_t *expert_idx, ep_recv *to,
+                        int64_t *group_list, int64_t *recv_rows);
+
+/* qmoe_moe_combine with `extra_k` more terms per token of weight 1 after its K choices:
+ * extra_y [extra_k, tokens, H] of y_dtype, rows this rank computed itself (the shared expert);
+ * out_dtype FLOAT32, FLOAT16 or BFLOAT16. `st`: the caller's local status, agreed first. */
+qmoe_status ep_combine(qmoe_ep *ep, qmoe_status st, qmoe_dtype y_dtype, const void *expert_y,
+                       int64_t rows, const float *weights, const void *extra_y, int64_t extra_k,
+                       qmoe_dtype out_dtype, void *out);
+
+/* Every rank's values equal? (One MPI_Allreduce; scratch holds 2n.) */
+int ep_same_values(MPI_Comm comm, const int64_t *v, int64_t n, int64_t *scratch);
 
 /* Records the calling thread's message for qmoe_mpi_last_error() and returns `status`. */
 qmoe_status ep_fail(qmoe_status status, const char *fmt, ...) EP_PRINTF(2, 3);
@@ -60,6 +88,8 @@ void *ep_alloc(size_t a, size_t b);
 /* Grows *buf to a * b bytes (kept when large enough); 0 when out of memory or on overflow, with
  * *buf as it was. */
 int ep_reserve(void **buf, size_t *cap, size_t a, size_t b);
+/* ep_reserve, 64-byte aligned (buffers the operators read as tensors). */
+int ep_reserve_aligned(void **buf, size_t *cap, size_t a, size_t b);
 
 /* Received rows are source-major in the staging buffer (each source's rows by local expert) and
  * expert-major where the caller has them. Copies whole blocks of `row` bytes between the two:

@@ -1,0 +1,202 @@
+/* qmoe_ep_layer_forward: the MoE layer with its experts spread over the ranks. Each rank gates
+ * and quantizes its own tokens, dispatch moves the int8 rows to the experts' owners, each owner
+ * runs its experts (and every rank the shared expert on its own tokens) with the layer's own
+ * operators, combine brings the rows home and sums them in the single-process order. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/halfconv.h"
+#include "ep_internal.h"
+#include "qmoe/moe_layer.h"
+#include "qmoe/moe_ops.h"
+
+static qmoe_status check_2d(const qmoe_tensor *t, const char *arg, int64_t rows, int64_t cols)
+{
+    if (qmoe_tensor_ndim(t) != 2 || qmoe_tensor_dim(t, 1) != cols ||
+        (rows >= 0 && qmoe_tensor_dim(t, 0) != rows))
+        return ep_fail(QMOE_ERR_PARAM_INVALID, "%s must be [%lld, %lld]", arg, (long long)rows,
+                       (long long)cols);
+    return QMOE_OK;
+}
+
+static int is_float(qmoe_dtype d)
+{
+    return d == QMOE_DTYPE_FLOAT32 || d == QMOE_DTYPE_FLOAT16 || d == QMOE_DTYPE_BFLOAT16;
+}
+
+/* This rank's own checks of the call. */
+static qmoe_status check_forward(const qmoe_ep *ep, const qmoe_moe_layer *layer,
+                                 const qmoe_tensor *hidden, const qmoe_tensor *logits,
+                                 const qmoe_tensor *out, qmoe_moe_layer_config *c)
+{
+    if (!layer || !hidden || !logits || !out)
+        return ep_fail(QMOE_ERR_PARAM_NULLPTR, "%s is NULL",
+                       !layer    ? "layer"
+                       : !hidden ? "hidden"
+                       : !logits ? "router_logits"
+                                 : "out");
+    if (qmoe_moe_layer_get_config(layer, c))
+        return ep_fail(QMOE_ERR_PARAM_INVALID, "layer: %s", qmoe_last_error());
+    if (ep->x_dtype != QMOE_DTYPE_INT8)
+        return ep_fail(QMOE_ERR_PARAM_INVALID, "the context's x_dtype must be INT8 for the layer");
+    if (c->num_experts != ep->E || c->hidden_size != ep->H || c->top_k != ep->K)
+        return ep_fail(QMOE_ERR_PARAM_INVALID,
+                       "layer (E %lld, H %lld, top_k %lld) and context (E %lld, H %lld, top_k "
+                       "%lld) differ",
+                       (long long)c->num_experts, (long long)c->hidden_size, (long long)c->top_k,
+                       (long long)ep->E, (long long)ep->H, (long long)ep->K);
+    qmoe_status st = check_2d(hidden, "hidden", -1, ep->H);
+    int64_t T = qmoe_tensor_dim(hidden, 0);
+    if (!st) st = check_2d(logits, "router_logits", T, ep->E);
+    if (!st) st = check_2d(out, "out", T, ep->H);
+    if (st) return st;
+    qmoe_dtype hd = qmoe_tensor_dtype(hidden), ld = qmoe_tensor_dtype(logits);
+    if (!is_float(hd) || qmoe_tensor_dtype(out) != hd ||
+        (ld != QMOE_DTYPE_FLOAT32 && ld != hd))
+        return ep_fail(QMOE_ERR_PARAM_INVALID,
+                       "hidden must be float32, float16 or bfloat16, out of hidden's dtype, "
+                       "router_logits float32 or hidden's dtype");
+    if (T > 0 && (qmoe_tensor_stride(out, 0) != ep->H || qmoe_tensor_stride(out, 1) != 1))
+        return ep_fail(QMOE_ERR_PARAM_INVALID, "out must be contiguous");
+    /* every local expert held by the layer (a shard of this rank, or the whole layer) */
+    int64_t nh = qmoe_moe_layer_held_experts(layer), i = 0;
+    for (int64_t l = 0; l < ep->nlocal; l++) {
+        while (i < nh && qmoe_moe_layer_held_expert_id(layer, i) < ep->local_ids[l]) i++;
+        if (i == nh || qmoe_moe_layer_held_expert_id(layer, i) != ep->local_ids[l])
+            return ep_fail(QMOE_ERR_PARAM_INVALID,
+                           "rank %d owns expert %lld, which the layer does not hold", ep->rank,
+                           (long long)ep->local_ids[l]);
+    }
+    return QMOE_OK;
+}
+
+/* What must be the same on every rank beyond the context's shapes: the layer's arithmetic and
+ * the inputs' dtypes. */
+static int same_everywhere(const qmoe_ep *ep, const qmoe_moe_layer_config *c, qmoe_dtype hd,
+                           qmoe_dtype ld)
+{
+    uint64_t sf, bias = 1469598103934665603ull; /* FNV-1a of the selection bias */
+    memcpy(&sf, &c->routed_scaling_factor, sizeof sf);
+    if (c->correction_bias)
+        for (size_t i = 0; i < (size_t)c->num_experts * sizeof(float); i++)
+            bias = (bias ^ ((const unsigned char *)c->correction_bias)[i]) * 1099511628211ull;
+    int64_t v[12] = {c->intermediate_size, (int64_t)c->mode, c->group_size, c->gating,
+                     c->renormalize != 0, c->group_count, c->k_group, (int64_t)(sf >> 1),
+                     c->shared_intermediate_size, (int64_t)hd, (int64_t)ld, (int64_t)(bias >> 1)};
+    int64_t scratch[24];
+    return ep_same_values(ep->comm, v, 12, scratch);
+}
+
+/* The rank's tokens: int8 rows and scales (the layer's dynamic quantization), top-k ids and
+ * weights (its gating; the weights widened to float32 for combine, exactly). */
+static qmoe_status gate_tokens(qmoe_ep *ep, const qmoe_moe_layer *layer, int threads, int64_t T,
+                               const qmoe_tensor *hidden, const qmoe_tensor *logits)
+{
+    const int64_t H = ep->H, K = ep->K;
+    qmoe_dtype ld = qmoe_tensor_dtype(logits);
+    size_t ls = ld == QMOE_DTYPE_FLOAT32 ? 4 : 2;
+    if (!ep_reserve_aligned(&ep->tq, &ep->tq_cap, (size_t)T, (size_t)H) ||
+        !ep_reserve_aligned(&ep->tqs, &ep->tqs_cap, (size_t)T, sizeof(float)) ||
+        !ep_reserve_aligned(&ep->tids, &ep->tids_cap, (size_t)(T * K), sizeof(int32_t)) ||
+        !ep_reserve_aligned(&ep->tw, &ep->tw_cap, (size_t)(T * K), ls) ||
+        !ep_reserve_aligned(&ep->twf, &ep->twf_cap, (size_t)(T * K), sizeof(float)))
+        return ep_fail(QMOE_ERR_INNER, "out of memory for %lld tokens", (long long)T);
+    if (T == 0) return QMOE_OK;
+    int64_t xs[2] = {T, H}, ks[2] = {T, K};
+    qmoe_tensor *tq = NULL, *tqs = NULL, *ti = NULL, *tw = NULL;
+    qmoe_moe_executor *ex = NULL;
+    void *ws = NULL;
+    uint64_t w = 0;
+    qmoe_moe_options mo = QMOE_MOE_OPTIONS_INIT;
+    mo.threads = threads;
+    qmoe_status st = qmoe_tensor_create(xs, 2, NULL, QMOE_DTYPE_INT8, QMOE_FORMAT_ND, ep->tq, &tq);
+    if (!st) st = qmoe_tensor_create(&T, 1, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, ep->tqs, &tqs);
+    if (!st) st = qmoe_tensor_create(ks, 2, NULL, QMOE_DTYPE_INT32, QMOE_FORMAT_ND, ep->tids, &ti);
+    if (!st) st = qmoe_tensor_create(ks, 2, NULL, ld, QMOE_FORMAT_ND, ep->tw, &tw);
+    if (!st) st = qmoe_dynamic_quant_workspace_size(hidden, NULL, tq, tqs, &mo, &w, &ex);
+    if (!st && w && !(ws = aligned_alloc(64, (size_t)((w + 63) & ~(uint64_t)63))))
+        st = QMOE_ERR_INNER;
+    if (!st) st = qmoe_dynamic_quant(ws, w, ex, NULL);
+    if (!st) st = qmoe_moe_layer_route(layer, logits, ti, tw);
+    if (st) st = ep_fail(st, "%s", st == QMOE_ERR_INNER && !qmoe_last_error()[0] ? "out of memory" : qmoe_last_error());
+    qmoe_moe_executor_destroy(ex);
+    free(ws);
+    qmoe_tensor_destroy(tq), qmoe_tensor_destroy(tqs), qmoe_tensor_destroy(ti), qmoe_tensor_destroy(tw);
+    if (st) return st;
+    float *wf = ep->twf;
+    for (int64_t i = 0; i < T * K; i++) {
+        if (ld == QMOE_DTYPE_FLOAT32) {
+            wf[i] = ((const float *)ep->tw)[i];
+        } else {
+            uint16_t u = ((const uint16_t *)ep->tw)[i];
+            wf[i] = ld == QMOE_DTYPE_BFLOAT16 ? qmoe_bf16_to_f32(u) : qmoe_f16_to_f32(u);
+        }
+    }
+    return QMOE_OK;
+}
+
+/* The rows this rank's experts run: `total` received (grouped by local expert), then m copies
+ * of its own T tokens for the shared expert's chunks; group_list over the layer's experts. */
+static qmoe_status run_experts(qmoe_ep *ep, const qmoe_moe_layer *layer, qmoe_dtype yd,
+                               const int64_t *groups, int64_t total, int64_t T, int64_t m)
+{
+    const int64_t H = ep->H, nh = qmoe_moe_layer_held_experts(layer), A = total + m * T;
+    size_t ys = ep_dtype_size(yd);
+    for (int64_t k = 0; k < m && T > 0; k++) {
+        memcpy((int8_t *)ep->rx + (size_t)(total + k * T) * (size_t)H, ep->tq, (size_t)(T * H));
+        memcpy((float *)ep->rxs + total + k * T, ep->tqs, (size_t)T * sizeof(float));
+    }
+    uint64_t wsz = 0;
+    int64_t *cum = ep_alloc((size_t)(nh + m), sizeof *cum);
+    if (!cum || !ep_reserve_aligned(&ep->ty, &ep->ty_cap, (size_t)A, (size_t)H * ys))
+        return free(cum), ep_fail(QMOE_ERR_INNER, "out of memory for %lld expert rows", (long long)A);
+    for (int64_t i = 0, l = 0, at = 0; i < nh + m; i++) {
+        if (i >= nh) at += T;
+        else if (l < ep->nlocal && qmoe_moe_layer_held_expert_id(layer, i) == ep->local_ids[l])
+            at += groups[l++];
+        cum[i] = at;
+    }
+    int64_t xs[2] = {A, H}, gn = nh + m;
+    qmoe_tensor *tx = NULL, *ts = NULL, *tg = NULL, *ty = NULL;
+    qmoe_status st = qmoe_moe_layer_experts_workspace_size(layer, A, yd, &wsz);
+    if (!st && !ep_reserve_aligned(&ep->tws, &ep->tws_cap, (size_t)wsz, 1)) st = QMOE_ERR_INNER;
+    if (!st) st = qmoe_tensor_create(xs, 2, NULL, QMOE_DTYPE_INT8, QMOE_FORMAT_ND, ep->rx, &tx);
+    if (!st) st = qmoe_tensor_create(&A, 1, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, ep->rxs, &ts);
+    if (!st) st = qmoe_tensor_create(&gn, 1, NULL, QMOE_DTYPE_INT64, QMOE_FORMAT_ND, cum, &tg);
+    if (!st) st = qmoe_tensor_create(xs, 2, NULL, yd, QMOE_FORMAT_ND, ep->ty, &ty);
+    if (!st) st = qmoe_moe_layer_experts(layer, tx, ts, tg, ty, ep->tws, wsz);
+    if (st) st = ep_fail(st, "%s", st == QMOE_ERR_INNER && !qmoe_last_error()[0] ? "out of memory" : qmoe_last_error());
+    qmoe_tensor_destroy(tx), qmoe_tensor_destroy(ts), qmoe_tensor_destroy(tg), qmoe_tensor_destroy(ty);
+    free(cum);
+    return st;
+}
+
+qmoe_status qmoe_ep_layer_forward(qmoe_ep *ep, const qmoe_moe_layer *layer,
+                                  const qmoe_tensor *hidden, const qmoe_tensor *router_logits,
+                                  const qmoe_tensor *out)
+{
+    if (!ep) return ep_fail(QMOE_ERR_PARAM_NULLPTR, "ep is NULL"); /* no communicator to agree on */
+    qmoe_moe_layer_config c;
+    qmoe_status st = check_forward(ep, layer, hidden, router_logits, out, &c);
+    if ((st = ep_agree(ep->comm, st)) != QMOE_OK) return st;
+    qmoe_dtype hd = qmoe_tensor_dtype(hidden);
+    if (!same_everywhere(ep, &c, hd, qmoe_tensor_dtype(router_logits)))
+        return ep_fail(QMOE_ERR_PARAM_INVALID, "the layer's configuration (intermediate size, "
+                                               "quantization, gating, shared expert) or the "
+                                               "inputs' dtypes differ between ranks");
+    const int64_t T = qmoe_tensor_dim(hidden, 0), m = c.shared_intermediate_size / c.intermediate_size;
+    int64_t total = 0, *groups = ep_alloc((size_t)ep->nlocal, sizeof *groups);
+    st = groups ? QMOE_OK : ep_fail(QMOE_ERR_INNER, "out of memory");
+    if (!st) st = gate_tokens(ep, layer, c.threads, T, hidden, router_logits);
+    /* the shared expert's rows go after the received ones, in the same buffer */
+    ep_recv to = {.capacity = -1, .extra = m * T};
+    st = ep_dispatch(ep, st, T, ep->tq, ep->tqs, ep->tids, &to, groups, &total);
+    if (st) goto done;
+    st = run_experts(ep, layer, hd, groups, total, T, m);
+    st = ep_combine(ep, st, hd, ep->ty, total, ep->twf,
+                    (const char *)ep->ty + (size_t)total * (size_t)ep->H * ep_dtype_size(hd), m, hd,
+                    T > 0 ? qmoe_tensor_data(out) : NULL);
+done:
+    free(groups);
+    return st;
+}
