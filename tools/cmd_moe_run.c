@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "cli_args.h"
+#include "moe_ep.h"
 #include "npy.h"
 #include "outfile.h"
 #include "qmoe/moe_layer.h"
@@ -23,7 +24,7 @@ enum { NAME_MAX_LEN = 512, RUN_ERR_LEN = 1024 };
 
 typedef struct run_opts {
     const char *layer, *hidden, *logits, *out, *prefix;
-    int64_t top_k, group_size, threads, groups, k_group;
+    int64_t top_k, group_size, threads, groups, k_group, ep;
     int mode, gating, clip; /* -1: from the file's metadata */
     double scaling;
 } run_opts;
@@ -44,7 +45,11 @@ static void usage(FILE *f)
             "  --gating softmax|softmax-norenorm|sigmoid  (default: qmoe.gating, else softmax)\n"
             "  --groups N --k-group N --scaling F   sigmoid gating's expert groups, groups kept,\n"
             "                    routed scaling (default for sigmoid: 8, 4, 2.5 when E/8 >= 2)\n"
-            "  --threads N       (0: every online core)\n");
+            "  --threads N       (0: every online core)\n"
+            "  --ep P            expert parallelism over P MPI ranks: run as\n"
+            "                    mpirun -np P qmoe moe run --ep P ...; each rank quantizes only its\n"
+            "                    experts and runs an even share of the tokens; rank 0 writes --out,\n"
+            "                    the same bytes as without --ep (needs a qmoe built with MPI)\n");
 }
 
 static int parse(int argc, char **argv, run_opts *o)
@@ -75,6 +80,7 @@ static int parse(int argc, char **argv, run_opts *o)
         else if (!strcmp(a, "--top-k")) bad = args_int(CMD, a, v, 1, 1024, &o->top_k);
         else if (!strcmp(a, "--group-size")) bad = args_int(CMD, a, v, 0, INT32_MAX, &o->group_size);
         else if (!strcmp(a, "--threads")) bad = args_int(CMD, a, v, 0, 4096, &o->threads);
+        else if (!strcmp(a, "--ep")) bad = args_int(CMD, a, v, 1, 4096, &o->ep);
         else if (!strcmp(a, "--groups")) bad = args_int(CMD, a, v, 1, 2048, &o->groups);
         else if (!strcmp(a, "--k-group")) bad = args_int(CMD, a, v, 1, 2048, &o->k_group);
         else if (!strcmp(a, "--scaling")) {
@@ -293,7 +299,9 @@ static double now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static int run(const run_opts *o, char *err)
+/* ep NULL: one process. Otherwise every rank runs this; a rank that fails before a point where
+ * the ranks agree (moe_ep_any) joins that point from `done` (synced 0), so none waits forever. */
+static int run(const run_opts *o, moe_ep *ep, char *err)
 {
     outfiles files;
     str_file f = {0};
@@ -303,12 +311,14 @@ static int run(const run_opts *o, char *err)
     void *ws = NULL;
     qmoe_tensor *th = NULL, *tl = NULL, *to = NULL;
     char why[RUN_ERR_LEN > OUTFILE_ERR_LEN ? RUN_ERR_LEN : OUTFILE_ERR_LEN], prefix[NAME_MAX_LEN];
-    int rc = -1;
+    int rc = -1, synced = !ep, rank0 = !ep || moe_ep_rank(ep) == 0;
+    int64_t first = 0, count = 0;
+    err[0] = 0;
     outfiles_init(&files);
     outfiles_input(&files, "--layer", o->layer);
     outfiles_input(&files, "--hidden", o->hidden);
     outfiles_input(&files, "--router-logits", o->logits);
-    outfile *of = outfiles_output(&files, "--out", o->out);
+    outfile *of = rank0 ? outfiles_output(&files, "--out", o->out) : NULL;
     if (outfiles_check(&files, why)) {
         snprintf(err, RUN_ERR_LEN, "%.1000s", why);
         goto done;
@@ -388,18 +398,45 @@ static int run(const run_opts *o, char *err)
         c.routed_scaling_factor = o->scaling ? o->scaling : 2.5;
         c.correction_bias = L.bias;
     }
-    double t0 = now();
-    qmoe_status st = qmoe_moe_layer_create_from_float(&c, L.w[0], L.w[1], L.w[2], L.dtype, &layer);
-    if (st) {
-        snprintf(err, RUN_ERR_LEN, "%.300s: %.700s", o->layer, qmoe_last_error());
-        goto done;
-    }
-    double t1 = now();
     qmoe_dtype hd = hidden.dtype == NPY_FLOAT32 ? QMOE_DTYPE_FLOAT32 : QMOE_DTYPE_FLOAT16;
     if (npy_alloc(&out, hidden.dtype, 2, hidden.shape, nerr)) {
         snprintf(err, RUN_ERR_LEN, "%s", nerr);
         goto done;
     }
+    qmoe_status st;
+    double t0, t1;
+    if (ep) {
+        synced = 1;
+        if (moe_ep_any(ep, 0)) goto done; /* another rank failed (and says why) */
+        synced = 0;
+        t0 = now();
+        if (moe_ep_shard(ep, &c, L.w[0], L.w[1], L.w[2], L.dtype, &layer, why)) {
+            synced = 1;
+            if (why[0]) snprintf(err, RUN_ERR_LEN, "%.300s: %.700s", o->layer, why);
+            goto done;
+        }
+        t1 = now();
+        moe_ep_split(ep, hidden.shape[0], &first, &count);
+        size_t row = (size_t)L.H * (hd == QMOE_DTYPE_FLOAT32 ? 4 : 2);
+        char *h0 = (char *)hidden.data + (size_t)first * row, *l0 = (char *)logits.data + (size_t)(first * L.E) * 4,
+             *o0 = (char *)out.data + (size_t)first * row;
+        /* each rank's rows where they belong in out; rank 0 gathers the others' */
+        synced = 1;
+        if (moe_ep_forward(ep, layer, hd, count, L.H, L.E, h0, l0, o0, why)) {
+            snprintf(err, RUN_ERR_LEN, "%.1000s", why);
+            goto done;
+        }
+        moe_ep_gather(ep, o0, count, row, out.data);
+        synced = 0;
+        goto write;
+    }
+    t0 = now();
+    st = qmoe_moe_layer_create_from_float(&c, L.w[0], L.w[1], L.w[2], L.dtype, &layer);
+    if (st) {
+        snprintf(err, RUN_ERR_LEN, "%.300s: %.700s", o->layer, qmoe_last_error());
+        goto done;
+    }
+    t1 = now();
     uint64_t wsz = 0;
     if ((st = qmoe_moe_layer_workspace_size(layer, hidden.shape[0], hd, &wsz)) ||
         (wsz && !(ws = aligned_alloc(64, (size_t)((wsz + 63) & ~(uint64_t)63))))) {
@@ -413,20 +450,30 @@ static int run(const run_opts *o, char *err)
         snprintf(err, RUN_ERR_LEN, "%s", qmoe_last_error());
         goto done;
     }
+write:;
     double t2 = now();
-    of->write = write_array;
-    of->ctx = &out;
-    if (outfiles_write(&files, why)) {
-        snprintf(err, RUN_ERR_LEN, "%.1000s", why);
-        goto done;
+    if (rank0) {
+        of->write = write_array;
+        of->ctx = &out;
+        if (outfiles_write(&files, why)) {
+            snprintf(err, RUN_ERR_LEN, "%.1000s", why);
+            goto done;
+        }
     }
-    printf("moe run: %s, E=%" PRId64 " H=%" PRId64 " I=%" PRId64 " top-%" PRId64 " %s%s%s, T=%" PRId64
+    if (ep) { /* rank 0's write, for every rank's exit code */
+        synced = 1;
+        if (moe_ep_any(ep, 0)) goto done;
+    }
+    if (rank0)
+        printf("moe run: %s, E=%" PRId64 " H=%" PRId64 " I=%" PRId64 " top-%" PRId64 " %s%s%s, T=%" PRId64
            ": load+quantize %.3f s, forward %.3f s; wrote %s\n",
            prefix, L.E, L.H, L.I, c.top_k, c.mode == QMOE_QUANT_A8W4 ? "a8w4" : "a8w8",
            c.gating == QMOE_MOE_GATING_SIGMOID ? " sigmoid" : c.renormalize ? "" : " no-renorm",
            L.Is ? " + shared expert" : "", hidden.shape[0], t1 - t0, t2 - t1, o->out);
+    if (ep && rank0) printf("moe run: expert parallel over %d ranks\n", moe_ep_size(ep));
     rc = 0;
 done:
+    if (!synced) moe_ep_any(ep, 1);
     qmoe_tensor_destroy(th), qmoe_tensor_destroy(tl), qmoe_tensor_destroy(to);
     free(ws);
     qmoe_moe_layer_destroy(layer);
@@ -443,9 +490,19 @@ int moe_run(int argc, char **argv)
     char err[RUN_ERR_LEN];
     int r = parse(argc, argv, &o);
     if (r) return r > 0 ? 0 : 2;
-    if (run(&o, err)) {
-        fprintf(stderr, "qmoe " CMD ": %s\n", err);
-        return 1;
+    moe_ep *ep = NULL;
+    if (o.ep) {
+        char why[MOE_EP_ERR_LEN];
+        if (moe_ep_start(o.ep, &ep, why)) {
+            fprintf(stderr, "qmoe " CMD ": %s\n", why);
+            return 2;
+        }
     }
-    return 0;
+    int failed = run(&o, ep, err) != 0;
+    if (failed && err[0]) {
+        if (ep) fprintf(stderr, "qmoe " CMD " (rank %d of %d): %s\n", moe_ep_rank(ep), moe_ep_size(ep), err);
+        else fprintf(stderr, "qmoe " CMD ": %s\n", err);
+    }
+    moe_ep_end(ep);
+    return failed;
 }

@@ -1,0 +1,176 @@
+/* The MPI side of `qmoe moe run --ep` and `qmoe bench moe --ep` (moe_ep.h), on libqmoe_mpi. */
+#include "moe_ep.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef QMOE_CLI_MPI
+
+#include <limits.h>
+
+#include "qmoe/mpi.h"
+
+struct moe_ep {
+    int rank, size;
+    qmoe_ep *ctx;
+};
+
+int moe_ep_start(int64_t P, moe_ep **out, char *err)
+{
+    int inited = 0;
+    MPI_Initialized(&inited);
+    if (!inited) MPI_Init(NULL, NULL);
+    moe_ep *ep = calloc(1, sizeof *ep);
+    if (!ep) return snprintf(err, MOE_EP_ERR_LEN, "out of memory"), -1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &ep->rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &ep->size);
+    if (ep->size != P) {
+        snprintf(err, MOE_EP_ERR_LEN,
+                 "--ep %lld, but %d rank(s) are running (start it as mpirun -np %lld qmoe ...)",
+                 (long long)P, ep->size, (long long)P);
+        free(ep);
+        MPI_Finalize();
+        return -1;
+    }
+    *out = ep;
+    return 0;
+}
+
+void moe_ep_end(moe_ep *ep)
+{
+    if (!ep) return;
+    qmoe_ep_destroy(ep->ctx);
+    free(ep);
+    MPI_Finalize();
+}
+
+int moe_ep_rank(const moe_ep *ep) { return ep->rank; }
+int moe_ep_size(const moe_ep *ep) { return ep->size; }
+
+int moe_ep_any(moe_ep *ep, int failed)
+{
+    (void)ep; /* the world communicator: what mpirun started */
+    int mine = failed != 0, any = 0;
+    MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    return any;
+}
+
+int moe_ep_shard(moe_ep *ep, const qmoe_moe_layer_config *c, const void *const *gate,
+                 const void *const *up, const void *const *down, qmoe_dtype dtype,
+                 qmoe_moe_layer **layer, char *err)
+{
+    qmoe_ep_config ec = QMOE_EP_CONFIG_INIT;
+    ec.num_experts = c->num_experts, ec.hidden = c->hidden_size, ec.top_k = c->top_k;
+    ec.x_dtype = QMOE_DTYPE_INT8;
+    if (qmoe_ep_create(MPI_COMM_WORLD, &ec, &ep->ctx)) {
+        snprintf(err, MOE_EP_ERR_LEN, "expert parallelism: %s", qmoe_mpi_last_error());
+        return -1;
+    }
+    int64_t n = qmoe_ep_local_experts(ep->ctx);
+    int32_t *ids = malloc((size_t)(n ? n : 1) * sizeof *ids);
+    int failed = !ids;
+    if (!ids) snprintf(err, MOE_EP_ERR_LEN, "out of memory");
+    for (int64_t i = 0; i < n && ids; i++) ids[i] = (int32_t)qmoe_ep_local_expert_id(ep->ctx, i);
+    if (ids && qmoe_moe_layer_create_shard_from_float(c, n, ids, gate, up, down, dtype, layer)) {
+        snprintf(err, MOE_EP_ERR_LEN, "rank %d's experts: %s", ep->rank, qmoe_last_error());
+        failed = 1;
+    }
+    free(ids);
+    if (moe_ep_any(ep, failed)) {
+        if (!failed) snprintf(err, MOE_EP_ERR_LEN, "%s", "");
+        qmoe_moe_layer_destroy(failed ? NULL : *layer);
+        if (!failed) *layer = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+void moe_ep_split(const moe_ep *ep, int64_t T, int64_t *first, int64_t *count)
+{
+    *first = T * ep->rank / ep->size;
+    *count = T * (ep->rank + 1) / ep->size - *first;
+}
+
+int moe_ep_forward(moe_ep *ep, const qmoe_moe_layer *layer, qmoe_dtype hd, int64_t count,
+                   int64_t H, int64_t E, void *hidden, void *logits, void *out, char *err)
+{
+    int64_t hs[2] = {count, H}, ls[2] = {count, E};
+    qmoe_tensor *th = NULL, *tl = NULL, *to = NULL;
+    qmoe_status st = qmoe_tensor_create(hs, 2, NULL, hd, QMOE_FORMAT_ND, hidden, &th);
+    if (!st) st = qmoe_tensor_create(ls, 2, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, logits, &tl);
+    if (!st) st = qmoe_tensor_create(hs, 2, NULL, hd, QMOE_FORMAT_ND, out, &to);
+    /* a tensor that could not be made still joins the collective, with its own error */
+    qmoe_status fs = qmoe_ep_layer_forward(ep->ctx, layer, st ? NULL : th, tl, to);
+    qmoe_tensor_destroy(th), qmoe_tensor_destroy(tl), qmoe_tensor_destroy(to);
+    if (fs) snprintf(err, MOE_EP_ERR_LEN, "%s", st ? qmoe_last_error() : qmoe_mpi_last_error());
+    return fs ? -1 : 0;
+}
+
+void moe_ep_gather(moe_ep *ep, const void *mine, int64_t count, size_t row, void *all_out)
+{
+    int *counts = calloc((size_t)ep->size, sizeof *counts), *displs = calloc((size_t)ep->size, sizeof *displs);
+    int c = (int)count;
+    MPI_Gather(&c, 1, MPI_INT, counts, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    for (int r = 1; r < ep->size; r++) displs[r] = displs[r - 1] + counts[r - 1];
+    MPI_Datatype rt;
+    MPI_Type_contiguous((int)row, MPI_BYTE, &rt);
+    MPI_Type_commit(&rt);
+    /* rank 0's own rows are already in place */
+    MPI_Gatherv(ep->rank == 0 && mine == all_out ? MPI_IN_PLACE : mine, c, rt, all_out, counts, displs, rt, 0,
+                MPI_COMM_WORLD);
+    MPI_Type_free(&rt);
+    free(counts), free(displs);
+}
+
+double moe_ep_wtime(void) { return MPI_Wtime(); }
+void moe_ep_barrier(moe_ep *ep)
+{
+    (void)ep;
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
+#else /* built without MPI */
+
+int moe_ep_start(int64_t P, moe_ep **ep, char *err)
+{
+    (void)P, (void)ep;
+    snprintf(err, MOE_EP_ERR_LEN,
+             "--ep needs a qmoe built with MPI, and this one was built without it (install Open MPI: "
+             "scripts/require-mpi.sh, or apt-get install libopenmpi-dev openmpi-bin; then configure "
+             "again)");
+    return -1;
+}
+
+void moe_ep_end(moe_ep *ep) { (void)ep; }
+int moe_ep_rank(const moe_ep *ep) { return (void)ep, 0; }
+int moe_ep_size(const moe_ep *ep) { return (void)ep, 1; }
+int moe_ep_any(moe_ep *ep, int failed) { return (void)ep, failed; }
+int moe_ep_shard(moe_ep *ep, const qmoe_moe_layer_config *c, const void *const *gate,
+                 const void *const *up, const void *const *down, qmoe_dtype dtype,
+                 qmoe_moe_layer **layer, char *err)
+{
+    (void)ep, (void)c, (void)gate, (void)up, (void)down, (void)dtype, (void)layer;
+    snprintf(err, MOE_EP_ERR_LEN, "built without MPI");
+    return -1;
+}
+void moe_ep_split(const moe_ep *ep, int64_t T, int64_t *first, int64_t *count)
+{
+    (void)ep;
+    *first = 0, *count = T;
+}
+int moe_ep_forward(moe_ep *ep, const qmoe_moe_layer *layer, qmoe_dtype hd, int64_t count,
+                   int64_t H, int64_t E, void *hidden, void *logits, void *out, char *err)
+{
+    (void)ep, (void)layer, (void)hd, (void)count, (void)H, (void)E, (void)hidden, (void)logits, (void)out;
+    snprintf(err, MOE_EP_ERR_LEN, "built without MPI");
+    return -1;
+}
+void moe_ep_gather(moe_ep *ep, const void *mine, int64_t count, size_t row, void *all_out)
+{
+    (void)ep, (void)mine, (void)count, (void)row, (void)all_out;
+}
+double moe_ep_wtime(void) { return 0; }
+void moe_ep_barrier(moe_ep *ep) { (void)ep; }
+
+#endif
