@@ -59,6 +59,9 @@ static void run_case(qt_rng *r, const fr_case *c)
     for (int64_t i = 0; i < N; i++)
         for (int64_t h = 0; h < H; h++) {
             double ref = 0, mag = 0, term;
+            /* the contract's own order in float32, to the bit: skips, then choices in order */
+            float f32 = c->x1 ? (float)mt_get(x1, dt, i * H + h) : 0.0f;
+            if (c->x2) f32 += (float)mt_get(x2, dt, i * H + h);
             if (c->x1) ref += term = mt_get(x1, dt, i * H + h), mag += fabs(term);
             if (c->x2) ref += term = mt_get(x2, dt, i * H + h), mag += fabs(term);
             for (int64_t j = 0; j < K; j++) {
@@ -66,6 +69,9 @@ static void run_case(qt_rng *r, const fr_case *c)
                 if (ri[f] < 0) continue;
                 double w = c->scales ? mt_get(sc, sdt, i * K + j) : 1.0;
                 double v = mt_get(ex, dt, ri[f] * pitch + h);
+                float fv = (float)v;
+                if (c->bias) fv += (float)mt_get(bias, dt, idx[i * K + j] * H + h);
+                f32 += (float)w * fv;
                 if (c->bias) v += mt_get(bias, dt, idx[i * K + j] * H + h);
                 ref += term = w * v;
                 mag += fabs(term) + fabs(v);
@@ -74,6 +80,8 @@ static void run_case(qt_rng *r, const fr_case *c)
             double tol = 1e-6 * mag + (dt == QMOE_DTYPE_FLOAT32 ? 0 : mt_eps(dt) * fabs(ref)) + 1e-7;
             CHECK_MSG(fabs(got - ref) <= tol, "dtype %d mode %lld: out[%lld][%lld] %.8g vs %.8g",
                       (int)dt, (long long)c->mode, (long long)i, (long long)h, got, ref);
+            CHECK_MSG(got == mt_round(dt, f32), "dtype %d mode %lld: out[%lld][%lld] %.9g, float32 in order %.9g",
+                      (int)dt, (long long)c->mode, (long long)i, (long long)h, got, mt_round(dt, f32));
         }
     if (c->strided)
         for (int64_t i = 0; i < N; i++)
@@ -176,6 +184,12 @@ int main(void)
     fr_case big = {.dt = QMOE_DTYPE_BFLOAT16, .N = 128, .K = 8, .H = 7168, .E = 64, .mode = 2,
                    .x1 = 1, .scales = 2, .threads = 0};
     run_case(&r, &big);
+    /* the vector path: past one chunk of rows (K > 32), a column tail (H % 64), both dtypes */
+    for (int di = 0; di < 2; di++) {
+        fr_case wide = {.dt = di ? QMOE_DTYPE_BFLOAT16 : QMOE_DTYPE_FLOAT32, .N = 9, .K = 40, .H = 200, .E = 4,
+                        .mode = di ? 0 : 2, .x2 = 1, .scales = di ? 1 : 2, .dropped = 1, .threads = 2};
+        run_case(&r, &wide);
+    }
     check_validation();
     return qt_finish("moe_finalize_routing");
 }

@@ -424,6 +424,31 @@ static void threads_streams_routed(void)
         void *fresh = layer_run(L1, &s, NULL);
         CHECK_MSG(memcmp(o1, fresh, bytes) == 0 && memcmp(o2, fresh, bytes) == 0 && memcmp(o1, a, bytes) != 0,
                   "a kept plan must read the new contents and write the output it is given");
+        /* the kept plan with other buffers of the same shapes (an engine's steady state): the
+         * plan is pointed at them, the same bits as a plan of their own */
+        void *h3 = mt_alloc(s.T * s.H, s.hd), *o3 = mt_alloc(s.T * s.H, s.hd);
+        float *l3 = malloc(4 * (size_t)(s.T * s.E));
+        memcpy(h3, s.hidden, bytes), memcpy(l3, s.logits, 4 * (size_t)(s.T * s.E));
+        qmoe_tensor *th3 = mt_tensor(h3, s.hd, 2, hs, NULL), *tl3 = mt_tensor(l3, QMOE_DTYPE_FLOAT32, 2, ls, NULL),
+                    *to3 = mt_tensor(o3, s.hd, 2, hs, NULL);
+        CHECK(qmoe_moe_layer_forward(L5, th3, tl3, to3, lw, wsz, NULL) == QMOE_OK);
+        CHECK_MSG(memcmp(o3, fresh, bytes) == 0, "a kept plan pointed at new buffers differs");
+        for (int64_t i = 0; i < s.T * s.H; i++) ((uint16_t *)s.hidden)[i] ^= 0x0100; /* back to the first values */
+        /* routed, the caller's ids and weights read in place: new buffers, the chain's bits */
+        ids2[3] = ids[3];
+        int32_t *ids3 = malloc(4 * (size_t)(s.T * 2));
+        float *wt3 = malloc(4 * (size_t)(s.T * 2));
+        memcpy(ids3, ids2, 4 * (size_t)(s.T * 2)), memcpy(wt3, wt, 4 * (size_t)(s.T * 2));
+        qmoe_tensor *ti3 = mt_tensor(ids3, QMOE_DTYPE_INT32, 2, ks, NULL), *ty3 = mt_tensor(wt3, QMOE_DTYPE_FLOAT32, 2, ks, NULL);
+        CHECK(qmoe_moe_layer_forward_routed(L1, th, ti, ty, to, lw, wsz, NULL) == QMOE_OK);
+        memset(o3, 0, bytes);
+        CHECK(qmoe_moe_layer_forward_routed(L1, th, ti3, ty3, to3, lw, wsz, NULL) == QMOE_OK);
+        CHECK_MSG(memcmp(o3, want, bytes) == 0, "routed forward on a repointed plan differs from the chain");
+        ids3[5] = -1; /* the repointed plan reads the new ids: refused as a fresh plan would be */
+        CHECK(qmoe_moe_layer_forward_routed(L1, th, ti3, ty3, to3, lw, wsz, NULL) == QMOE_ERR_PARAM_INVALID);
+        qmoe_tensor *more[] = {th3, tl3, to3, ti3, ty3};
+        for (int i = 0; i < 5; i++) qmoe_tensor_destroy(more[i]);
+        free(h3), free(o3), free(l3), free(ids3), free(wt3);
         qmoe_tensor_destroy(tl1), qmoe_tensor_destroy(to1), qmoe_tensor_destroy(to2);
         free(o1), free(o2), free(fresh);
 

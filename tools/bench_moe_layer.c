@@ -18,6 +18,7 @@
 
 #include "bench_moe_ops.h"
 #include "cli_args.h"
+#include "ops/moe_layer_phases.h"
 #include "qmoe/moe_layer.h"
 #include "qmoe/moe_ops.h"
 #include "qmoe/runtime.h"
@@ -42,7 +43,7 @@ static const bm_model bm_models[] = {
 typedef struct bm_args {
     bm_model m;
     int64_t tokens[MAX_T];
-    int nt, a8w4, threads, bf16;
+    int nt, a8w4, threads, bf16, breakdown;
     int64_t group_size, max_gib, dram_mb;
     double seconds;
 } bm_args;
@@ -58,6 +59,8 @@ static void usage(FILE *f)
                "  --seconds S       time per token count (default 1)\n"
                "  --max-gib N       refuse weights over N GiB (default 16)\n"
                "  --dram-mb N       the bandwidth probe's buffer (default 1024)\n"
+               "  --breakdown       also time each operator of the forward (stream synchronized\n"
+               "                    after each): phase_ms, and the gate/up operator's own GOPS\n"
                "One JSON line per token count on stdout; progress on stderr.\n");
 }
 
@@ -92,6 +95,10 @@ static int parse(int argc, char **argv, bm_args *a)
         if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
             usage(stdout);
             return 1;
+        }
+        if (!strcmp(o, "--breakdown")) {
+            a->breakdown = 1, i++;
+            continue;
         }
         if (args_value(CMD, argc, argv, &i, &v)) return -1;
         int bad = 0;
@@ -235,6 +242,24 @@ static int cmp_d(const void *x, const void *y)
     return (a > b) - (a < b);
 }
 
+/* The breakdown's fields: each operator's median ms, the gate/up operator's and the down
+ * projection's own int8 GOPS, the layer's GOPS as a share of gate/up's in the same forwards
+ * (the issue's prefill target: >= 0.8; the median over runs of 1.5 t_gate_up / t_all, so other
+ * tenants' load cancels), and the share of the phases' sum outside the two matmuls. */
+static void print_breakdown(const bm_args *a, int64_t T, const double *ph)
+{
+    static const char *const names[MOE_LAYER_PHASES] = {"gating", "routing", "gate_up", "down", "finalize"};
+    double rows = (double)T * (double)a->m.k, H = (double)a->m.H, I = (double)a->m.I, sum = 0;
+    printf(",\"phase_ms\":{");
+    for (int k = 0; k < MOE_LAYER_PHASES; k++) {
+        printf("%s\"%s\":%.4g", k ? "," : "", names[k], ph[k] * 1e3);
+        sum += ph[k];
+    }
+    double gu = ph[2] > 0 ? 2.0 * rows * H * 2 * I / ph[2] / 1e9 : 0, dn = ph[3] > 0 ? 2.0 * rows * I * H / ph[3] / 1e9 : 0;
+    printf("},\"gate_up_gops\":%.4g,\"down_gops\":%.4g,\"layer_vs_gate_up\":%.3f,\"outside_matmuls\":%.3f", gu, dn,
+           ph[MOE_LAYER_PHASES], sum > 0 ? (ph[0] + ph[1] + ph[4]) / sum : 0);
+}
+
 int bench_moe_layer(int argc, char **argv)
 {
     bm_args a;
@@ -318,6 +343,25 @@ int bench_moe_layer(int argc, char **argv)
             }
             if (rc) fprintf(stderr, "qmoe " CMD ": %s\n", qmoe_last_error());
         }
+        /* Each operator's median over as many forwards, the same routings (--breakdown). */
+        double ph[MOE_LAYER_PHASES + 1] = {0}; /* + the median per-run share of gate/up's GOPS */
+        for (int k = 0; !rc && a.breakdown && k <= MOE_LAYER_PHASES; k++) {
+            static double each[1000][MOE_LAYER_PHASES + 1];
+            if (k == 0)
+                for (int j = 0; !rc && j < n; j++) {
+                    if (moe_layer_forward_phases(L, th, tv[j % VARIANTS], to, ws, wsz, stream, each[j])) {
+                        fprintf(stderr, "qmoe " CMD ": %s\n", qmoe_last_error());
+                        rc = 1;
+                    }
+                    double sum = 0; /* the three matmuls' work over the whole, in gate/up's time */
+                    for (int q = 0; q < MOE_LAYER_PHASES; q++) sum += each[j][q];
+                    each[j][MOE_LAYER_PHASES] = sum > 0 ? 1.5 * each[j][2] / sum : 0;
+                }
+            double col[1000];
+            for (int j = 0; j < n; j++) col[j] = each[j][k];
+            qsort(col, (size_t)n, sizeof col[0], cmp_d);
+            ph[k] = col[n / 2];
+        }
         if (!rc) {
             qsort(times, (size_t)n, sizeof times[0], cmp_d);
             double t = times[n / 2];
@@ -327,10 +371,12 @@ int bench_moe_layer(int argc, char **argv)
                    ",\"E\":%" PRId64 ",\"H\":%" PRId64 ",\"I\":%" PRId64 ",\"top_k\":%" PRId64
                    ",\"tokens\":%" PRId64 ",\"threads\":%d,\"runs\":%d,\"seconds\":%.6g,"
                    "\"tokens_per_s\":%.6g,\"active_experts\":%" PRId64 ",\"weight_gb_per_s\":%.4g,"
-                   "\"dram_gb_per_s\":%.4g,\"fraction_of_dram\":%.3f,\"int8_gops\":%.4g}\n",
+                   "\"dram_gb_per_s\":%.4g,\"fraction_of_dram\":%.3f,\"int8_gops\":%.4g",
                    a.m.name, a.bf16 ? "bf16" : "fp32", a.a8w4 ? "a8w4" : "a8w8", a.group_size, E, H, a.m.I, a.m.k, T, a.threads, n, t,
                    (double)T / t, act, bytes / t / 1e9, dram, dram > 0 ? bytes / t / 1e9 / dram : 0,
                    2.0 * (double)T * (double)a.m.k * 3.0 * (double)H * (double)a.m.I / t / 1e9);
+            if (a.breakdown) print_breakdown(&a, T, ph);
+            printf("}\n");
             fflush(stdout);
         }
         qmoe_tensor_destroy(th), qmoe_tensor_destroy(to);

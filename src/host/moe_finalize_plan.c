@@ -4,6 +4,7 @@
 #include "core/checked.h"
 #include "core/status.h"
 #include "core/tensor.h"
+#include "kernels/cpu_features.h"
 #include "ops/moe_exec.h"
 
 #define OP "MoeFinalizeRoutingV2"
@@ -102,5 +103,6 @@ qmoe_status qmoe_moe_finalize_routing_workspace_size(
     p->A = A;
     p->E = E;
     p->mode = drop_pad_mode;
+    p->avx512 = qmoe_cpu_features_get().avx512;
     return moe_finish_plan(&ex, workspace_size, executor);
 }

@@ -65,6 +65,7 @@ typedef struct moe_finalize_plan {
     moe_view ex, row_idx, x1, x2, bias, scales, idx, out;
     int64_t N, K, H, A, E;
     int64_t mode;
+    int avx512; /* this CPU sums float32 / bf16 rows 16 lanes at a time (same bits) */
 } moe_finalize_plan;
 
 typedef struct moe_swiglu_plan {

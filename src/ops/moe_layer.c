@@ -1,17 +1,22 @@
 /* The MoE expert layer: prepacked weights made once, a forward pass that chains the pipeline
  * operators on one stream with every intermediate in the caller's workspace. */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "qmoe/moe_layer.h"
 
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/checked.h"
 #include "core/options.h"
 #include "core/status.h"
+#include "ops/moe_exec.h"
+#include "ops/moe_layer_phases.h"
 #include "qmoe/grouped_matmul.h"
 #include "qmoe/moe_ops.h"
+#include "qmoe/runtime.h"
 #include "qmoe/weights.h"
 
 #define OP "MoeLayer"
@@ -517,9 +522,70 @@ static void fill_routing(const qmoe_moe_layer *L, int64_t T, const qmoe_tensor *
         }
 }
 
+/* Bytes [*lo, *hi) a 2-D tensor's elements span (any stride signs). */
+static void span(const qmoe_tensor *t, uintptr_t *lo, uintptr_t *hi)
+{
+    intptr_t item = (intptr_t)dtype_bytes(qmoe_tensor_dtype(t)), a = 0, b = 0; /* float or int32 */
+    for (int d = 0; d < 2; d++) {
+        intptr_t reach = (intptr_t)(qmoe_tensor_dim(t, d) - 1) * (intptr_t)qmoe_tensor_stride(t, d) * item;
+        if (reach < 0) a += reach;
+        else b += reach;
+    }
+    *lo = (uintptr_t)qmoe_tensor_data(t) + (uintptr_t)a;
+    *hi = (uintptr_t)qmoe_tensor_data(t) + (uintptr_t)b + (uintptr_t)item;
+}
+
+/* The kept plan serves a forward whose tensors differ from its own only in where their data
+ * lies (same shapes, strides, dtypes and workspace): the element-wise operators' views of the
+ * caller's tensors are pointed at the new data, no allocation (the matmuls read and write the
+ * workspace and the weights only). False when a tensor is NULL-based or the output overlaps an
+ * input or the workspace, or an input overlaps the workspace: that forward plans afresh, and the
+ * operators' own checks decide as they would have. */
+static int repoint(qmoe_moe_layer *M, const plan_key *key, const qmoe_tensor *const io[4], void *workspace,
+                   uint64_t workspace_size)
+{
+    plan_key a = M->key, b = *key;
+    for (int i = 0; i < 4; i++) {
+        if ((a.t[i].data == NULL) != (b.t[i].data == NULL)) return 0;
+        a.t[i].data = b.t[i].data = NULL;
+    }
+    if (memcmp(&a, &b, sizeof a)) return 0;
+    uintptr_t lo[5], hi[5];
+    for (int i = 0; i < 4; i++) {
+        lo[i] = hi[i] = 0;
+        if (!io[i]) continue;
+        if (!qmoe_tensor_data(io[i])) return 0;
+        span(io[i], &lo[i], &hi[i]);
+    }
+    lo[4] = (uintptr_t)workspace, hi[4] = lo[4] + (uintptr_t)workspace_size;
+    for (int i = 0; i < 5; i++) /* out (3) against everything; the inputs against the workspace */
+        for (int j = i + 1; j < 5; j++)
+            if ((i == 3 || j == 3 || j == 4) && lo[i] < hi[j] && lo[j] < hi[i]) return 0;
+    const qmoe_tensor *hidden = io[0], *route = io[1], *wts = io[2], *out = io[3];
+    layer_plan *p = &M->plan;
+    p->route->u.routing.x.data = qmoe_tensor_data(hidden);
+    p->fin->u.finalize.out.data = qmoe_tensor_data(out);
+    if (!wts) p->gate->u.gating.x.data = qmoe_tensor_data(route); /* router logits */
+    else if (!n_shared(&M->cfg)) { /* the caller's routing, read in place */
+        p->route->u.routing.idx.data = qmoe_tensor_data(route);
+        p->fin->u.finalize.scales.data = qmoe_tensor_data(wts);
+    }
+    M->key = *key;
+    return 1;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* phase (NULL: not timed): the end time of each operator, the stream synchronized after each
+ * (moe_layer_phases.h); phase[0] the start. */
 static qmoe_status run(const qmoe_moe_layer *L, const qmoe_tensor *hidden, const qmoe_tensor *logits,
                        const qmoe_tensor *ids, const qmoe_tensor *wts, const qmoe_tensor *out, void *workspace,
-                       uint64_t workspace_size, qmoe_stream *stream)
+                       uint64_t workspace_size, qmoe_stream *stream, double *phase)
 {
     if (qmoe_tensor_dim(hidden, 0) == 0) {
         qmoe_clear_error();
@@ -550,6 +616,7 @@ static qmoe_status run(const qmoe_moe_layer *L, const qmoe_tensor *hidden, const
     key.workspace = workspace;
     qmoe_moe_layer *M = (qmoe_moe_layer *)L; /* the cache is not part of the layer's value */
     int mine = !pthread_mutex_trylock(&M->lock), hit = mine && M->cached && !memcmp(&M->key, &key, sizeof key);
+    if (mine && M->cached && !hit) hit = repoint(M, &key, kt, workspace, workspace_size);
     qmoe_status st = QMOE_OK;
     if (hit) {
         p = M->plan;
@@ -572,15 +639,29 @@ static qmoe_status run(const qmoe_moe_layer *L, const qmoe_tensor *hidden, const
     /* The operators run one after another on the stream: they share one scratch region. */
     void *ow = (char *)workspace + off[B_OPS];
     uint64_t os = workspace_size - off[B_OPS];
+#define PHASE(i)                                                                                   \
+    do {                                                                                           \
+        if (phase) {                                                                               \
+            if (!st && stream) st = qmoe_stream_synchronize(stream);                               \
+            phase[i] = now_s();                                                                    \
+        }                                                                                          \
+    } while (0)
+    PHASE(0);
     if (p.gate) {
         st = logits && L->cfg.gating == QMOE_MOE_GATING_SOFTMAX && !L->cfg.renormalize
                  ? qmoe_moe_gating_top_k_softmax(ow, os, p.gate, stream)
                  : qmoe_moe_gating_top_k(ow, os, p.gate, stream);
     }
+    PHASE(1);
     if (!st) st = qmoe_moe_init_routing(ow, os, p.route, stream);
+    PHASE(2);
     if (!st) st = qmoe_gmm_swiglu_quant(ow, os, p.gu, stream);
+    PHASE(3);
     if (!st) st = qmoe_grouped_matmul(ow, os, p.down, stream);
+    PHASE(4);
     if (!st) st = qmoe_moe_finalize_routing(ow, os, p.fin, stream);
+    PHASE(5);
+#undef PHASE
     if (mine && !hit) { /* keep the new plan in place of the old one */
         if (M->cached) plan_free(&M->plan);
         M->plan = p, M->cached = 1;
@@ -603,7 +684,20 @@ qmoe_status qmoe_moe_layer_forward(const qmoe_moe_layer *L, const qmoe_tensor *h
     if (ld != QMOE_DTYPE_FLOAT32 && ld != qmoe_tensor_dtype(hidden))
         return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_DTYPE, "router_logits",
                              OP ": router_logits must be float32 or hidden's dtype");
-    return run(L, hidden, router_logits, NULL, NULL, out, workspace, workspace_size, stream);
+    return run(L, hidden, router_logits, NULL, NULL, out, workspace, workspace_size, stream, NULL);
+}
+
+qmoe_status moe_layer_forward_phases(const qmoe_moe_layer *L, const qmoe_tensor *hidden,
+                                     const qmoe_tensor *router_logits, const qmoe_tensor *out, void *workspace,
+                                     uint64_t workspace_size, qmoe_stream *stream, double seconds[MOE_LAYER_PHASES])
+{
+    qmoe_status st = check_io(L, hidden, router_logits, "router_logits", L ? L->cfg.num_experts : 0, out);
+    if (!st && !seconds) st = qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "seconds", OP ": seconds is a null pointer");
+    if (st) return st;
+    double t[MOE_LAYER_PHASES + 1] = {0};
+    st = run(L, hidden, router_logits, NULL, NULL, out, workspace, workspace_size, stream, t);
+    for (int i = 0; i < MOE_LAYER_PHASES; i++) seconds[i] = st ? 0 : t[i + 1] - t[i];
+    return st;
 }
 
 qmoe_status qmoe_moe_layer_forward_routed(const qmoe_moe_layer *L, const qmoe_tensor *hidden,
@@ -622,7 +716,7 @@ qmoe_status qmoe_moe_layer_forward_routed(const qmoe_moe_layer *L, const qmoe_te
     if (wd != QMOE_DTYPE_FLOAT32 && wd != qmoe_tensor_dtype(hidden))
         return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_DTYPE, "topk_weights",
                              OP ": topk_weights must be float32 or hidden's dtype");
-    return run(L, hidden, NULL, topk_ids, topk_weights, out, workspace, workspace_size, stream);
+    return run(L, hidden, NULL, topk_ids, topk_weights, out, workspace, workspace_size, stream, NULL);
 }
 
 qmoe_status qmoe_moe_layer_workspace_size(const qmoe_moe_layer *L, int64_t tokens, qmoe_dtype dtype,
