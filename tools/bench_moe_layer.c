@@ -8,6 +8,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "bench_moe_layer.h"
+#include "bench_moe_ep.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -56,6 +57,8 @@ static void usage(FILE *f)
                "  --mode a8w8|a8w4  --group-size G (0: per channel)\n"
                "  --dtype fp32|bf16 hidden states and output (default fp32)\n"
                "  --threads N       (default: every online core)\n"
+               "  --ep P            under mpirun -np P: the layer's experts spread over P ranks\n"
+               "                    (qmoe bench moe --ep 1 --help)\n"
                "  --seconds S       time per token count (default 1)\n"
                "  --max-gib N       refuse weights over N GiB (default 16)\n"
                "  --dram-mb N       the bandwidth probe's buffer (default 1024)\n"
@@ -262,6 +265,8 @@ static void print_breakdown(const bm_args *a, int64_t T, const double *ph)
 
 int bench_moe_layer(int argc, char **argv)
 {
+    for (int i = 1; i < argc; i++) /* the sharded layer under mpirun: bench_moe_ep.c */
+        if (!strcmp(argv[i], "--ep")) return bench_moe_ep(argc, argv);
     bm_args a;
     int r = parse(argc, argv, &a);
     if (r) return r > 0 ? 0 : 2;
