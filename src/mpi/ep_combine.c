@@ -43,61 +43,28 @@ qmoe_status qmoe_moe_combine(qmoe_ep *ep, qmoe_dtype y_dtype, const void *expert
                              const float *weights, qmoe_dtype out_dtype, void *out)
 {
     if (!ep) return ep_fail(QMOE_ERR_PARAM_NULLPTR, "ep is NULL"); /* no communicator to agree on */
-    return ep_combine(ep, QMOE_OK, y_dtype, expert_y, rows, weights, NULL, 0, out_dtype, out);
-}
-
-qmoe_status ep_combine(qmoe_ep *ep, qmoe_status st, qmoe_dtype y_dtype, const void *expert_y,
-                       int64_t rows, const float *weights, const void *extra_y, int64_t extra_k,
-                       qmoe_dtype out_dtype, void *out)
-{
     const ep_route *rt = &ep->route;
     const int64_t H = ep->H, K = ep->K;
-    size_t ys = ep_dtype_size(y_dtype), row = (size_t)H * ys;
-    if (st != QMOE_OK) {
-        /* the caller's own checks failed: agree on that below */
-    } else if (!ep->dispatched)
-        st = ep_fail(QMOE_ERR_PARAM_INVALID, "combine before any successful dispatch");
-    else if (!ys || y_dtype == QMOE_DTYPE_INT8 || (int64_t)row > INT_MAX)
-        st = ep_fail(QMOE_ERR_PARAM_INVALID, "y_dtype %d is not FLOAT32, FLOAT16 or BFLOAT16",
-                     (int)y_dtype);
-    else if (out_dtype != QMOE_DTYPE_FLOAT32 && out_dtype != QMOE_DTYPE_BFLOAT16 &&
-             out_dtype != QMOE_DTYPE_FLOAT16)
+    qmoe_status st = QMOE_OK;
+    if (out_dtype != QMOE_DTYPE_FLOAT32 && out_dtype != QMOE_DTYPE_BFLOAT16 &&
+        out_dtype != QMOE_DTYPE_FLOAT16)
         st = ep_fail(QMOE_ERR_PARAM_INVALID, "out_dtype %d is not FLOAT32, FLOAT16 or BFLOAT16",
                      (int)out_dtype);
-    else if (rows != rt->recv_total)
-        st = ep_fail(QMOE_ERR_PARAM_INVALID, "rows %lld: the dispatch delivered %lld",
-                     (long long)rows, (long long)rt->recv_total);
-    else if (rows > 0 && !expert_y)
-        st = ep_fail(QMOE_ERR_PARAM_NULLPTR, "expert_y is NULL with %lld rows", (long long)rows);
-    else if (rt->tokens > 0 && !out)
+    else if (ep->dispatched && rt->tokens > 0 && !out)
         st = ep_fail(QMOE_ERR_PARAM_NULLPTR, "out is NULL with %lld tokens", (long long)rt->tokens);
-    const int64_t n = st == QMOE_OK ? rt->tokens * K : 0, m = st == QMOE_OK ? rows : 0;
     float *acc = ep_alloc((size_t)H, sizeof(float));
-    if (st == QMOE_OK && (!acc || !ep_reserve(&ep->home, &ep->home_cap, (size_t)n, row) ||
-                          !ep_reserve(&ep->stage, &ep->stage_cap, (size_t)m, row)))
-        st = ep_fail(QMOE_ERR_INNER, "out of memory for %lld + %lld rows", (long long)m,
-                     (long long)n);
-    if ((st = ep_agree(ep->comm, st)) != QMOE_OK) goto done;
-
-    /* Back to source-major staging (the layout each source sent), then home in send order. */
-    unsigned char *rbuf = ep->home;
-    if (m > 0) ep_regroup(ep, rt, row, 0, expert_y, ep->stage);
-    MPI_Datatype y_row;
-    MPI_Type_contiguous((int)row, MPI_BYTE, &y_row);
-    MPI_Type_commit(&y_row);
-    MPI_Alltoallv(ep->stage, rt->rcounts, rt->rdispls, y_row, rbuf, rt->scounts, rt->sdispls, y_row,
-                  ep->comm);
-    MPI_Type_free(&y_row);
+    if (st == QMOE_OK && !acc) st = ep_fail(QMOE_ERR_INNER, "out of memory");
+    st = ep_send_home(ep, st, y_dtype, expert_y, rows, 0);
+    if (st != QMOE_OK) goto done;
 
     /* Each token's choices in k order, accumulated in float32 from 0: finalize's arithmetic. */
+    const unsigned char *rbuf = ep->home;
+    const size_t row = (size_t)H * ep_dtype_size(y_dtype);
     for (int64_t t = 0; t < rt->tokens; t++) {
         memset(acc, 0, (size_t)H * sizeof *acc);
         for (int64_t j = 0; j < K; j++)
             add_row(acc, weights ? weights[t * K + j] : 1.0f, y_dtype,
                     rbuf + (size_t)rt->slot[t * K + j] * row, H);
-        for (int64_t j = 0; j < extra_k; j++) /* the shared expert's chunks, weight 1 */
-            add_row(acc, 1.0f, y_dtype,
-                    (const unsigned char *)extra_y + (size_t)(j * rt->tokens + t) * row, H);
         if (out_dtype == QMOE_DTYPE_FLOAT32) {
             memcpy((float *)out + t * H, acc, (size_t)H * sizeof *acc);
         } else if (out_dtype == QMOE_DTYPE_FLOAT16) {
@@ -112,4 +79,41 @@ qmoe_status ep_combine(qmoe_ep *ep, qmoe_status st, qmoe_dtype y_dtype, const vo
 done:
     free(acc);
     return st;
+}
+
+qmoe_status ep_send_home(qmoe_ep *ep, qmoe_status st, qmoe_dtype y_dtype, const void *expert_y,
+                         int64_t rows, int64_t extra)
+{
+    const ep_route *rt = &ep->route;
+    const int64_t H = ep->H, K = ep->K;
+    size_t ys = ep_dtype_size(y_dtype), row = (size_t)H * ys;
+    if (st != QMOE_OK) {
+        /* the caller's own checks failed: agree on that below */
+    } else if (!ep->dispatched) {
+        st = ep_fail(QMOE_ERR_PARAM_INVALID, "combine before any successful dispatch");
+    } else if (!ys || y_dtype == QMOE_DTYPE_INT8 || (int64_t)row > INT_MAX) {
+        st = ep_fail(QMOE_ERR_PARAM_INVALID, "y_dtype %d is not FLOAT32, FLOAT16 or BFLOAT16",
+                     (int)y_dtype);
+    } else if (rows != rt->recv_total) {
+        st = ep_fail(QMOE_ERR_PARAM_INVALID, "rows %lld: the dispatch delivered %lld",
+                     (long long)rows, (long long)rt->recv_total);
+    } else if (rows > 0 && !expert_y) {
+        st = ep_fail(QMOE_ERR_PARAM_NULLPTR, "expert_y is NULL with %lld rows", (long long)rows);
+    }
+    const int64_t n = st == QMOE_OK ? rt->tokens * K : 0, m = st == QMOE_OK ? rows : 0;
+    if (st == QMOE_OK && (!ep_reserve(&ep->home, &ep->home_cap, (size_t)(n + extra), row) ||
+                          !ep_reserve(&ep->stage, &ep->stage_cap, (size_t)m, row)))
+        st = ep_fail(QMOE_ERR_INNER, "out of memory for %lld + %lld rows", (long long)m,
+                     (long long)n);
+    if ((st = ep_agree(ep->comm, st)) != QMOE_OK) return st;
+
+    /* Back to source-major staging (the layout each source sent), then home in send order. */
+    if (m > 0) ep_regroup(ep, rt, row, 0, expert_y, ep->stage);
+    MPI_Datatype y_row;
+    MPI_Type_contiguous((int)row, MPI_BYTE, &y_row);
+    MPI_Type_commit(&y_row);
+    MPI_Alltoallv(ep->stage, rt->rcounts, rt->rdispls, y_row, ep->home, rt->scounts, rt->sdispls,
+                  y_row, ep->comm);
+    MPI_Type_free(&y_row);
+    return QMOE_OK;
 }

@@ -60,12 +60,11 @@ qmoe_status ep_dispatch(qmoe_ep *ep, qmoe_status st, int64_t tokens, const void 
                         const float *x_scale, const int32_t *expert_idx, ep_recv *to,
                         int64_t *group_list, int64_t *recv_rows);
 
-/* qmoe_moe_combine with `extra_k` more terms per token of weight 1 after its K choices:
- * extra_y [extra_k, tokens, H] of y_dtype, rows this rank computed itself (the shared expert);
- * out_dtype FLOAT32, FLOAT16 or BFLOAT16. `st`: the caller's local status, agreed first. */
-qmoe_status ep_combine(qmoe_ep *ep, qmoe_status st, qmoe_dtype y_dtype, const void *expert_y,
-                       int64_t rows, const float *weights, const void *extra_y, int64_t extra_k,
-                       qmoe_dtype out_dtype, void *out);
+/* The exchange half of qmoe_moe_combine: checks (with `st`, the caller's local status, all
+ * agreed), then the processed rows come home into ep->home in send order (row slot[t * K + j]
+ * is token t's choice j), with room for `extra` more rows after the tokens * K. */
+qmoe_status ep_send_home(qmoe_ep *ep, qmoe_status st, qmoe_dtype y_dtype, const void *expert_y,
+                         int64_t rows, int64_t extra);
 
 /* Every rank's values equal? (One MPI_Allreduce; scratch holds 2n.) */
 int ep_same_values(MPI_Comm comm, const int64_t *v, int64_t n, int64_t *scratch);

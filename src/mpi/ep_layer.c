@@ -171,6 +171,61 @@ static qmoe_status run_experts(qmoe_ep *ep, const qmoe_moe_layer *layer, qmoe_dt
     return st;
 }
 
+/* The weighted sum in token order is the layer's own finalize operator (the single-process
+ * forward's last step, so its bits): expanded rows = the rows come home (token t's choice j at
+ * slot[t * K + j]) then the shared expert's m * T rows, weights [T, K + m] of the gating's dtype
+ * with 1 for the shared columns. Planned (and its memory taken) before the ranks agree. */
+typedef struct finish {
+    qmoe_moe_executor *fin;
+    qmoe_tensor *t[4];
+    int32_t *ridx;
+    void *w2, *ws;
+    uint64_t wsz;
+} finish;
+
+static void finish_free(finish *f)
+{
+    qmoe_moe_executor_destroy(f->fin);
+    for (int i = 0; i < 4; i++) qmoe_tensor_destroy(f->t[i]);
+    free(f->ridx), free(f->w2), free(f->ws);
+}
+
+static qmoe_status plan_finish(qmoe_ep *ep, int threads, int64_t T, int64_t m, qmoe_dtype hd,
+                               qmoe_dtype ld, const qmoe_tensor *out, finish *f)
+{
+    const int64_t K = ep->K, K2 = K + m, H = ep->H, A = T * K2;
+    const size_t ls = ld == QMOE_DTYPE_FLOAT32 ? 4 : 2, row = (size_t)H * ep_dtype_size(hd);
+    if (!ep_reserve(&ep->home, &ep->home_cap, (size_t)A, row) ||
+        !(f->ridx = ep_alloc((size_t)A, sizeof *f->ridx)) || !(f->w2 = ep_alloc((size_t)A, ls)))
+        return ep_fail(QMOE_ERR_INNER, "out of memory for %lld rows", (long long)A);
+    const uint16_t one16 = ld == QMOE_DTYPE_FLOAT16 ? 0x3C00 : 0x3F80; /* 1.0 in fp16 / bf16 */
+    const float one32 = 1.0f;
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t j = 0; j < K2; j++) {
+            int64_t at = t * K2 + j;
+            f->ridx[at] = (int32_t)(j < K ? ep->route.slot[t * K + j] : T * K + (j - K) * T + t);
+            memcpy((char *)f->w2 + (size_t)at * ls,
+                   j < K ? (const char *)ep->tw + (size_t)(t * K + j) * ls
+                         : ls == 4 ? (const void *)&one32 : (const void *)&one16,
+                   ls);
+        }
+    int64_t xs[2] = {A, H}, ws[2] = {T, K2};
+    qmoe_moe_options mo = QMOE_MOE_OPTIONS_INIT;
+    mo.threads = threads;
+    qmoe_status st = qmoe_tensor_create(xs, 2, NULL, hd, QMOE_FORMAT_ND, ep->home, &f->t[0]);
+    if (!st) st = qmoe_tensor_create(&A, 1, NULL, QMOE_DTYPE_INT32, QMOE_FORMAT_ND, f->ridx, &f->t[1]);
+    if (!st) st = qmoe_tensor_create(ws, 2, NULL, ld, QMOE_FORMAT_ND, f->w2, &f->t[2]);
+    if (!st)
+        st = qmoe_moe_finalize_routing_workspace_size(f->t[0], f->t[1], NULL, NULL, NULL, f->t[2],
+                                                      NULL, 2, out, &mo, &f->wsz, &f->fin);
+    if (!st && f->wsz && !(f->ws = aligned_alloc(64, (size_t)((f->wsz + 63) & ~(uint64_t)63))))
+        st = QMOE_ERR_INNER;
+    if (st)
+        return ep_fail(st, "%s",
+                       !qmoe_last_error()[0] ? "out of memory for the weighted sum" : qmoe_last_error());
+    return QMOE_OK;
+}
+
 qmoe_status qmoe_ep_layer_forward(qmoe_ep *ep, const qmoe_moe_layer *layer,
                                   const qmoe_tensor *hidden, const qmoe_tensor *router_logits,
                                   const qmoe_tensor *out)
@@ -179,13 +234,15 @@ qmoe_status qmoe_ep_layer_forward(qmoe_ep *ep, const qmoe_moe_layer *layer,
     qmoe_moe_layer_config c;
     qmoe_status st = check_forward(ep, layer, hidden, router_logits, out, &c);
     if ((st = ep_agree(ep->comm, st)) != QMOE_OK) return st;
-    qmoe_dtype hd = qmoe_tensor_dtype(hidden);
-    if (!same_everywhere(ep, &c, hd, qmoe_tensor_dtype(router_logits)))
+    qmoe_dtype hd = qmoe_tensor_dtype(hidden), ld = qmoe_tensor_dtype(router_logits);
+    if (!same_everywhere(ep, &c, hd, ld))
         return ep_fail(QMOE_ERR_PARAM_INVALID, "the layer's configuration (intermediate size, "
                                                "quantization, gating, shared expert) or the "
                                                "inputs' dtypes differ between ranks");
     const int64_t T = qmoe_tensor_dim(hidden, 0), m = c.shared_intermediate_size / c.intermediate_size;
+    const size_t row = (size_t)ep->H * ep_dtype_size(hd);
     int64_t total = 0, *groups = ep_alloc((size_t)ep->nlocal, sizeof *groups);
+    finish f = {0};
     st = groups ? QMOE_OK : ep_fail(QMOE_ERR_INNER, "out of memory");
     if (!st) st = gate_tokens(ep, layer, c.threads, T, hidden, router_logits);
     /* the shared expert's rows go after the received ones, in the same buffer */
@@ -193,10 +250,15 @@ qmoe_status qmoe_ep_layer_forward(qmoe_ep *ep, const qmoe_moe_layer *layer,
     st = ep_dispatch(ep, st, T, ep->tq, ep->tqs, ep->tids, &to, groups, &total);
     if (st) goto done;
     st = run_experts(ep, layer, hd, groups, total, T, m);
-    st = ep_combine(ep, st, hd, ep->ty, total, ep->twf,
-                    (const char *)ep->ty + (size_t)total * (size_t)ep->H * ep_dtype_size(hd), m, hd,
-                    T > 0 ? qmoe_tensor_data(out) : NULL);
+    if (!st && T > 0) st = plan_finish(ep, c.threads, T, m, hd, ld, out, &f);
+    st = ep_send_home(ep, st, hd, ep->ty, total, m * T);
+    if (st || T == 0) goto done;
+    memcpy((char *)ep->home + (size_t)(T * ep->K) * row, (const char *)ep->ty + (size_t)total * row,
+           (size_t)(m * T) * row);
+    st = qmoe_moe_finalize_routing(f.ws, f.wsz, f.fin, NULL);
+    if (st) st = ep_fail(st, "%s", qmoe_last_error()); /* not reached: checked when planned */
 done:
+    finish_free(&f);
     free(groups);
     return st;
 }
