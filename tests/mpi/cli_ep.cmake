@@ -11,9 +11,11 @@ function(run what)
   endif()
 endfunction()
 
-# Two layers: a8w8 with a shared expert (float32 weights); a8w4 in groups of 64, bfloat16
-# weights, top-4 of 16.
-set(layers "--E,8,--top-k,2,--shared-I,256" "--E,16,--top-k,4,--mode,a8w4,--group-size,64,--dtype,bf16")
+# Three layers: a8w8 with a shared expert (float32 weights); a8w4 in groups of 64, bfloat16
+# weights, top-4 of 16; DeepSeek-style (sigmoid gating in groups, a correction bias, a shared
+# expert) at small sizes.
+set(layers "--E,8,--top-k,2,--shared-I,256" "--E,16,--top-k,4,--mode,a8w4,--group-size,64,--dtype,bf16"
+  "--model,deepseek-v3,--E,16,--shared-I,128")
 set(n 0)
 foreach(shape IN LISTS layers)
   math(EXPR n "${n} + 1")
