@@ -20,20 +20,22 @@ static void plain_gemm(int mr, int nu, int64_t kq, const int8_t *x, int64_t ldx,
         }
 }
 
-/* The first mr & ~15 rows of x in tile order (gmm_fast.h, gemm_xt); returns the group stride. */
+/* The mr rows of x in tile order (gmm_fast.h, gemm_xt), the last group padded with zero rows;
+ * returns the group stride. */
 static int64_t tile_order(int mr, int64_t kq, const int8_t *x, int64_t ldx, int8_t *xt)
 {
     int64_t kb = 4 * kq; /* bytes of a row */
-    for (int i = 0; i < (mr & ~15); i++)
+    for (int i = 0; i < (mr + 15) / 16 * 16; i++)
         for (int64_t k = 0; k < kb; k++)
-            xt[(i / 16) * 16 * kb + (k / 64) * 1024 + (i % 16) * 64 + k % 64] = x[i * ldx + k];
+            xt[(i / 16) * 16 * kb + (k / 64) * 1024 + (i % 16) * 64 + k % 64] =
+                i < mr ? x[i * ldx + k] : 0;
     return 16 * kb;
 }
 
 static void check_gemm(const qmoe_gemm_isa *isa)
 {
     qt_rng r = {4242};
-    static int8_t x[MRMAX * (4 * KQMAX + 3)], xt[MRMAX * 4 * KQMAX];
+    static int8_t x[MRMAX * (4 * KQMAX + 3)], xt[(MRMAX + 15) / 16 * 16 * 4 * KQMAX];
     static uint8_t wp[KQMAX * QMOE_PK_BLOCK * QMOE_PK_STEP];
     static int32_t init[MRMAX * LDACC], got[MRMAX * LDACC], want[MRMAX * LDACC];
     static const int mrs[] = {1, 15, 16, 17, 31, 32, 33, 48, 50, 64, 70};

@@ -104,7 +104,7 @@ static fast_layout layout_for(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p
     L.xoff = take(&off, (uint64_t)rows * (uint64_t)p->G * sizeof(int32_t));
     L.xs = take(&off, mc * sizeof(float));
     L.xpack = take(&off, L.direct_x ? 0 : mc * (uint64_t)L.Kp);
-    L.xt = take(&off, (uint64_t)(rows / 16 * 16) * (uint64_t)L.Kt);
+    L.xt = take(&off, (uint64_t)((rows + 15) / 16 * 16) * (uint64_t)L.Kt);
     L.acc = take(&off, mc * cols2 * sizeof(int32_t));
     L.f = take(&off, mc * cols2 * sizeof(float));
     /* prepacked: S of a panel whose columns start off a 16-column edge (kernel.h lets a block
@@ -406,16 +406,22 @@ static void pack_x(const qmoe_gmm_params *p, const fast_layout *L, int64_t m, in
         }
 }
 
-/* x rows [m, m + rows) (rows a multiple of 16) in tile order: group of 16 rows i at
- * xt + i * 16 * Kt, its k block t (64 k) at + 1024 t, row r of it at + 64 r. Read once per call
- * so every A tile is one contiguous kilobyte for all column panels. */
+/* x rows [m, m + rows) in tile order: group of 16 rows i at xt + i * 16 * Kt, its k block t
+ * (64 k) at + 1024 t, row r of it at + 64 r; the last group padded with zero rows, so rows past
+ * the last multiple of 16 also go through tiles (a tile product costs the same for 1 row as for
+ * 16, where the VNNI kernel costs per row). Read once per call so every A tile is one contiguous
+ * kilobyte for all column panels. */
 static void pack_xt(const qmoe_gmm_params *p, const fast_layout *L, int64_t m, int64_t rows,
                     int8_t *xt)
 {
-    int64_t kb = L->Kt / 64;
-    for (int64_t r = 0; r < rows; r++) {
-        const int8_t *src = p->x + (m + r) * p->x_s[0];
+    int64_t kb = L->Kt / 64, padded = (rows + 15) / 16 * 16;
+    for (int64_t r = 0; r < padded; r++) {
         int8_t *dst = xt + (r / 16) * 16 * L->Kt + (r % 16) * 64;
+        if (r >= rows) {
+            for (int64_t t = 0; t < kb; t++) memset(dst + t * 1024, 0, 64);
+            continue;
+        }
+        const int8_t *src = p->x + (m + r) * p->x_s[0];
         for (int64_t t = 0; t < kb; t++) memcpy(dst + t * 1024, src + t * 64, 64);
     }
 }
@@ -636,7 +642,7 @@ static void run_block(const block_args *A, uint8_t *sp, const fast_layout *L)
     int32_t *xoff = (int32_t *)(sp + L->xoff);
     row_offsets(isa, p, L, sp, A->m0, rows_all, xoff);
     int8_t *xt = L->tiled_x ? (int8_t *)(sp + L->xt) : NULL;
-    if (xt) pack_xt(p, L, A->m0, rows_all / 16 * 16, xt);
+    if (xt) pack_xt(p, L, A->m0, rows_all, xt);
 
     panel pn;
     pn.i4 = pn.stream = 0;
@@ -689,7 +695,7 @@ static void run_block(const block_args *A, uint8_t *sp, const fast_layout *L)
             for (int64_t g = 0; g < p->G; g++) {
                 if (L->gk == 0) memset(acc, 0, sizeof(int32_t) * (size_t)(rows * pn.ld)); /* K = 0 */
                 /* rows of xt start at multiples of 16: mb - m0 is a multiple of mc */
-                const int8_t *xb = xt && rows >= 16 ? xt + (mb - A->m0) / 16 * 16 * L->Kt : NULL;
+                const int8_t *xb = xt ? xt + (mb - A->m0) / 16 * 16 * L->Kt : NULL;
                 /* Tile kernels take the whole group in one pass: each pass stores and reloads
                  * the C tiles, and tile loads are their bottleneck (7168 k in one pass was
                  * 5-10% faster than passes of 512, though A then comes from L2, not L1). */

@@ -77,18 +77,18 @@ typedef struct asrc {
     int64_t stride, step, group;
 } asrc;
 
-/* 32 rows x units u, u + 1 (two == 0: unit u only) over kt tiles of 64 k. */
+/* 32 rows x units u, u + 1 (two == 0: unit u only) over kt tiles of 64 k; C rows 0-15 at acc
+ * (row stride ldacc), rows 16-31 at c1 (stride ld1). */
 static void block32(int two, int64_t kt, asrc a, const uint8_t *wp, int64_t wstep, int32_t *acc,
-                    int64_t ldacc, int accumulate)
+                    int64_t ldacc, int32_t *c1, int64_t ld1, int accumulate)
 {
-    int64_t lda = ldacc * 4, ldb = wstep;
-    int32_t *c1 = acc + 16 * ldacc;
+    int64_t lda = ldacc * 4, lda1 = ld1 * 4, ldb = wstep;
     if (accumulate) {
         _tile_loadd(0, acc, lda);
-        _tile_loadd(2, c1, lda);
+        _tile_loadd(2, c1, lda1);
         if (two) {
             _tile_loadd(1, acc + 16, lda);
-            _tile_loadd(3, c1 + 16, lda);
+            _tile_loadd(3, c1 + 16, lda1);
         }
     } else {
         _tile_zero(0);
@@ -111,10 +111,10 @@ static void block32(int two, int64_t kt, asrc a, const uint8_t *wp, int64_t wste
         }
     }
     _tile_stored(0, acc, lda);
-    _tile_stored(2, c1, lda);
+    _tile_stored(2, c1, lda1);
     if (two) {
         _tile_stored(1, acc + 16, lda);
-        _tile_stored(3, c1 + 16, lda);
+        _tile_stored(3, c1 + 16, lda1);
     }
 }
 
@@ -145,23 +145,41 @@ static void block16(int two, int64_t kt, asrc a, const uint8_t *wp, int64_t wste
 }
 
 /* The rows [0, mr & ~15) x kt tiles of 64 k from `a`; the K tail and the remaining rows from the
- * row-major x through the VNNI kernel. */
+ * row-major x through the VNNI kernel, or, when `a` is padded to whole groups (padded), the
+ * remaining rows through tiles too. */
 static void gemm_tiles(int mr, int nu, int64_t kq, asrc a, const int8_t *x, int64_t ldx,
                        const uint8_t *wp, int64_t wstep, int32_t *acc, int64_t ldacc,
-                       int accumulate)
+                       int accumulate, int padded)
 {
     int64_t kt = kq / 16;
     tiles_config();
     /* Units outer, rows inner: a unit pair's weights come from L2 once per call. */
-    int tiled = mr & ~15;
-    for (int u = 0; u < nu; u += 2)
+    /* With padded A groups (and no K tail) the last, partial group goes through tiles too:
+     * its C tile lands in `part`, of which the rows that exist are kept. */
+    int full = mr & ~15;
+    int pad = padded && full < mr && kq == 16 * kt;
+    int tiled = pad ? full + 16 : full, rem = mr - full;
+    alignas(64) int32_t part[16 * 32];
+    for (int u = 0; u < nu; u += 2) {
+        int two = u + 1 < nu;
+        size_t cb = sizeof(int32_t) * (two ? 32 : 16);
+        int32_t *pc = acc + full * ldacc + u * QMOE_PK_UNIT; /* the partial group's rows */
+        if (pad && accumulate)
+            for (int r = 0; r < rem; r++) memcpy(part + 32 * r, pc + r * ldacc, cb);
         for (int r = 0; r < tiled; r += 32) {
             asrc ar = {a.p + (r / 16) * a.group, a.stride, a.step, a.group};
             const uint8_t *wu = wp + u * QMOE_PK_STEP;
-            int32_t *cr = acc + r * ldacc + u * QMOE_PK_UNIT;
-            if (r + 32 <= tiled) block32(u + 1 < nu, kt, ar, wu, wstep, cr, ldacc, accumulate);
-            else block16(u + 1 < nu, kt, ar, wu, wstep, cr, ldacc, accumulate);
+            int32_t *c0 = acc + r * ldacc + u * QMOE_PK_UNIT, *c1 = c0 + 16 * ldacc;
+            int64_t ld0 = ldacc, ld1 = ldacc;
+            if (pad && r == full) c0 = part, ld0 = 32;
+            if (pad && r + 16 == full) c1 = part, ld1 = 32;
+            if (r + 32 <= tiled) block32(two, kt, ar, wu, wstep, c0, ld0, c1, ld1, accumulate);
+            else block16(two, kt, ar, wu, wstep, c0, ld0, accumulate);
         }
+        if (pad)
+            for (int r = 0; r < rem; r++) memcpy(pc + r * ldacc, part + 32 * r, cb);
+    }
+    if (pad) return;
     if (kq > 16 * kt) /* K tail of the tiled rows */
         vnni_rows(tiled, nu, kq - 16 * kt, x + 64 * kt, ldx, wp + 16 * kt * wstep, wstep, acc,
                   ldacc, 1);
@@ -179,19 +197,19 @@ static void gemm_amx(int mr, int nu, int64_t kq, const int8_t *x, int64_t ldx, c
         return;
     }
     asrc a = {x, ldx, 64, 16 * ldx};
-    gemm_tiles(mr, nu, kq, a, x, ldx, wp, wstep, acc, ldacc, accumulate);
+    gemm_tiles(mr, nu, kq, a, x, ldx, wp, wstep, acc, ldacc, accumulate, 0);
 }
 
 static void gemm_xt_amx(int mr, int nu, int64_t kq, const int8_t *x, int64_t ldx,
                         const int8_t *xt, int64_t xt_ld, const uint8_t *wp, int64_t wstep,
                         int32_t *acc, int64_t ldacc, int accumulate)
 {
-    if (mr < 16) {
+    if (kq < 16 || wstep == 0) {
         gemm_amx(mr, nu, kq, x, ldx, wp, wstep, acc, ldacc, accumulate);
         return;
     }
     asrc a = {xt, 64, 1024, xt_ld};
-    gemm_tiles(mr, nu, kq, a, x, ldx, wp, wstep, acc, ldacc, accumulate);
+    gemm_tiles(mr, nu, kq, a, x, ldx, wp, wstep, acc, ldacc, accumulate, 1);
 }
 
 /* TDPBSUD on 6 independent C tiles (its latency is several times its issue interval). */

@@ -66,8 +66,9 @@ typedef struct qmoe_gemm_isa {
     /* Optional (NULL: none): gemm with x also given in tile order: xt holds the rows in groups
      * of 16, each group as K / 64 blocks of 16 rows x 64 k (a contiguous 1 KB A tile), group
      * stride xt_ld; xt points at the first row's group and the block of the call's first k
-     * (a multiple of 64). kq is a multiple of 16; rows past the last multiple of 16 come from
-     * x. The driver uses it when every K chunk starts at a multiple of 64. */
+     * (a multiple of 64). kq is a multiple of 16; the last group is padded with zero rows to
+     * 16 (rows past mr are computed and dropped). The driver uses it when every K chunk starts
+     * at a multiple of 64. */
     void (*gemm_xt)(int mr, int nu, int64_t kq, const int8_t *x, int64_t ldx, const int8_t *xt,
                     int64_t xt_ld, const uint8_t *wp, int64_t wstep, int32_t *acc, int64_t ldacc,
                     int accumulate);
