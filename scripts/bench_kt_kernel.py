@@ -122,7 +122,7 @@ def main():
     cpu = kx.CPUInfer(wc)
     mask = torch.zeros(E, dtype=torch.bool)  # no expert on a GPU
     cfg = kx.moe.MOEConfig(E, k, H, I, mask.data_ptr())
-    cfg.max_len = max(max(a.tokens), 8)
+    cfg.max_len = (max(a.tokens) + 63) // 64 * 64  # its buffers: whole blocks of rows
     cfg.pool = cpu.backend_
     cfg.gate_proj, cfg.up_proj, cfg.down_proj = gate.data_ptr(), up.data_ptr(), down.data_ptr()
     moe = moe_cls(cfg)

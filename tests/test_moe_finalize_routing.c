@@ -94,6 +94,34 @@ static void run_case(qt_rng *r, const fr_case *c)
     for (int i = 0; i < 8; i++) free(bufs[i]);
 }
 
+/* bf16 output of NaN and infinity (the vector path's rounding): NaN stays NaN with the quiet
+ * bit set, infinities stay, and sums that overflow float32 round to infinity. */
+static void check_specials(void)
+{
+    enum { N = 2, K = 2, H = 80 };
+    uint16_t ex[N * K * H], out[N * H];
+    int32_t ri[N * K];
+    for (int i = 0; i < N * K; i++) ri[i] = i; /* token-major: token i's rows 2i, 2i + 1 */
+    for (int h = 0; h < N * K * H; h++) ex[h] = 0x3F80; /* 1.0 */
+    ex[0 * H + 3] = 0x7F81;                             /* signalling NaN: quieted */
+    ex[0 * H + 70] = 0xFF80;                            /* -inf */
+    ex[2 * H + 5] = 0x7F7F, ex[3 * H + 5] = 0x7F7F;     /* the largest bf16, twice: overflows */
+    int64_t exs[2] = {N * K, H}, nk = N * K, os[2] = {N, H};
+    qmoe_tensor *tex = mt_tensor(ex, QMOE_DTYPE_BFLOAT16, 2, exs, NULL), *tri = mt_tensor(ri, QMOE_DTYPE_INT32, 1, &nk, NULL),
+                *tout = mt_tensor(out, QMOE_DTYPE_BFLOAT16, 2, os, NULL);
+    qmoe_moe_executor *exe = NULL;
+    uint64_t ws = 0;
+    CHECK(qmoe_moe_finalize_routing_workspace_size(tex, tri, NULL, NULL, NULL, NULL, NULL, 2, tout, NULL, &ws, &exe) ==
+          QMOE_OK);
+    CHECK(qmoe_moe_finalize_routing(NULL, 0, exe, NULL) == QMOE_OK);
+    CHECK_MSG(out[3] == 0x7FC1, "NaN: 0x%04x, expected 0x7fc1", out[3]);
+    CHECK_MSG(out[70] == 0xFF80, "-inf: 0x%04x", out[70]);
+    CHECK_MSG(out[H + 5] == 0x7F80, "overflow: 0x%04x, expected +inf", out[H + 5]);
+    CHECK(out[0] == 0x4000 && out[H + 79] == 0x4000); /* 1 + 1 */
+    qmoe_moe_executor_destroy(exe);
+    qmoe_tensor_destroy(tex), qmoe_tensor_destroy(tri), qmoe_tensor_destroy(tout);
+}
+
 static void check_validation(void)
 {
     enum { N = 3, K = 2, H = 4, E = 5 };
@@ -190,6 +218,7 @@ int main(void)
                         .mode = di ? 0 : 2, .x2 = 1, .scales = di ? 1 : 2, .dropped = 1, .threads = 2};
         run_case(&r, &wide);
     }
+    check_specials();
     check_validation();
     return qt_finish("moe_finalize_routing");
 }
