@@ -15,7 +15,7 @@ typedef struct moe_op {
 typedef struct moe_work {
     const moe_op *op;
     int64_t rows;
-    int tokens; /* init routing, quant_once: the per-token quantization pass */
+    int tokens; /* init routing, quant_once: the per-token quantization pass (2: and the copies) */
 } moe_work;
 
 static void part_range(int64_t rows, int part, int nparts, int64_t *r0, int64_t *r1)
@@ -38,7 +38,8 @@ static void moe_part(qmoe_thread_ctx *ctx, void *data, int part, int nparts)
     case MOE_GATING_SOFTMAX: moe_gating_softmax_rows(&ex->u.gating, r0, r1, scratch); break;
     case MOE_GATING_TOPK: moe_gating_topk_rows(&ex->u.gating, r0, r1, scratch); break;
     case MOE_INIT_ROUTING:
-        if (w->tokens) moe_routing_quant_tokens(&ex->u.routing, w->op->workspace, r0, r1, scratch);
+        if (w->tokens == 2) moe_routing_quant_scatter(&ex->u.routing, w->op->workspace, r0, r1, scratch);
+        else if (w->tokens) moe_routing_quant_tokens(&ex->u.routing, w->op->workspace, r0, r1, scratch);
         else moe_routing_rows(&ex->u.routing, w->op->workspace, r0, r1, scratch);
         break;
     case MOE_FINALIZE: moe_finalize_rows(&ex->u.finalize, r0, r1, scratch); break;
@@ -79,8 +80,11 @@ static qmoe_status moe_device_run(const void *opdata, qmoe_device *dev, int inde
         moe_routing_sort(p, op->workspace);
         w.rows = moe_routing_rows_written(p, op->workspace);
         if (p->quant_once && w.rows > 0) { /* each token once, then its K copies are copies */
-            moe_work t = {op, p->N, 1};
+            /* with a row index per (token, choice) the copies are written right away */
+            int scatter = p->a.row_idx_type == 0 && p->escale.data;
+            moe_work t = {op, p->N, scatter ? 2 : 1};
             qmoe_device_run(dev, moe_part, &t, op->ex.threads < p->N ? op->ex.threads : (int)p->N);
+            if (scatter) return QMOE_OK;
         }
     }
     if (w.rows <= 0) return QMOE_OK;

@@ -139,6 +139,10 @@ void moe_routing_rows(const moe_routing_plan *p, const void *workspace, int64_t 
 void moe_routing_quant_tokens(const moe_routing_plan *p, void *workspace, int64_t n0, int64_t n1,
                               float *scratch);
 int64_t moe_routing_rows_written(const moe_routing_plan *p, const void *workspace);
+/* quant_once with row_idx_type 0: tokens [n0, n1) quantized and written straight to their
+ * expanded rows (the row index maps each (token, choice) to its row), no second pass. */
+void moe_routing_quant_scatter(const moe_routing_plan *p, void *workspace, int64_t n0, int64_t n1,
+                               float *scratch);
 void moe_finalize_rows(const moe_finalize_plan *p, int64_t r0, int64_t r1, float *scratch);
 void moe_swiglu_rows(const moe_swiglu_plan *p, int64_t r0, int64_t r1, float *scratch);
 

@@ -108,6 +108,27 @@ void moe_routing_quant_tokens(const moe_routing_plan *p, void *workspace, int64_
     }
 }
 
+void moe_routing_quant_scatter(const moe_routing_plan *p, void *workspace, int64_t n0, int64_t n1, float *v)
+{
+    float *scales = token_scales(p, workspace);
+    const int32_t *ri = (const int32_t *)p->row_idx.data;
+    int64_t rs = p->row_idx.st[0], rows = moe_routing_rows_written(p, workspace), xs = p->ex.st[1];
+    for (int64_t n = n0; n < n1; n++) {
+        int8_t *q = token_row(p, workspace, n);
+        load_token(p, n, 0, v);
+        p->qrow(v, p->H, q, 1, &scales[n]);
+        for (int64_t j = 0; j < p->K; j++) {
+            int64_t i = ri[(n * p->K + j) * rs]; /* the expanded row of (n, j), -1: none */
+            if (i < 0 || i >= rows) continue;
+            int8_t *d = (int8_t *)p->ex.data + i * p->ex.st[0];
+            if (xs == 1) memcpy(d, q, (size_t)p->H);
+            else
+                for (int64_t h = 0; h < p->H; h++) d[h * xs] = q[h];
+            ((float *)p->escale.data)[i * p->escale.st[0]] = scales[n];
+        }
+    }
+}
+
 void moe_routing_rows(const moe_routing_plan *p, const void *workspace, int64_t r0, int64_t r1,
                       float *v)
 {
