@@ -12,8 +12,9 @@
  *   finalize      weighted sum of each token's top-k rows back in token order
  *
  * The intermediates live in one workspace the caller sizes with qmoe_moe_layer_workspace_size().
- * The layer keeps the plan of its last forward: a forward with the same tensors (data, shape,
- * strides) and workspace allocates nothing. Results do not depend on the thread count.
+ * The layer keeps the plan of its last forward: a forward with the same shapes, strides, dtypes
+ * and workspace allocates nothing, whatever its tensors' addresses (docs/moe-layer.md). Results
+ * do not depend on the thread count.
  * Quantization of float weights: docs/moe-layer.md (qmoe/quantize.h).
  */
 #ifndef QMOE_MOE_LAYER_H
