@@ -2,10 +2,14 @@
  * Prepacked expert weights (qmoe/weights.h): built once by the kernel's own packing code, then
  * recognised by phase one through a tensor view. See core/prepack.h for the layout.
  */
+#define _DEFAULT_SOURCE /* madvise, MADV_HUGEPAGE */
 #include "qmoe/weights.h"
 
 #include <stdlib.h>
 #include <string.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 #include "core/gmm_params.h"
 #include "core/options.h"
@@ -94,6 +98,21 @@ static qmoe_status plan_source(const qmoe_tensor *weight, const qmoe_tensor *wei
     return st;
 }
 
+/* Transparent huge pages for the whole 2 MiB pages inside the weights (no memory added): the
+ * kernels stream tens of MB of them per call, and with 4 KB pages every B tile of 16 rows 256
+ * bytes apart is a page of its own. Advice only: where THP is off nothing changes. */
+static void advise_huge_pages(void *p, uint64_t n)
+{
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    const uintptr_t huge = (uintptr_t)2 << 20;
+    uintptr_t a = ((uintptr_t)p + huge - 1) & ~(huge - 1), b = ((uintptr_t)p + n) & ~(huge - 1);
+    if (b > a) (void)madvise((void *)a, b - a, MADV_HUGEPAGE);
+#else
+    (void)p;
+    (void)n;
+#endif
+}
+
 /* Geometry and allocation of the object for plan p. */
 static qmoe_status allocate(const qmoe_gmm_params *p, qmoe_dtype ws_dtype, struct qmoe_weights **out)
 {
@@ -148,6 +167,7 @@ static qmoe_status allocate(const qmoe_gmm_params *p, qmoe_dtype ws_dtype, struc
         return qmoe_fail(QMOE_ERR_INNER, "prepack: out of memory for %llu bytes",
                          (unsigned long long)pp->bytes);
     }
+    advise_huge_pages(pp->w, pp->weight_bytes);
     /* the 64-byte padding of records is never read; keep it defined */
     if (pp->weight_bytes) memset(pp->w, 0, (size_t)pp->weight_bytes);
     *out = pp;
