@@ -45,7 +45,7 @@ static void usage(FILE *f)
             "  --gating softmax|softmax-norenorm|sigmoid  (default: qmoe.gating, else softmax)\n"
             "  --groups N --k-group N --scaling F   sigmoid gating's expert groups, groups kept,\n"
             "                    routed scaling (default for sigmoid: 8, 4, 2.5 when E/8 >= 2)\n"
-            "  --threads N       (0: every online core)\n"
+            "  --threads N       (0: every online core; with --ep, shared by the host's ranks)\n"
             "  --ep P            expert parallelism over P MPI ranks: run as\n"
             "                    mpirun -np P qmoe moe run --ep P ...; each rank quantizes only its\n"
             "                    experts and runs an even share of the tokens; rank 0 writes --out,\n"
@@ -409,6 +409,7 @@ static int run(const run_opts *o, moe_ep *ep, char *err)
         synced = 1;
         if (moe_ep_any(ep, 0)) goto done; /* another rank failed (and says why) */
         synced = 0;
+        if (!o->threads) c.threads = moe_ep_default_threads(ep); /* ranks on a host share its cores */
         t0 = now();
         if (moe_ep_shard(ep, &c, L.w[0], L.w[1], L.w[2], L.dtype, &layer, why)) {
             synced = 1;

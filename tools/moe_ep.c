@@ -10,6 +10,7 @@
 #include <limits.h>
 
 #include "qmoe/mpi.h"
+#include "qmoe/runtime.h"
 
 struct moe_ep {
     int rank, size;
@@ -86,6 +87,18 @@ int moe_ep_shard(moe_ep *ep, const qmoe_moe_layer_config *c, const void *const *
     return 0;
 }
 
+int moe_ep_default_threads(moe_ep *ep)
+{
+    (void)ep;
+    MPI_Comm host;
+    int here = 1;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host);
+    MPI_Comm_size(host, &here);
+    MPI_Comm_free(&host);
+    int t = qmoe_online_cores() / (here > 0 ? here : 1);
+    return t > 0 ? t : 1;
+}
+
 void moe_ep_split(const moe_ep *ep, int64_t T, int64_t *first, int64_t *count)
 {
     *first = T * ep->rank / ep->size;
@@ -154,6 +167,7 @@ int moe_ep_shard(moe_ep *ep, const qmoe_moe_layer_config *c, const void *const *
     snprintf(err, MOE_EP_ERR_LEN, "built without MPI");
     return -1;
 }
+int moe_ep_default_threads(moe_ep *ep) { return (void)ep, 0; }
 void moe_ep_split(const moe_ep *ep, int64_t T, int64_t *first, int64_t *count)
 {
     (void)ep;

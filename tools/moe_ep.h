@@ -26,6 +26,8 @@ int moe_ep_any(moe_ep *ep, int failed);
 int moe_ep_shard(moe_ep *ep, const qmoe_moe_layer_config *c, const void *const *gate,
                  const void *const *up, const void *const *down, qmoe_dtype dtype,
                  qmoe_moe_layer **layer, char *err);
+/* Threads per rank when the user gave none: the online cores over the ranks on this host. */
+int moe_ep_default_threads(moe_ep *ep);
 /* Rank r's tokens of T: [first, first + count), an even split. */
 void moe_ep_split(const moe_ep *ep, int64_t T, int64_t *first, int64_t *count);
 /* Collective: the sharded forward of this rank's tokens (hidden, logits: its [count] rows, out:
