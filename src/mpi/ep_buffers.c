@@ -61,18 +61,27 @@ int ep_reserve_aligned(void **buf, size_t *cap, size_t a, size_t b)
 }
 
 void ep_regroup(const qmoe_ep *ep, const ep_route *rt, size_t row, int to_grouped, const void *from,
-                void *to)
+                void *to, void *self)
 {
     const int64_t nl = ep->nlocal;
     for (int s = 0; s < ep->size; s++) {
-        int64_t at = rt->rdispls[s]; /* source s's rows, local expert by local expert */
+        int own = s == ep->rank && self;
+        int64_t at = own ? 0 : rt->rdispls[s]; /* source s's rows, local expert by local expert */
+        unsigned char *stage = own ? self : to_grouped ? (unsigned char *)(uintptr_t)from : to;
+        unsigned char *grouped = to_grouped ? to : (unsigned char *)(uintptr_t)from;
         for (int64_t l = 0; l < nl; l++) {
             size_t len = (size_t)rt->blk_len[(int64_t)s * nl + l] * row;
             size_t g = (size_t)rt->blk_pos[(int64_t)s * nl + l] * row, st = (size_t)at * row;
-            if (len)
-                memcpy((unsigned char *)to + (to_grouped ? g : st),
-                       (const unsigned char *)from + (to_grouped ? st : g), len);
+            if (len) {
+                if (to_grouped) memcpy(grouped + g, stage + st, len);
+                else memcpy(stage + st, grouped + g, len);
+            }
             at += rt->blk_len[(int64_t)s * nl + l];
         }
     }
+}
+
+void ep_without_self(const qmoe_ep *ep, const int *counts, int *out)
+{
+    for (int r = 0; r < ep->size; r++) out[r] = r == ep->rank ? 0 : counts[r];
 }

@@ -101,19 +101,28 @@ qmoe_status ep_send_home(qmoe_ep *ep, qmoe_status st, qmoe_dtype y_dtype, const 
         st = ep_fail(QMOE_ERR_PARAM_NULLPTR, "expert_y is NULL with %lld rows", (long long)rows);
     }
     const int64_t n = st == QMOE_OK ? rt->tokens * K : 0, m = st == QMOE_OK ? rows : 0;
-    if (st == QMOE_OK && (!ep_reserve(&ep->home, &ep->home_cap, (size_t)(n + extra), row) ||
+    int *sc = ep_alloc((size_t)ep->size, 2 * sizeof(int)); /* counts without the rank's own */
+    if (st == QMOE_OK && (!sc || !ep_reserve(&ep->home, &ep->home_cap, (size_t)(n + extra), row) ||
                           !ep_reserve(&ep->stage, &ep->stage_cap, (size_t)m, row)))
         st = ep_fail(QMOE_ERR_INNER, "out of memory for %lld + %lld rows", (long long)m,
                      (long long)n);
-    if ((st = ep_agree(ep->comm, st)) != QMOE_OK) return st;
+    if ((st = ep_agree(ep->comm, st)) != QMOE_OK) {
+        free(sc);
+        return st;
+    }
 
-    /* Back to source-major staging (the layout each source sent), then home in send order. */
-    if (m > 0) ep_regroup(ep, rt, row, 0, expert_y, ep->stage);
+    /* Back to source-major staging (the layout each source sent), then home in send order; the
+     * rank's own rows straight home. */
+    unsigned char *home = ep->home;
+    if (m > 0) ep_regroup(ep, rt, row, 0, expert_y, ep->stage, home + (size_t)rt->sdispls[ep->rank] * row);
+    ep_without_self(ep, rt->rcounts, sc);
+    ep_without_self(ep, rt->scounts, sc + ep->size);
     MPI_Datatype y_row;
     MPI_Type_contiguous((int)row, MPI_BYTE, &y_row);
     MPI_Type_commit(&y_row);
-    MPI_Alltoallv(ep->stage, rt->rcounts, rt->rdispls, y_row, ep->home, rt->scounts, rt->sdispls,
-                  y_row, ep->comm);
+    MPI_Alltoallv(ep->stage, sc, rt->rdispls, y_row, home, sc + ep->size, rt->sdispls, y_row,
+                  ep->comm);
     MPI_Type_free(&y_row);
+    free(sc);
     return QMOE_OK;
 }

@@ -154,13 +154,17 @@ qmoe_status ep_dispatch(qmoe_ep *ep, qmoe_status st, int64_t tokens, const void 
 
     /* Contiguous blocks per peer keep MPI on its fast (single-copy) path; the regrouping by
      * local expert is one block copy per (source, expert) here. */
-    MPI_Alltoallv(sbuf, rt.scounts, rt.sdispls, ep->x_row, ep->stage, rt.rcounts, rt.rdispls,
-                  ep->x_row, ep->comm);
+    ep_without_self(ep, rt.scounts, send_e); /* E >= 1 ints per rank: room for P */
+    ep_without_self(ep, rt.rcounts, recv_e);
+    MPI_Alltoallv(sbuf, send_e, rt.sdispls, ep->x_row, ep->stage, recv_e, rt.rdispls, ep->x_row,
+                  ep->comm);
     if (q)
-        MPI_Alltoallv(sscale, rt.scounts, rt.sdispls, MPI_FLOAT, ep->stage_scale, rt.rcounts,
-                      rt.rdispls, MPI_FLOAT, ep->comm);
-    ep_regroup(ep, &rt, row, 1, ep->stage, to->x);
-    if (q) ep_regroup(ep, &rt, sizeof(float), 1, ep->stage_scale, to->scale);
+        MPI_Alltoallv(sscale, send_e, rt.sdispls, MPI_FLOAT, ep->stage_scale, recv_e, rt.rdispls,
+                      MPI_FLOAT, ep->comm);
+    ep_regroup(ep, &rt, row, 1, ep->stage, to->x, sbuf + (size_t)rt.sdispls[ep->rank] * row);
+    if (q)
+        ep_regroup(ep, &rt, sizeof(float), 1, ep->stage_scale, to->scale,
+                   sscale + rt.sdispls[ep->rank]);
     if (nl > 0) memcpy(group_list, groups, (size_t)nl * sizeof *groups);
     *recv_rows = total;
     ep_route_free(&ep->route);

@@ -92,8 +92,13 @@ int ep_reserve_aligned(void **buf, size_t *cap, size_t a, size_t b);
 
 /* Received rows are source-major in the staging buffer (each source's rows by local expert) and
  * expert-major where the caller has them. Copies whole blocks of `row` bytes between the two:
- * to_grouped 1: from staging to grouped (dispatch); 0: from grouped to staging (combine). */
+ * to_grouped 1: from staging to grouped (dispatch); 0: from grouped to staging (combine). The
+ * rank's own rows never go through MPI: `self` is where they are (dispatch: its send buffer) or
+ * go (combine: home), in place of staging, for that source. */
 void ep_regroup(const qmoe_ep *ep, const ep_route *rt, size_t row, int to_grouped, const void *from,
-                void *to);
+                void *to, void *self);
+
+/* Row counts for an MPI exchange without the rank's own rows (copied by ep_regroup). */
+void ep_without_self(const qmoe_ep *ep, const int *counts, int *out);
 
 #endif
