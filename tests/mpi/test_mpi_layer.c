@@ -232,6 +232,74 @@ static void run_case(const lcase *c, uint64_t seed)
     free_problem(&p);
 }
 
+/* Shards from quantized weights (qmoe_moe_layer_create_shard): each rank's experts cut out of
+ * the whole layer's int8 tensors equal the whole layer made from them. */
+static void quantized_shards(void)
+{
+    static const lcase c = {"quantized shards", 8, 32, 16, 2, 26, QMOE_DTYPE_FLOAT32, QMOE_QUANT_A8W8, 0,
+                            G_SOFTMAX, 1, TOK_RANDOM, ROUTE_RANDOM, 0, 0};
+    problem p;
+    build(&p, &c, 4242);
+    qmoe_moe_layer_config cfg = config_of(&p);
+    cfg.shared_gate = cfg.shared_up = cfg.shared_down = NULL; /* trailing quantized experts */
+    const int64_t E = c.E + c.shared, H = c.H, I = c.I;
+    qt_rng r = {77};
+    int8_t *w13 = malloc((size_t)(E * H * 2 * I)), *w2 = malloc((size_t)(E * I * H));
+    float *s13 = malloc((size_t)(E * 2 * I) * 4), *s2 = malloc((size_t)(E * H) * 4);
+    for (int64_t i = 0; i < E * H * 2 * I; i++) w13[i] = (int8_t)qt_range(&r, -127, 127);
+    for (int64_t i = 0; i < E * I * H; i++) w2[i] = (int8_t)qt_range(&r, -127, 127);
+    for (int64_t i = 0; i < E * 2 * I; i++) s13[i] = qt_uniform(&r, 1e-3f, 4e-3f);
+    for (int64_t i = 0; i < E * H; i++) s2[i] = qt_uniform(&r, 1e-3f, 4e-3f);
+    qmoe_ep *ep = make_ep(&p);
+    int64_t n = qmoe_ep_local_experts(ep), m = c.shared;
+    /* the rank's experts, then the shared chunks: rows of the whole tensors */
+    int64_t *pick = malloc((size_t)(n + m) * sizeof *pick);
+    int32_t *ids = malloc((size_t)(n + 1) * sizeof *ids);
+    for (int64_t i = 0; i < n; i++) ids[i] = (int32_t)(pick[i] = qmoe_ep_local_expert_id(ep, i));
+    for (int64_t k = 0; k < m; k++) pick[n + k] = c.E + k;
+    int8_t *l13 = malloc((size_t)((n + m) * H * 2 * I)), *l2 = malloc((size_t)((n + m) * I * H));
+    float *ls13 = malloc((size_t)((n + m) * 2 * I) * 4), *ls2 = malloc((size_t)((n + m) * H) * 4);
+    for (int64_t i = 0; i < n + m; i++) {
+        memcpy(l13 + i * H * 2 * I, w13 + pick[i] * H * 2 * I, (size_t)(H * 2 * I));
+        memcpy(l2 + i * I * H, w2 + pick[i] * I * H, (size_t)(I * H));
+        memcpy(ls13 + i * 2 * I, s13 + pick[i] * 2 * I, (size_t)(2 * I) * 4);
+        memcpy(ls2 + i * H, s2 + pick[i] * H, (size_t)H * 4);
+    }
+    qmoe_tensor *t[8] = {0};
+    int64_t a13[3] = {E, H, 2 * I}, a2[3] = {E, I, H}, b13[2] = {E, 2 * I}, b2[2] = {E, H};
+    int64_t c13[3] = {n + m, H, 2 * I}, c2[3] = {n + m, I, H}, d13[2] = {n + m, 2 * I}, d2[2] = {n + m, H};
+    qmoe_tensor_create(a13, 3, NULL, QMOE_DTYPE_INT8, QMOE_FORMAT_ND, w13, &t[0]);
+    qmoe_tensor_create(b13, 2, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, s13, &t[1]);
+    qmoe_tensor_create(a2, 3, NULL, QMOE_DTYPE_INT8, QMOE_FORMAT_ND, w2, &t[2]);
+    qmoe_tensor_create(b2, 2, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, s2, &t[3]);
+    qmoe_tensor_create(c13, 3, NULL, QMOE_DTYPE_INT8, QMOE_FORMAT_ND, l13, &t[4]);
+    qmoe_tensor_create(d13, 2, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, ls13, &t[5]);
+    qmoe_tensor_create(c2, 3, NULL, QMOE_DTYPE_INT8, QMOE_FORMAT_ND, l2, &t[6]);
+    qmoe_tensor_create(d2, 2, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, ls2, &t[7]);
+    qmoe_moe_layer *whole = NULL, *shard = NULL;
+    qmoe_status st = qmoe_moe_layer_create(&cfg, t[0], t[1], NULL, t[2], t[3], &whole);
+    CHECK_MSG(st == QMOE_OK, "quantized whole layer: %s", qmoe_last_error());
+    st = qmoe_moe_layer_create_shard(&cfg, n, ids, t[4], t[5], NULL, t[6], t[7], &shard);
+    CHECK_MSG(st == QMOE_OK, "quantized shard: %s", qmoe_last_error());
+    unsigned char *ref = reference(&p, whole);
+    int64_t t0 = p.first[me], T = p.first[me + 1] - t0;
+    float *out = malloc((size_t)(T * H + 1) * 4);
+    qmoe_tensor *th = tensor(T, H, c.hd, p.hidden + (size_t)t0 * H * 4),
+                *tl = tensor(T, c.E, QMOE_DTYPE_FLOAT32, p.logits + t0 * c.E), *to = tensor(T, H, c.hd, out);
+    st = qmoe_ep_layer_forward(ep, shard, th, tl, to);
+    CHECK_MSG(st == QMOE_OK, "quantized shards: rank %d: %s", me, qmoe_mpi_last_error());
+    if (st == QMOE_OK)
+        CHECK_MSG(memcmp(out, ref + (size_t)t0 * H * 4, (size_t)(T * H) * 4) == 0,
+                  "quantized shards: rank %d: outputs differ from the whole layer", me);
+    qmoe_tensor_destroy(th), qmoe_tensor_destroy(tl), qmoe_tensor_destroy(to);
+    for (int i = 0; i < 8; i++) qmoe_tensor_destroy(t[i]);
+    qmoe_moe_layer_destroy(whole), qmoe_moe_layer_destroy(shard);
+    qmoe_ep_destroy(ep);
+    free(out), free(ref), free(pick), free(ids), free(w13), free(w2), free(s13), free(s2);
+    free(l13), free(l2), free(ls13), free(ls2);
+    free_problem(&p);
+}
+
 /* ---------------------------------------------------------------- errors ---------------------- */
 
 static void agreed(const char *what, qmoe_status st, qmoe_status want)
@@ -348,6 +416,7 @@ int main(int argc, char **argv)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         for (uint64_t seed = 1; seed <= 2; seed++) run_case(&cases[i], seed * 7919 + i);
+    quantized_shards();
     errors();
     int failures = qt_failures, worst = 0;
     MPI_Allreduce(&failures, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
