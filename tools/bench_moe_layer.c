@@ -245,10 +245,11 @@ static int cmp_d(const void *x, const void *y)
     return (a > b) - (a < b);
 }
 
-/* The breakdown's fields: each operator's median ms, the gate/up operator's and the down
- * projection's own int8 GOPS, the layer's GOPS as a share of gate/up's in the same forwards
- * (the issue's prefill target: >= 0.8; the median over runs of 1.5 t_gate_up / t_all, so other
- * tenants' load cancels), and the share of the phases' sum outside the two matmuls. */
+/* The breakdown's fields: each operator's median wall and CPU ms, the gate/up operator's and the
+ * down projection's own int8 GOPS, the layer's GOPS as a share of gate/up's in the same forwards
+ * (the issue's prefill target: >= 0.8; the median over runs of 1.5 t_gate_up / t_all), and the
+ * share of the phases' sum outside the two matmuls; each share in wall and in CPU time (the
+ * process's threads only: other tenants' load does not count). */
 static void print_breakdown(const bm_args *a, int64_t T, const double *ph)
 {
     static const char *const names[MOE_LAYER_PHASES] = {"gating", "routing", "gate_up", "down", "finalize"};
@@ -258,9 +259,16 @@ static void print_breakdown(const bm_args *a, int64_t T, const double *ph)
         printf("%s\"%s\":%.4g", k ? "," : "", names[k], ph[k] * 1e3);
         sum += ph[k];
     }
+    printf("},\"phase_cpu_ms\":{");
+    for (int k = 0; k < MOE_LAYER_PHASES; k++)
+        printf("%s\"%s\":%.4g", k ? "," : "", names[k], ph[MOE_LAYER_PHASES + k] * 1e3);
     double gu = ph[2] > 0 ? 2.0 * rows * H * 2 * I / ph[2] / 1e9 : 0, dn = ph[3] > 0 ? 2.0 * rows * I * H / ph[3] / 1e9 : 0;
-    printf("},\"gate_up_gops\":%.4g,\"down_gops\":%.4g,\"layer_vs_gate_up\":%.3f,\"outside_matmuls\":%.3f", gu, dn,
-           ph[MOE_LAYER_PHASES], sum > 0 ? (ph[0] + ph[1] + ph[4]) / sum : 0);
+    const double *cpu = ph + MOE_LAYER_PHASES;
+    double csum = cpu[0] + cpu[1] + cpu[2] + cpu[3] + cpu[4];
+    printf("},\"gate_up_gops\":%.4g,\"down_gops\":%.4g,\"layer_vs_gate_up\":%.3f,\"outside_matmuls\":%.3f,"
+           "\"layer_vs_gate_up_cpu\":%.3f,\"outside_matmuls_cpu\":%.3f", gu, dn, ph[2 * MOE_LAYER_PHASES],
+           sum > 0 ? (ph[0] + ph[1] + ph[4]) / sum : 0, ph[2 * MOE_LAYER_PHASES + 1],
+           csum > 0 ? (cpu[0] + cpu[1] + cpu[4]) / csum : 0);
 }
 
 int bench_moe_layer(int argc, char **argv)
@@ -349,18 +357,22 @@ int bench_moe_layer(int argc, char **argv)
             if (rc) fprintf(stderr, "qmoe " CMD ": %s\n", qmoe_last_error());
         }
         /* Each operator's median over as many forwards, the same routings (--breakdown). */
-        double ph[MOE_LAYER_PHASES + 1] = {0}; /* + the median per-run share of gate/up's GOPS */
-        for (int k = 0; !rc && a.breakdown && k <= MOE_LAYER_PHASES; k++) {
-            static double each[1000][MOE_LAYER_PHASES + 1];
+        /* wall and CPU ms per operator, then the median per-run share of gate/up's GOPS, each */
+        double ph[2 * MOE_LAYER_PHASES + 2] = {0};
+        for (int k = 0; !rc && a.breakdown && k < 2 * MOE_LAYER_PHASES + 2; k++) {
+            static double each[1000][2 * MOE_LAYER_PHASES + 2];
             if (k == 0)
                 for (int j = 0; !rc && j < n; j++) {
                     if (moe_layer_forward_phases(L, th, tv[j % VARIANTS], to, ws, wsz, stream, each[j])) {
                         fprintf(stderr, "qmoe " CMD ": %s\n", qmoe_last_error());
                         rc = 1;
                     }
-                    double sum = 0; /* the three matmuls' work over the whole, in gate/up's time */
-                    for (int q = 0; q < MOE_LAYER_PHASES; q++) sum += each[j][q];
-                    each[j][MOE_LAYER_PHASES] = sum > 0 ? 1.5 * each[j][2] / sum : 0;
+                    for (int c2 = 0; c2 < 2; c2++) { /* the three matmuls' work over the whole, in gate/up's time */
+                        const double *e = each[j] + c2 * MOE_LAYER_PHASES;
+                        double sum = 0;
+                        for (int q = 0; q < MOE_LAYER_PHASES; q++) sum += e[q];
+                        each[j][2 * MOE_LAYER_PHASES + c2] = sum > 0 ? 1.5 * e[2] / sum : 0;
+                    }
                 }
             double col[1000];
             for (int j = 0; j < n; j++) col[j] = each[j][k];

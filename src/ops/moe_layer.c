@@ -574,15 +574,15 @@ static int repoint(qmoe_moe_layer *M, const plan_key *key, const qmoe_tensor *co
     return 1;
 }
 
-static double now_s(void)
+static double now_s(clockid_t clock)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(clock, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* phase (NULL: not timed): the end time of each operator, the stream synchronized after each
- * (moe_layer_phases.h); phase[0] the start. */
+ * (moe_layer_phases.h); phase[0] the start; then the same in the process's CPU time. */
 static qmoe_status run(const qmoe_moe_layer *L, const qmoe_tensor *hidden, const qmoe_tensor *logits,
                        const qmoe_tensor *ids, const qmoe_tensor *wts, const qmoe_tensor *out, void *workspace,
                        uint64_t workspace_size, qmoe_stream *stream, double *phase)
@@ -643,7 +643,8 @@ static qmoe_status run(const qmoe_moe_layer *L, const qmoe_tensor *hidden, const
     do {                                                                                           \
         if (phase) {                                                                               \
             if (!st && stream) st = qmoe_stream_synchronize(stream);                               \
-            phase[i] = now_s();                                                                    \
+            phase[i] = now_s(CLOCK_MONOTONIC);                                                     \
+            phase[MOE_LAYER_PHASES + 1 + i] = now_s(CLOCK_PROCESS_CPUTIME_ID);                     \
         }                                                                                          \
     } while (0)
     PHASE(0);
@@ -689,14 +690,17 @@ qmoe_status qmoe_moe_layer_forward(const qmoe_moe_layer *L, const qmoe_tensor *h
 
 qmoe_status moe_layer_forward_phases(const qmoe_moe_layer *L, const qmoe_tensor *hidden,
                                      const qmoe_tensor *router_logits, const qmoe_tensor *out, void *workspace,
-                                     uint64_t workspace_size, qmoe_stream *stream, double seconds[MOE_LAYER_PHASES])
+                                     uint64_t workspace_size, qmoe_stream *stream, double seconds[2 * MOE_LAYER_PHASES])
 {
     qmoe_status st = check_io(L, hidden, router_logits, "router_logits", L ? L->cfg.num_experts : 0, out);
     if (!st && !seconds) st = qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "seconds", OP ": seconds is a null pointer");
     if (st) return st;
-    double t[MOE_LAYER_PHASES + 1] = {0};
+    double t[2 * (MOE_LAYER_PHASES + 1)] = {0};
     st = run(L, hidden, router_logits, NULL, NULL, out, workspace, workspace_size, stream, t);
-    for (int i = 0; i < MOE_LAYER_PHASES; i++) seconds[i] = st ? 0 : t[i + 1] - t[i];
+    for (int i = 0; i < MOE_LAYER_PHASES; i++) {
+        seconds[i] = st ? 0 : t[i + 1] - t[i];
+        seconds[MOE_LAYER_PHASES + i] = st ? 0 : t[MOE_LAYER_PHASES + 2 + i] - t[MOE_LAYER_PHASES + 1 + i];
+    }
     return st;
 }
 
