@@ -124,6 +124,11 @@ EXPORT int qmoe_peer_onednn_time(const int64_t *rows, int64_t E, int64_t K, int6
     fprintf(stderr, "qmoe bench: --peer onednn: oneDNN %d.%d.%d (%s), %d OpenMP threads: "
                     "reordering %lld experts' weights\n",
             v->major, v->minor, v->patch, v->hash, omp, (long long)E);
+    /* gomp's default waits by spinning: with more runnable threads than free cores (a shared
+     * machine) oneDNN then runs many times slower than quiet, which the line would not show */
+    const char *wait = getenv("OMP_WAIT_POLICY");
+    fprintf(stderr, "qmoe bench: --peer onednn: OMP_WAIT_POLICY=%s%s\n", wait ? wait : "(unset)",
+            wait ? "" : ": its threads spin while they wait; on a busy machine passive is steadier");
     if (omp != threads)
         fprintf(stderr, "qmoe bench: --peer onednn: warning: oneDNN runs on %d threads, not %d\n",
                 omp, threads);
