@@ -114,11 +114,16 @@ EXPORT int qmoe_peer_onednn_time(const int64_t *rows, int64_t E, int64_t K, int6
                                  int threads, int repeat, double *median_ms)
 {
     int64_t M = 0;
-    for (int64_t e = 0; e < E; e++) {
-        if (rows[e] < 0) return -1;
+    int bad = E < 1 || K < 1 || N < 1 || threads < 1 || repeat < 1;
+    for (int64_t e = 0; !bad && e < E; e++) {
+        bad = rows[e] < 0;
         M += rows[e];
     }
-    if (E < 1 || K < 1 || N < 1 || threads < 1 || repeat < 1) return -1;
+    if (bad) {
+        fprintf(stderr, "qmoe bench: --peer onednn: invalid case (E, K, N, rows, threads or "
+                        "repeats out of range)\n");
+        return -1;
+    }
     const dnnl_version_t *v = dnnl_version();
     int omp = set_omp_threads(threads);
     fprintf(stderr, "qmoe bench: --peer onednn: oneDNN %d.%d.%d (%s), %d OpenMP threads: "
