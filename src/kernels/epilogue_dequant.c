@@ -10,6 +10,7 @@
 
 #if defined(__x86_64__) || defined(_M_X64)
 #include <emmintrin.h> /* SSE2, part of x86-64: streaming stores */
+#include <xmmintrin.h>
 #define QMOE_STREAM_STORES 1
 #endif
 
@@ -42,6 +43,18 @@ static void store_bf16_row(uint16_t *d, const float *v, int64_t n)
     store_bf16(d, v, n);
 }
 
+/* A row segment of float32 output, streamed in whole 64-byte lines for the same reason. */
+static void store_f32_row(float *d, const float *v, int64_t n)
+{
+#ifdef QMOE_STREAM_STORES
+    if ((uintptr_t)d % 64 == 0 && n % 16 == 0) {
+        for (int64_t j = 0; j < n; j += 4) _mm_stream_ps(d + j, _mm_loadu_ps(v + j));
+        return;
+    }
+#endif
+    memcpy(d, v, sizeof(float) * (size_t)n);
+}
+
 void qmoe_epilogue_dequant(const qmoe_gemm_block *B, const qmoe_gemm_tile *t)
 {
     const gmm_dequant_out *o = B->out;
@@ -69,7 +82,7 @@ void qmoe_epilogue_dequant(const qmoe_gemm_block *B, const qmoe_gemm_tile *t)
             if (out->st[1] == 1 && out->dtype == QMOE_DTYPE_BFLOAT16)
                 store_bf16_row((uint16_t *)out->data + at, v, nc);
             else if (out->st[1] == 1 && out->dtype == QMOE_DTYPE_FLOAT32)
-                memcpy((float *)out->data + at, v, sizeof(float) * (size_t)nc);
+                store_f32_row((float *)out->data + at, v, nc);
             else
                 moe_store_row(out, at, out->st[1], nc, v);
         }
