@@ -21,6 +21,15 @@ static inline uint32_t qmoe_f32_to_bits(float f)
 
 static inline float qmoe_bf16_to_f32(uint16_t h) { return qmoe_bits_to_f32((uint32_t)h << 16); }
 
+/* float32 -> bfloat16, round to nearest even, a NaN stays a quiet NaN: the one rule of every
+ * bf16 output (vector forms, e.g. qmoe_f32_to_bf16_avx512, compute the same bits). */
+static inline uint16_t qmoe_f32_to_bf16(float f)
+{
+    uint32_t b = qmoe_f32_to_bits(f);
+    uint32_t r = (b + 0x7FFFu + ((b >> 16) & 1u)) >> 16, q = (b >> 16) | 0x40u;
+    return (uint16_t)((b & 0x7FFFFFFFu) > 0x7F800000u ? q : r);
+}
+
 static inline float qmoe_f16_to_f32(uint16_t h)
 {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;

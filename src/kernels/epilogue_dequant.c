@@ -6,6 +6,8 @@
  */
 #include <string.h>
 
+#include "core/halfconv.h"
+#include "kernels/gmm_fast.h"
 #include "ops/grouped_matmul_exec.h"
 
 #if defined(__x86_64__) || defined(_M_X64)
@@ -14,33 +16,32 @@
 #define QMOE_STREAM_STORES 1
 #endif
 
-/* float32 -> bfloat16, round to nearest even, NaN kept quiet: moe_f32_to_bf16 without the
- * branch, so the loop vectorizes. */
-static void store_bf16(uint16_t *d, const float *v, int64_t n)
+/* n floats -> bfloat16 by qmoe_f32_to_bf16's rule: the instruction set's vector form when it
+ * has one, else this loop (branch-free, so it vectorizes). */
+static void store_bf16(const qmoe_gemm_isa *isa, uint16_t *d, const float *v, int64_t n)
 {
-    for (int64_t j = 0; j < n; j++) {
-        uint32_t b;
-        memcpy(&b, &v[j], sizeof b);
-        uint32_t r = (b + 0x7FFFu + ((b >> 16) & 1u)) >> 16, q = (b >> 16) | 0x40u;
-        d[j] = (uint16_t)((b & 0x7FFFFFFFu) > 0x7F800000u ? q : r);
+    if (isa->to_bf16) {
+        isa->to_bf16(d, v, n);
+        return;
     }
+    for (int64_t j = 0; j < n; j++) d[j] = qmoe_f32_to_bf16(v[j]);
 }
 
 /* A row segment of bf16 output. Whole 64-byte lines go out as streaming stores: the output is
  * written once and never read here, and ordinary stores would first read every line from memory
  * (the output of a prefill is twice the weights' bytes) and evict the packed panels. */
-static void store_bf16_row(uint16_t *d, const float *v, int64_t n)
+static void store_bf16_row(const qmoe_gemm_isa *isa, uint16_t *d, const float *v, int64_t n)
 {
 #ifdef QMOE_STREAM_STORES
     if ((uintptr_t)d % 64 == 0 && n % 32 == 0) {
         uint16_t tmp[QMOE_PK_UNIT * QMOE_PK_BLOCK] __attribute__((aligned(16)));
-        store_bf16(tmp, v, n);
+        store_bf16(isa, tmp, v, n);
         for (int64_t j = 0; j < n; j += 8)
             _mm_stream_si128((__m128i *)(void *)(d + j), _mm_load_si128((const __m128i *)(const void *)(tmp + j)));
         return;
     }
 #endif
-    store_bf16(d, v, n);
+    store_bf16(isa, d, v, n);
 }
 
 /* A row segment of float32 output, streamed in whole 64-byte lines for the same reason. */
@@ -80,7 +81,7 @@ void qmoe_epilogue_dequant(const qmoe_gemm_block *B, const qmoe_gemm_tile *t)
             }
             int64_t at = row + n0 * out->st[1];
             if (out->st[1] == 1 && out->dtype == QMOE_DTYPE_BFLOAT16)
-                store_bf16_row((uint16_t *)out->data + at, v, nc);
+                store_bf16_row(B->isa, (uint16_t *)out->data + at, v, nc);
             else if (out->st[1] == 1 && out->dtype == QMOE_DTYPE_FLOAT32)
                 store_f32_row((float *)out->data + at, v, nc);
             else

@@ -96,6 +96,10 @@ typedef struct qmoe_gemm_isa {
      * 64-byte steps gemm reads, `steps` of them, src and dst contiguous. */
     void (*expand_i4)(const uint8_t *src, int64_t steps, uint8_t *dst);
 
+    /* Optional (NULL: the portable loop): n floats -> bfloat16 by core/halfconv.h's
+     * qmoe_f32_to_bf16, the same bits (epilogues with bf16 output). */
+    void (*to_bf16)(uint16_t *d, const float *v, int64_t n);
+
     /* The benchmark's peak: `iters` rounds of the set's int8 dot-product instruction on
      * independent register accumulators; returns the int8 operations done (2 per multiply-add). */
     uint64_t (*peak_loop)(uint64_t iters);

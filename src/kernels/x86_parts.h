@@ -35,6 +35,9 @@ void qmoe_swiglu_avx512(int64_t rows, int64_t nc, const float *f, int64_t ldf, i
 void qmoe_quantize_row_avx512(const float *s, int64_t n2, int8_t *out, int64_t out_stride,
                               float *scale);
 
+/* convert_avx512vnni.c: n floats -> bfloat16 by qmoe_f32_to_bf16's rule (core/halfconv.h) */
+void qmoe_f32_to_bf16_avx512(uint16_t *d, const float *v, int64_t n);
+
 /* epilogue_avx2.c (also used by the AVX-VNNI table) */
 void qmoe_fold_avx2(int64_t rows, int64_t cols, const int32_t *acc, int64_t ldacc,
                     const int32_t *xoff, int64_t xoff_stride, const float *xs, const float *ws,

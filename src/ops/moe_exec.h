@@ -161,13 +161,8 @@ static inline float moe_load(const moe_view *v, int64_t off)
     }
 }
 
-/* Round-to-nearest-even float32 -> bfloat16 (NaN stays NaN). */
-static inline uint16_t moe_f32_to_bf16(float f)
-{
-    uint32_t b = qmoe_f32_to_bits(f);
-    uint32_t r = (b + 0x7FFFu + ((b >> 16) & 1u)) >> 16, q = (b >> 16) | 0x40u;
-    return (uint16_t)((b & 0x7FFFFFFFu) > 0x7F800000u ? q : r); /* NaN stays a quiet NaN */
-}
+/* Round-to-nearest-even float32 -> bfloat16 (NaN stays NaN): core/halfconv.h's rule. */
+static inline uint16_t moe_f32_to_bf16(float f) { return qmoe_f32_to_bf16(f); }
 
 static inline void moe_store(const moe_view *v, int64_t off, float f)
 {

@@ -37,8 +37,11 @@ qmoe_status moe_finalize_check_data(const moe_finalize_plan *p)
     return QMOE_OK;
 }
 
-#if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__))
+#if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__)) && \
+    (!defined(QMOE_HAVE_AVX512_VNNI) || QMOE_HAVE_AVX512_VNNI)
 #include <immintrin.h>
+
+#include "kernels/x86_parts.h" /* qmoe_f32_to_bf16_avx512: bf16 rounding on 16 lanes */
 #define MOE_FINALIZE_AVX512 1
 
 /* acc[h] += w[j] * rows[j][h] for j = 0..n-1 in order, rows float32 or bf16 (widened exactly):
@@ -83,23 +86,6 @@ __attribute__((target("avx512f"))) static void acc_rows_avx512(float *acc, int64
     }
 }
 
-/* acc -> bf16, round to nearest even, NaN kept quiet: moe_f32_to_bf16 on 16 lanes at a time. */
-__attribute__((target("avx512f"))) static void store_bf16_avx512(uint16_t *d, const float *acc, int64_t H)
-{
-    int64_t h = 0;
-    const __m512i one = _mm512_set1_epi32(1), round = _mm512_set1_epi32(0x7FFF),
-                  quiet = _mm512_set1_epi32(0x40), abs = _mm512_set1_epi32(0x7FFFFFFF),
-                  inf = _mm512_set1_epi32(0x7F800000);
-    for (; h + 16 <= H; h += 16) {
-        __m512i b = _mm512_castps_si512(_mm512_loadu_ps(acc + h)), hi = _mm512_srli_epi32(b, 16);
-        __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(b, round), _mm512_and_si512(hi, one)), 16);
-        __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(b, abs), inf);
-        r = _mm512_mask_blend_epi32(nan, r, _mm512_or_si512(hi, quiet));
-        _mm256_storeu_si256((__m256i *)(void *)(d + h), _mm512_cvtepi32_epi16(r));
-    }
-    for (; h < H; h++) d[h] = moe_f32_to_bf16(acc[h]);
-}
-
 /* The common case (no bias, contiguous float32 or bf16 rows) in chunks of up to 32 rows. */
 static void token_avx512(const moe_finalize_plan *p, int64_t i, float *acc)
 {
@@ -135,7 +121,7 @@ void moe_finalize_rows(const moe_finalize_plan *p, int64_t r0, int64_t r1, float
             (p->ex.dtype == QMOE_DTYPE_BFLOAT16 || p->ex.dtype == QMOE_DTYPE_FLOAT32)) {
             token_avx512(p, i, acc);
             if (p->out.dtype == QMOE_DTYPE_BFLOAT16 && p->out.st[1] == 1)
-                store_bf16_avx512((uint16_t *)(void *)p->out.data + i * p->out.st[0], acc, H);
+                qmoe_f32_to_bf16_avx512((uint16_t *)(void *)p->out.data + i * p->out.st[0], acc, H);
             else moe_store_row(&p->out, i * p->out.st[0], p->out.st[1], H, acc);
             continue;
         }

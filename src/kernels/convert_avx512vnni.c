@@ -1,0 +1,29 @@
+/*
+ * float32 -> bfloat16 on 16 lanes at a time, bit for bit core/halfconv.h's qmoe_f32_to_bf16
+ * (round to nearest even, NaN quieted) in 32-bit integer arithmetic: AVX512_BF16's
+ * vcvtneps2bf16 is not used, as it flushes subnormal inputs to zero.
+ */
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+
+#include "core/halfconv.h"
+#include "kernels/x86_parts.h"
+
+void qmoe_f32_to_bf16_avx512(uint16_t *d, const float *v, int64_t n)
+{
+    const __m512i one = _mm512_set1_epi32(1), round = _mm512_set1_epi32(0x7FFF),
+                  quiet = _mm512_set1_epi32(0x40), abs = _mm512_set1_epi32(0x7FFFFFFF),
+                  inf = _mm512_set1_epi32(0x7F800000);
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+        __m512i b = _mm512_castps_si512(_mm512_loadu_ps(v + j)), hi = _mm512_srli_epi32(b, 16);
+        __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(b, round),
+                                                       _mm512_and_si512(hi, one)),
+                                      16);
+        __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(b, abs), inf);
+        r = _mm512_mask_blend_epi32(nan, r, _mm512_or_si512(hi, quiet));
+        _mm256_storeu_si256((__m256i *)(void *)(d + j), _mm512_cvtepi32_epi16(r));
+    }
+    for (; j < n; j++) d[j] = qmoe_f32_to_bf16(v[j]);
+}
+#endif
