@@ -43,8 +43,11 @@ typedef struct qmoe_ep_config {
     qmoe_dtype x_dtype;         /* dispatched rows: INT8 (+ a float32 scale per row), FLOAT16,
                                    BFLOAT16 or FLOAT32 */
     const int32_t *expert_rank; /* NULL or [E]; copied */
+    int threads;                /* 0..4096: threads of qmoe_moe_combine's weighted sum on this
+                                   rank (0 or 1: the calling thread); may differ between ranks.
+                                   Callers built before this field (a smaller struct_size): 1 */
 } qmoe_ep_config;
-#define QMOE_EP_CONFIG_INIT {(uint32_t)sizeof(qmoe_ep_config), 0, 0, 0, QMOE_DTYPE_INT8, NULL}
+#define QMOE_EP_CONFIG_INIT {(uint32_t)sizeof(qmoe_ep_config), 0, 0, 0, QMOE_DTYPE_INT8, NULL, 0}
 
 /* Collective. Checks the config on every rank and that all ranks agree on it (E, H, K, x_dtype
  * and the map); QMOE_ERR_PARAM_NULLPTR / QMOE_ERR_PARAM_INVALID / QMOE_ERR_INNER (out of memory)

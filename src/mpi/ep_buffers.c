@@ -1,4 +1,4 @@
-/* Buffers of libqmoe_mpi: sizes, allocation, and the regrouping of received rows. */
+/* Buffers of libqmoe_mpi: sizes, allocation, counts without the rank's own rows. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,10 +20,10 @@ void ep_route_free(ep_route *r)
     free(r->scounts);
     free(r->sdispls);
     free(r->rcounts);
-    free(r->rdispls);
+    free(r->pcnt);
     free(r->blk_len);
     free(r->blk_pos);
-    free(r->slot);
+    free(r->src);
     *r = (ep_route){0};
 }
 
@@ -60,28 +60,15 @@ int ep_reserve_aligned(void **buf, size_t *cap, size_t a, size_t b)
     return 1;
 }
 
-void ep_regroup(const qmoe_ep *ep, const ep_route *rt, size_t row, int to_grouped, const void *from,
-                void *to, void *self)
-{
-    const int64_t nl = ep->nlocal;
-    for (int s = 0; s < ep->size; s++) {
-        int own = s == ep->rank && self;
-        int64_t at = own ? 0 : rt->rdispls[s]; /* source s's rows, local expert by local expert */
-        unsigned char *stage = own ? self : to_grouped ? (unsigned char *)(uintptr_t)from : to;
-        unsigned char *grouped = to_grouped ? to : (unsigned char *)(uintptr_t)from;
-        for (int64_t l = 0; l < nl; l++) {
-            size_t len = (size_t)rt->blk_len[(int64_t)s * nl + l] * row;
-            size_t g = (size_t)rt->blk_pos[(int64_t)s * nl + l] * row, st = (size_t)at * row;
-            if (len) {
-                if (to_grouped) memcpy(grouped + g, stage + st, len);
-                else memcpy(stage + st, grouped + g, len);
-            }
-            at += rt->blk_len[(int64_t)s * nl + l];
-        }
-    }
-}
-
 void ep_without_self(const qmoe_ep *ep, const int *counts, int *out)
 {
     for (int r = 0; r < ep->size; r++) out[r] = r == ep->rank ? 0 : counts[r];
+}
+
+void ep_compact_displs(const qmoe_ep *ep, const int *counts, int *out)
+{
+    for (int r = 0, at = 0; r < ep->size; r++) {
+        out[r] = at;
+        if (r != ep->rank) at += counts[r];
+    }
 }

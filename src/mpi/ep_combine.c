@@ -1,50 +1,15 @@
 /* qmoe_moe_combine: processed rows back to their tokens' ranks, weighted sum over k. */
 #include <limits.h>
 #include <stdlib.h>
-#include <string.h>
 
-#include "core/halfconv.h"
 #include "ep_internal.h"
-
-/* Round to nearest even; NaN stays a quiet NaN (as qmoe_moe_finalize_routing stores bf16). */
-static uint16_t f32_to_bf16(float f)
-{
-    uint32_t b = qmoe_f32_to_bits(f);
-    uint32_t r = (b + 0x7FFFu + ((b >> 16) & 1u)) >> 16, qn = (b >> 16) | 0x40u;
-    return (uint16_t)((b & 0x7FFFFFFFu) > 0x7F800000u ? qn : r);
-}
-
-static float load(qmoe_dtype dt, const unsigned char *row, int64_t h)
-{
-    uint16_t u;
-    switch (dt) {
-    case QMOE_DTYPE_FLOAT32: {
-        float f;
-        memcpy(&f, row + (size_t)h * 4, 4);
-        return f;
-    }
-    case QMOE_DTYPE_BFLOAT16: memcpy(&u, row + (size_t)h * 2, 2); return qmoe_bf16_to_f32(u);
-    default: memcpy(&u, row + (size_t)h * 2, 2); return qmoe_f16_to_f32(u);
-    }
-}
-
-/* acc[h] += w * y[h] over a row of y_dtype. */
-static void add_row(float *acc, float w, qmoe_dtype y_dtype, const unsigned char *y, int64_t H)
-{
-    if (y_dtype == QMOE_DTYPE_FLOAT32) {
-        const float *yf = (const float *)(const void *)y;
-        for (int64_t h = 0; h < H; h++) acc[h] += w * yf[h];
-    } else {
-        for (int64_t h = 0; h < H; h++) acc[h] += w * load(y_dtype, y, h);
-    }
-}
 
 qmoe_status qmoe_moe_combine(qmoe_ep *ep, qmoe_dtype y_dtype, const void *expert_y, int64_t rows,
                              const float *weights, qmoe_dtype out_dtype, void *out)
 {
     if (!ep) return ep_fail(QMOE_ERR_PARAM_NULLPTR, "ep is NULL"); /* no communicator to agree on */
     const ep_route *rt = &ep->route;
-    const int64_t H = ep->H, K = ep->K;
+    const int64_t H = ep->H;
     qmoe_status st = QMOE_OK;
     if (out_dtype != QMOE_DTYPE_FLOAT32 && out_dtype != QMOE_DTYPE_BFLOAT16 &&
         out_dtype != QMOE_DTYPE_FLOAT16)
@@ -52,40 +17,49 @@ qmoe_status qmoe_moe_combine(qmoe_ep *ep, qmoe_dtype y_dtype, const void *expert
                      (int)out_dtype);
     else if (ep->dispatched && rt->tokens > 0 && !out)
         st = ep_fail(QMOE_ERR_PARAM_NULLPTR, "out is NULL with %lld tokens", (long long)rt->tokens);
-    float *acc = ep_alloc((size_t)H, sizeof(float));
+    float *acc = ep_alloc((size_t)ep->threads, (size_t)H * sizeof(float)); /* per thread */
     if (st == QMOE_OK && !acc) st = ep_fail(QMOE_ERR_INNER, "out of memory");
-    st = ep_send_home(ep, st, y_dtype, expert_y, rows, 0);
-    if (st != QMOE_OK) goto done;
-
-    /* Each token's choices in k order, accumulated in float32 from 0: finalize's arithmetic. */
-    const unsigned char *rbuf = ep->home;
-    const size_t row = (size_t)H * ep_dtype_size(y_dtype);
-    for (int64_t t = 0; t < rt->tokens; t++) {
-        memset(acc, 0, (size_t)H * sizeof *acc);
-        for (int64_t j = 0; j < K; j++)
-            add_row(acc, weights ? weights[t * K + j] : 1.0f, y_dtype,
-                    rbuf + (size_t)rt->slot[t * K + j] * row, H);
-        if (out_dtype == QMOE_DTYPE_FLOAT32) {
-            memcpy((float *)out + t * H, acc, (size_t)H * sizeof *acc);
-        } else if (out_dtype == QMOE_DTYPE_FLOAT16) {
-            uint16_t *o = (uint16_t *)out + t * H;
-            for (int64_t h = 0; h < H; h++) o[h] = qmoe_f32_to_f16(acc[h]);
-        } else {
-            uint16_t *o = (uint16_t *)out + t * H;
-            for (int64_t h = 0; h < H; h++) o[h] = f32_to_bf16(acc[h]);
-        }
+    st = ep_send_home(ep, st, y_dtype, expert_y, rows, NULL);
+    if (st == QMOE_OK) {
+        ep_weighted_sum(ep, y_dtype, expert_y, ep->home, weights, out_dtype, out, acc);
+        ep_clear_error();
     }
-    ep_clear_error();
-done:
     free(acc);
     return st;
 }
 
-qmoe_status ep_send_home(qmoe_ep *ep, qmoe_status st, qmoe_dtype y_dtype, const void *expert_y,
-                         int64_t rows, int64_t extra)
+/* The other ranks' rows go back from their grouped places, one message per (source, local
+ * expert) block; this rank's remote rows come home one message per (owner, expert) block, in
+ * the order dispatch sent them (so the k-th message of a pair matches the k-th receive). */
+static int post_home(qmoe_ep *ep, const unsigned char *y, size_t row, MPI_Datatype y_row,
+                     unsigned char *home, MPI_Request *req)
 {
     const ep_route *rt = &ep->route;
-    const int64_t H = ep->H, K = ep->K;
+    const int64_t nl = ep->nlocal;
+    int n = 0;
+    int64_t at = 0; /* compact send order */
+    for (int d = 0; d < ep->size; d++)
+        for (int64_t p = ep->pos_first[d]; p < ep->pos_first[d + 1] && d != ep->rank; p++) {
+            if (rt->pcnt[p])
+                MPI_Irecv(home + (size_t)at * row, rt->pcnt[p], y_row, d, EP_TAG_COMBINE, ep->comm,
+                          &req[n++]);
+            at += rt->pcnt[p];
+        }
+    for (int s = 0; s < ep->size; s++)
+        for (int64_t l = 0; l < nl && s != ep->rank; l++) {
+            int len = rt->blk_len[(int64_t)s * nl + l];
+            if (len)
+                MPI_Isend(y + (size_t)rt->blk_pos[(int64_t)s * nl + l] * row, len, y_row, s,
+                          EP_TAG_COMBINE, ep->comm, &req[n++]);
+        }
+    return n;
+}
+
+qmoe_status ep_send_home(qmoe_ep *ep, qmoe_status st, qmoe_dtype y_dtype, const void *expert_y,
+                         int64_t rows, void *home)
+{
+    const ep_route *rt = &ep->route;
+    const int64_t H = ep->H;
     size_t ys = ep_dtype_size(y_dtype), row = (size_t)H * ys;
     if (st != QMOE_OK) {
         /* the caller's own checks failed: agree on that below */
@@ -100,29 +74,20 @@ qmoe_status ep_send_home(qmoe_ep *ep, qmoe_status st, qmoe_dtype y_dtype, const 
     } else if (rows > 0 && !expert_y) {
         st = ep_fail(QMOE_ERR_PARAM_NULLPTR, "expert_y is NULL with %lld rows", (long long)rows);
     }
-    const int64_t n = st == QMOE_OK ? rt->tokens * K : 0, m = st == QMOE_OK ? rows : 0;
-    int *sc = ep_alloc((size_t)ep->size, 2 * sizeof(int)); /* counts without the rank's own */
-    if (st == QMOE_OK && (!sc || !ep_reserve(&ep->home, &ep->home_cap, (size_t)(n + extra), row) ||
-                          !ep_reserve(&ep->stage, &ep->stage_cap, (size_t)m, row)))
-        st = ep_fail(QMOE_ERR_INNER, "out of memory for %lld + %lld rows", (long long)m,
-                     (long long)n);
+    MPI_Request *req = ep_alloc((size_t)ep->E + (size_t)ep->size * (size_t)ep->nlocal, sizeof *req);
+    if (st == QMOE_OK &&
+        (!req || (!home && !ep_reserve(&ep->home, &ep->home_cap, (size_t)rt->nremote, row))))
+        st = ep_fail(QMOE_ERR_INNER, "out of memory for %lld rows", (long long)rt->nremote);
     if ((st = ep_agree(ep->comm, st)) != QMOE_OK) {
-        free(sc);
+        free(req);
         return st;
     }
-
-    /* Back to source-major staging (the layout each source sent), then home in send order; the
-     * rank's own rows straight home. */
-    unsigned char *home = ep->home;
-    if (m > 0) ep_regroup(ep, rt, row, 0, expert_y, ep->stage, home + (size_t)rt->sdispls[ep->rank] * row);
-    ep_without_self(ep, rt->rcounts, sc);
-    ep_without_self(ep, rt->scounts, sc + ep->size);
     MPI_Datatype y_row;
     MPI_Type_contiguous((int)row, MPI_BYTE, &y_row);
     MPI_Type_commit(&y_row);
-    MPI_Alltoallv(ep->stage, sc, rt->rdispls, y_row, home, sc + ep->size, rt->sdispls, y_row,
-                  ep->comm);
+    int n = post_home(ep, expert_y, row, y_row, home ? home : ep->home, req);
+    MPI_Waitall(n, req, MPI_STATUSES_IGNORE);
     MPI_Type_free(&y_row);
-    free(sc);
+    free(req);
     return QMOE_OK;
 }

@@ -1,5 +1,6 @@
 /* qmoe_ep: the communicator, the expert-to-rank map and the shapes, agreed by all ranks. */
 #include <limits.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -8,9 +9,12 @@
 /* Local checks of the config; fills owner[] (allocated by the caller, [E]) when they pass. */
 static qmoe_status check_config(const qmoe_ep_config *c, int size, int32_t **owner)
 {
-    if (c->struct_size < sizeof(qmoe_ep_config))
+    /* the first layout ended before `threads` */
+    if (c->struct_size < offsetof(qmoe_ep_config, threads))
         return ep_fail(QMOE_ERR_PARAM_INVALID, "config: struct_size %u < %zu", c->struct_size,
-                       sizeof(qmoe_ep_config));
+                       offsetof(qmoe_ep_config, threads));
+    if (c->struct_size >= sizeof(qmoe_ep_config) && (c->threads < 0 || c->threads > 4096))
+        return ep_fail(QMOE_ERR_PARAM_INVALID, "config: threads %d not in [0, 4096]", c->threads);
     /* E counts per rank travel in one MPI_Alltoall, 2E values in one MPI_Allreduce */
     if (c->num_experts < 1 || c->num_experts > INT_MAX / 2)
         return ep_fail(QMOE_ERR_PARAM_INVALID, "config: num_experts %lld not in [1, INT_MAX / 2]",
@@ -62,14 +66,19 @@ static qmoe_status build_local(qmoe_ep *ep)
     int64_t E = ep->E, pos = 0;
     ep->order = ep_alloc((size_t)E, sizeof *ep->order);
     ep->local_ids = ep_alloc((size_t)E, sizeof *ep->local_ids);
-    if (!ep->order || !ep->local_ids) return ep_fail(QMOE_ERR_INNER, "out of memory for the map");
+    ep->pos_first = ep_alloc((size_t)ep->size + 1, sizeof *ep->pos_first);
+    if (!ep->order || !ep->local_ids || !ep->pos_first)
+        return ep_fail(QMOE_ERR_INNER, "out of memory for the map");
     /* (owner, id) order: the rows for one rank leave sorted by its local experts */
-    for (int r = 0; r < ep->size; r++)
+    ep->pos_first[ep->size] = E;
+    for (int r = 0; r < ep->size; r++) {
+        ep->pos_first[r] = pos;
         for (int64_t e = 0; e < E; e++)
             if (ep->owner[e] == r) {
                 ep->order[e] = pos++;
                 if (r == ep->rank) ep->local_ids[ep->nlocal++] = e;
             }
+    }
     return QMOE_OK;
 }
 
@@ -133,6 +142,9 @@ qmoe_status qmoe_ep_create(MPI_Comm comm, const qmoe_ep_config *config, qmoe_ep 
         ep->K = config->top_k;
         ep->x_dtype = config->x_dtype;
         ep->x_size = ep_dtype_size(config->x_dtype);
+        ep->threads = config->struct_size >= sizeof(qmoe_ep_config) && config->threads > 1
+                          ? config->threads
+                          : 1;
         ep->owner = owner;
         owner = NULL;
         st = ep_agree(dup, build_local(ep));
@@ -142,6 +154,7 @@ qmoe_status qmoe_ep_create(MPI_Comm comm, const qmoe_ep_config *config, qmoe_ep 
         if (ep) {
             free(ep->order);
             free(ep->local_ids);
+            free(ep->pos_first);
             free(ep->owner);
             free(ep);
         }
@@ -162,7 +175,6 @@ void qmoe_ep_destroy(qmoe_ep *ep)
     free(ep->pack);
     free(ep->home);
     free(ep->pack_scale);
-    free(ep->stage);
     free(ep->stage_scale);
     void *own[] = {ep->rx, ep->rxs, ep->tq, ep->tqs, ep->tids, ep->tw, ep->twf, ep->ty, ep->tws};
     for (size_t i = 0; i < sizeof own / sizeof own[0]; i++) free(own[i]);
@@ -171,6 +183,7 @@ void qmoe_ep_destroy(qmoe_ep *ep)
     free(ep->owner);
     free(ep->order);
     free(ep->local_ids);
+    free(ep->pos_first);
     free(ep);
 }
 

@@ -60,61 +60,99 @@ static qmoe_status reserve_own(qmoe_ep *ep, ep_recv *to, int64_t total, size_t r
     return QMOE_OK;
 }
 
+/* The rows of source s (not this rank) for each local expert l arrive straight at their grouped
+ * place, one message per non-empty block; the rows to rank d leave from the pack buffer, one
+ * message per expert of d, in the same (expert) order on both sides, so the k-th message of a
+ * pair matches the k-th receive. Returns the requests posted. */
+static int post_rows(qmoe_ep *ep, const ep_route *rt, const unsigned char *pack, void *recv_x,
+                     MPI_Request *req)
+{
+    const int64_t nl = ep->nlocal;
+    const size_t row = (size_t)ep->H * ep->x_size;
+    int n = 0;
+    for (int s = 0; s < ep->size; s++)
+        for (int64_t l = 0; l < nl && s != ep->rank; l++) {
+            int len = rt->blk_len[(int64_t)s * nl + l];
+            if (len)
+                MPI_Irecv((unsigned char *)recv_x + (size_t)rt->blk_pos[(int64_t)s * nl + l] * row,
+                          len, ep->x_row, s, EP_TAG_DISPATCH, ep->comm, &req[n++]);
+        }
+    int64_t at = 0; /* compact send order */
+    for (int d = 0; d < ep->size; d++)
+        for (int64_t p = ep->pos_first[d]; p < ep->pos_first[d + 1] && d != ep->rank; p++) {
+            if (rt->pcnt[p])
+                MPI_Isend(pack + (size_t)at * row, rt->pcnt[p], ep->x_row, d, EP_TAG_DISPATCH,
+                          ep->comm, &req[n++]);
+            at += rt->pcnt[p];
+        }
+    return n;
+}
+
+/* The scales (4 bytes a row) in one exchange, source-major, then to their grouped places. */
+static void move_scales(qmoe_ep *ep, const ep_route *rt, const float *pack_scale, float *to,
+                        int *counts)
+{
+    const int P = ep->size;
+    const int64_t nl = ep->nlocal;
+    int *sc = counts, *sd = counts + P, *rc = counts + 2 * P, *rd = counts + 3 * P;
+    ep_without_self(ep, rt->scounts, sc);
+    ep_compact_displs(ep, rt->scounts, sd);
+    ep_without_self(ep, rt->rcounts, rc);
+    ep_compact_displs(ep, rt->rcounts, rd);
+    float *stage = ep->stage_scale;
+    MPI_Alltoallv(pack_scale, sc, sd, MPI_FLOAT, stage, rc, rd, MPI_FLOAT, ep->comm);
+    for (int s = 0; s < P; s++) {
+        int64_t at = rd[s];
+        for (int64_t l = 0; l < nl && s != ep->rank; l++) {
+            int len = rt->blk_len[(int64_t)s * nl + l];
+            memcpy(to + rt->blk_pos[(int64_t)s * nl + l], stage + at, (size_t)len * sizeof *to);
+            at += len;
+        }
+    }
+}
+
 qmoe_status ep_dispatch(qmoe_ep *ep, qmoe_status st, int64_t tokens, const void *x,
                         const float *x_scale, const int32_t *expert_idx, ep_recv *to,
                         int64_t *group_list, int64_t *recv_rows)
 {
-    const int P = ep->size, q = ep->x_dtype == QMOE_DTYPE_INT8;
+    const int P = ep->size, q = ep->x_dtype == QMOE_DTYPE_INT8, me = ep->rank;
     const int64_t E = ep->E, K = ep->K, nl = ep->nlocal;
     const size_t row = (size_t)ep->H * ep->x_size;
     const int64_t n = st == QMOE_OK ? tokens * K : 0; /* rows this rank sends */
     ep_route rt = {.tokens = tokens};
     int *send_e = ep_alloc((size_t)P, (size_t)E * sizeof(int));
-    int *recv_e = ep_alloc((size_t)P, (size_t)E * sizeof(int));
+    int *recv_e = ep_alloc((size_t)P, (size_t)(E > 4 ? E : 4) * sizeof(int));
     int64_t *start = ep_alloc((size_t)E, sizeof(int64_t));
     int64_t *groups = ep_alloc((size_t)nl, sizeof(int64_t));
+    MPI_Request *req = ep_alloc((size_t)E + (size_t)P * (size_t)nl, sizeof *req);
     rt.rcounts = ep_alloc((size_t)P, sizeof(int));
-    rt.rdispls = ep_alloc((size_t)P, sizeof(int));
     rt.scounts = ep_alloc((size_t)P, sizeof(int));
     rt.sdispls = ep_alloc((size_t)P, sizeof(int));
+    rt.pcnt = ep_alloc((size_t)E, sizeof(int));
     rt.blk_len = ep_alloc((size_t)P, (size_t)nl * sizeof(int));
     rt.blk_pos = ep_alloc((size_t)P, (size_t)nl * sizeof(int64_t));
-    rt.slot = ep_alloc((size_t)n, sizeof(int64_t));
+    rt.src = ep_alloc((size_t)n, sizeof(int64_t));
     if (st == QMOE_OK &&
-        (!send_e || !recv_e || !start || !groups || !rt.rcounts || !rt.rdispls || !rt.scounts ||
-         !rt.sdispls || !rt.blk_len || !rt.blk_pos || !rt.slot ||
-         !ep_reserve(&ep->pack, &ep->pack_cap, (size_t)n, row) ||
-         (q && !ep_reserve(&ep->pack_scale, &ep->pack_scale_cap, (size_t)n, sizeof(float)))))
+        (!send_e || !recv_e || !start || !groups || !req || !rt.rcounts || !rt.scounts ||
+         !rt.sdispls || !rt.pcnt || !rt.blk_len || !rt.blk_pos || !rt.src))
         st = ep_fail(QMOE_ERR_INNER, "out of memory for %lld rows to send", (long long)n);
     if ((st = ep_agree(ep->comm, st)) != QMOE_OK) goto done;
 
     /* Send order: by (owner, local expert) = order[e], then token, then k (a stable counting
      * sort), so each rank receives its rows grouped by its experts from every source. */
-    unsigned char *sbuf = ep->pack;
-    float *sscale = ep->pack_scale;
     memset(send_e, 0, (size_t)P * (size_t)E * sizeof(int));
-    memset(start, 0, (size_t)E * sizeof(int64_t));
-    for (int64_t i = 0; i < n; i++) start[ep->order[expert_idx[i]]]++;
+    memset(rt.pcnt, 0, (size_t)E * sizeof(int));
+    for (int64_t i = 0; i < n; i++) rt.pcnt[ep->order[expert_idx[i]]]++;
     for (int64_t e = 0; e < E; e++)
-        send_e[(int64_t)ep->owner[e] * E + e] = (int)start[ep->order[e]];
-    for (int64_t p = 0, acc = 0; p < E; p++) {
-        int64_t c = start[p];
-        start[p] = acc;
+        send_e[(int64_t)ep->owner[e] * E + e] = rt.pcnt[ep->order[e]];
+    for (int d = 0, acc = 0; d < P; d++) {
+        int c = 0;
+        for (int64_t p = ep->pos_first[d]; p < ep->pos_first[d + 1]; p++) c += rt.pcnt[p];
+        rt.scounts[d] = c; /* <= n <= INT_MAX */
+        rt.sdispls[d] = acc;
         acc += c;
     }
-    for (int64_t i = 0; i < n; i++) {
-        int64_t s = start[ep->order[expert_idx[i]]]++;
-        rt.slot[i] = s;
-        memcpy(sbuf + (size_t)s * row, (const unsigned char *)x + (size_t)(i / K) * row, row);
-        if (q) sscale[s] = x_scale[i / K];
-    }
-    for (int d = 0, acc = 0; d < P; d++) {
-        int64_t c = 0;
-        for (int64_t e = 0; e < E; e++) c += send_e[(int64_t)d * E + e];
-        rt.scounts[d] = (int)c; /* <= n <= INT_MAX */
-        rt.sdispls[d] = acc;
-        acc += (int)c;
-    }
+    rt.nremote = n - rt.scounts[me];
     MPI_Alltoall(send_e, (int)E, MPI_INT, recv_e, (int)E, MPI_INT, ep->comm);
 
     /* Where source s's rows for local expert l go: expert-major, then source. */
@@ -131,12 +169,10 @@ qmoe_status ep_dispatch(qmoe_ep *ep, qmoe_status st, int64_t tokens, const void 
         total += c;
     }
     rt.recv_total = total;
-    for (int s = 0, at = 0; s < P; s++) {
+    for (int s = 0; s < P; s++) {
         int64_t c = 0;
         for (int64_t l = 0; l < nl; l++) c += rt.blk_len[(int64_t)s * nl + l];
         rt.rcounts[s] = (int)(c > INT_MAX ? INT_MAX : c); /* total > INT_MAX fails below */
-        rt.rdispls[s] = at;
-        at = (int)(at + c > INT_MAX ? INT_MAX : at + c);
     }
     if (to->capacity >= 0 && total > to->capacity)
         st = ep_fail(QMOE_ERR_PARAM_INVALID, "%lld rows arrive at rank %d: more than capacity %lld",
@@ -144,27 +180,47 @@ qmoe_status ep_dispatch(qmoe_ep *ep, qmoe_status st, int64_t tokens, const void 
     else if (total > INT_MAX)
         st = ep_fail(QMOE_ERR_PARAM_INVALID, "%lld rows arrive at rank %d: over INT_MAX",
                      (long long)total, ep->rank);
-    else if (!ep_reserve(&ep->stage, &ep->stage_cap, (size_t)total, row) ||
-             (q &&
-              !ep_reserve(&ep->stage_scale, &ep->stage_scale_cap, (size_t)total, sizeof(float))))
-        st = ep_fail(QMOE_ERR_INNER, "out of memory for %lld received rows", (long long)total);
+    else if (!ep_reserve(&ep->pack, &ep->pack_cap, (size_t)rt.nremote, row) ||
+             (q && (!ep_reserve(&ep->pack_scale, &ep->pack_scale_cap, (size_t)rt.nremote,
+                                sizeof(float)) ||
+                    !ep_reserve(&ep->stage_scale, &ep->stage_scale_cap, (size_t)total,
+                                sizeof(float)))))
+        st = ep_fail(QMOE_ERR_INNER, "out of memory for %lld + %lld rows", (long long)n,
+                     (long long)total);
     else if (to->capacity < 0)
         st = reserve_own(ep, to, total, row);
     if ((st = ep_agree(ep->comm, st)) != QMOE_OK) goto done;
 
-    /* Contiguous blocks per peer keep MPI on its fast (single-copy) path; the regrouping by
-     * local expert is one block copy per (source, expert) here. */
-    ep_without_self(ep, rt.scounts, send_e); /* E >= 1 ints per rank: room for P */
-    ep_without_self(ep, rt.rcounts, recv_e);
-    MPI_Alltoallv(sbuf, send_e, rt.sdispls, ep->x_row, ep->stage, recv_e, rt.rdispls, ep->x_row,
-                  ep->comm);
-    if (q)
-        MPI_Alltoallv(sscale, send_e, rt.sdispls, MPI_FLOAT, ep->stage_scale, recv_e, rt.rdispls,
-                      MPI_FLOAT, ep->comm);
-    ep_regroup(ep, &rt, row, 1, ep->stage, to->x, sbuf + (size_t)rt.sdispls[ep->rank] * row);
-    if (q)
-        ep_regroup(ep, &rt, sizeof(float), 1, ep->stage_scale, to->scale,
-                   sscale + rt.sdispls[ep->rank]);
+    /* Each row is written once before MPI: the rank's own straight to its grouped place, the
+     * others into the pack buffer in compact send order (the send order without the rank's own
+     * rows), where they leave from. next[p]: the next such row of expert position p. */
+    int64_t *next = start;
+    for (int64_t p = 0, acc = 0; p < E; p++) {
+        int own = p >= ep->pos_first[me] && p < ep->pos_first[me + 1];
+        next[p] = own ? rt.blk_pos[(int64_t)me * nl + (p - ep->pos_first[me])]
+                      : acc - (p >= ep->pos_first[me + 1] ? rt.scounts[me] : 0);
+        acc += rt.pcnt[p];
+    }
+    const unsigned char *xb = x;
+    unsigned char *pack = ep->pack, *grouped = to->x;
+    float *pscale = ep->pack_scale;
+    for (int64_t i = 0; i < n; i++) {
+        int32_t e = expert_idx[i];
+        int64_t r = next[ep->order[e]]++;
+        const unsigned char *xr = xb + (size_t)(i / K) * row;
+        if (ep->owner[e] == me) {
+            memcpy(grouped + (size_t)r * row, xr, row);
+            if (q) to->scale[r] = x_scale[i / K];
+            rt.src[i] = -1 - r;
+        } else {
+            memcpy(pack + (size_t)r * row, xr, row);
+            if (q) pscale[r] = x_scale[i / K];
+            rt.src[i] = r;
+        }
+    }
+    int nreq = post_rows(ep, &rt, pack, grouped, req);
+    if (q) move_scales(ep, &rt, pscale, to->scale, recv_e); /* recv_e: >= 4 P ints (E >= 1) */
+    MPI_Waitall(nreq, req, MPI_STATUSES_IGNORE);
     if (nl > 0) memcpy(group_list, groups, (size_t)nl * sizeof *groups);
     *recv_rows = total;
     ep_route_free(&ep->route);
@@ -178,5 +234,6 @@ done:
     free(recv_e);
     free(start);
     free(groups);
+    free(req);
     return st;
 }

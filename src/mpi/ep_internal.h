@@ -13,14 +13,19 @@
 #define EP_PRINTF(a, b)
 #endif
 
-/* What one dispatch leaves for its combine, in rows. */
+/* What one dispatch leaves for its combine, in rows. Send order: by (owner rank, local expert),
+ * then token, then k. Remote rows: the send order without the rank's own rows ("compact"), in
+ * which they leave in dispatch (the pack buffer) and come home in combine. */
 typedef struct ep_route {
-    int64_t tokens, recv_total;
-    int *scounts, *sdispls; /* [P]: rows this rank sent to each rank, in send order */
-    int *rcounts, *rdispls; /* [P]: rows received from each rank, source-major staging */
+    int64_t tokens, recv_total, nremote; /* nremote: this rank's rows that go to other ranks */
+    int *scounts, *sdispls; /* [P]: rows this rank sent to each rank, send order */
+    int *rcounts;           /* [P]: rows received from each rank */
+    int *pcnt;              /* [E]: rows sent to each expert, by its position order[e] */
     int *blk_len;           /* [P * nlocal]: rows from source s for local expert l */
     int64_t *blk_pos;       /* [P * nlocal]: where they are in the delivered (grouped) rows */
-    int64_t *slot;          /* [tokens * K]: send-order row of token t, choice k */
+    /* [tokens * K]: where token t's choice k is after the exchange: >= 0 a remote row (compact
+     * send order, in the rows that come home); < 0: -1 - its row in this rank's grouped rows */
+    int64_t *src;
 } ep_route;
 
 struct qmoe_ep {
@@ -33,13 +38,15 @@ struct qmoe_ep {
     int64_t *order;     /* [E] position of expert e when sorted by (owner, id) */
     int64_t *local_ids; /* [nlocal] this rank's experts, ascending */
     int64_t nlocal;
+    int64_t *pos_first; /* [P + 1]: rank r's experts are order positions [pos_first[r], [r + 1]) */
+    int threads;        /* combine's weighted sum */
     MPI_Datatype x_row; /* H * x_size bytes */
     int dispatched;
     ep_route route;
-    /* Kept between calls (no page faults per batch): the rows leaving in dispatch, coming home
-     * in combine, and the scales leaving. */
-    void *pack, *home, *pack_scale, *stage, *stage_scale;
-    size_t pack_cap, home_cap, pack_scale_cap, stage_cap, stage_scale_cap;
+    /* Kept between calls (no page faults per batch): the remote rows and scales leaving in
+     * dispatch, the scales arriving (source-major), the rows coming home in combine. */
+    void *pack, *home, *pack_scale, *stage_scale;
+    size_t pack_cap, home_cap, pack_scale_cap, stage_scale_cap;
     /* The layer forward's (ep_layer.c), kept too, 64-byte aligned: the rank's quantized tokens
      * and routing, the rows its experts run (received + shared), their outputs, the experts'
      * workspace. */
@@ -61,10 +68,11 @@ qmoe_status ep_dispatch(qmoe_ep *ep, qmoe_status st, int64_t tokens, const void 
                         int64_t *group_list, int64_t *recv_rows);
 
 /* The exchange half of qmoe_moe_combine: checks (with `st`, the caller's local status, all
- * agreed), then the processed rows come home into ep->home in send order (row slot[t * K + j]
- * is token t's choice j), with room for `extra` more rows after the tokens * K. */
+ * agreed), then the processed rows of other ranks' tokens go back to them and this rank's remote
+ * rows come home into `home` (NULL: ep->home, grown here) in compact send order (route.src).
+ * The rank's own rows stay where they are in expert_y. */
 qmoe_status ep_send_home(qmoe_ep *ep, qmoe_status st, qmoe_dtype y_dtype, const void *expert_y,
-                         int64_t rows, int64_t extra);
+                         int64_t rows, void *home);
 
 /* Every rank's values equal? (One MPI_Allreduce; scratch holds 2n.) */
 int ep_same_values(MPI_Comm comm, const int64_t *v, int64_t n, int64_t *scratch);
@@ -90,15 +98,18 @@ int ep_reserve(void **buf, size_t *cap, size_t a, size_t b);
 /* ep_reserve, 64-byte aligned (buffers the operators read as tensors). */
 int ep_reserve_aligned(void **buf, size_t *cap, size_t a, size_t b);
 
-/* Received rows are source-major in the staging buffer (each source's rows by local expert) and
- * expert-major where the caller has them. Copies whole blocks of `row` bytes between the two:
- * to_grouped 1: from staging to grouped (dispatch); 0: from grouped to staging (combine). The
- * rank's own rows never go through MPI: `self` is where they are (dispatch: its send buffer) or
- * go (combine: home), in place of staging, for that source. */
-void ep_regroup(const qmoe_ep *ep, const ep_route *rt, size_t row, int to_grouped, const void *from,
-                void *to, void *self);
-
 /* Row counts for an MPI exchange without the rank's own rows (copied by ep_regroup). */
 void ep_without_self(const qmoe_ep *ep, const int *counts, int *out);
+/* Displacements of counts[P] without the rank's own (a compact layout). */
+void ep_compact_displs(const qmoe_ep *ep, const int *counts, int *out);
+
+/* Tags of the row messages: one per (peer, expert) block, contiguous on both sides. */
+enum { EP_TAG_DISPATCH = 1, EP_TAG_COMBINE = 2 };
+
+/* out[t] = sum over j of w[t, j] * y(t, j) for this rank's tokens, rows from `home` (remote)
+ * or expert_y (own), in float32 from 0 in j order (weights NULL: 1), stored as out_dtype (round
+ * to nearest even); up to ep->threads threads split the tokens, acc: [threads, H] floats. */
+void ep_weighted_sum(const qmoe_ep *ep, qmoe_dtype y_dtype, const void *expert_y, const void *home,
+                     const float *weights, qmoe_dtype out_dtype, void *out, float *acc);
 
 #endif

@@ -136,11 +136,13 @@ static qmoe_status gate_tokens(qmoe_ep *ep, const qmoe_moe_layer *layer, int thr
 }
 
 /* The rows this rank's experts run: `total` received (grouped by local expert), then m copies
- * of its own T tokens for the shared expert's chunks; group_list over the layer's experts. */
+ * of its own T tokens for the shared expert's chunks; group_list over the layer's experts. Their
+ * outputs (ep->ty) are followed by room for the rank's remote rows coming home. */
 static qmoe_status run_experts(qmoe_ep *ep, const qmoe_moe_layer *layer, qmoe_dtype yd,
                                const int64_t *groups, int64_t total, int64_t T, int64_t m)
 {
     const int64_t H = ep->H, nh = qmoe_moe_layer_held_experts(layer), A = total + m * T;
+    const int64_t all = A + ep->route.nremote;
     size_t ys = ep_dtype_size(yd);
     for (int64_t k = 0; k < m && T > 0; k++) {
         memcpy((int8_t *)ep->rx + (size_t)(total + k * T) * (size_t)H, ep->tq, (size_t)(T * H));
@@ -148,8 +150,8 @@ static qmoe_status run_experts(qmoe_ep *ep, const qmoe_moe_layer *layer, qmoe_dt
     }
     uint64_t wsz = 0;
     int64_t *cum = ep_alloc((size_t)(nh + m), sizeof *cum);
-    if (!cum || !ep_reserve_aligned(&ep->ty, &ep->ty_cap, (size_t)A, (size_t)H * ys))
-        return free(cum), ep_fail(QMOE_ERR_INNER, "out of memory for %lld expert rows", (long long)A);
+    if (!cum || !ep_reserve_aligned(&ep->ty, &ep->ty_cap, (size_t)all, (size_t)H * ys))
+        return free(cum), ep_fail(QMOE_ERR_INNER, "out of memory for %lld expert rows", (long long)all);
     for (int64_t i = 0, l = 0, at = 0; i < nh + m; i++) {
         if (i >= nh) at += T;
         else if (l < ep->nlocal && qmoe_moe_layer_held_expert_id(layer, i) == ep->local_ids[l])
@@ -172,9 +174,10 @@ static qmoe_status run_experts(qmoe_ep *ep, const qmoe_moe_layer *layer, qmoe_dt
 }
 
 /* The weighted sum in token order is the layer's own finalize operator (the single-process
- * forward's last step, so its bits): expanded rows = the rows come home (token t's choice j at
- * slot[t * K + j]) then the shared expert's m * T rows, weights [T, K + m] of the gating's dtype
- * with 1 for the shared columns. Planned (and its memory taken) before the ranks agree. */
+ * forward's last step, so its bits) over ep->ty as the expanded rows, where every row already
+ * is: the rank's own experts' outputs (grouped), the shared expert's m * T rows, then the remote
+ * rows come home; weights [T, K + m] of the gating's dtype with 1 for the shared columns.
+ * Planned (and its memory taken) before the ranks agree. */
 typedef struct finish {
     qmoe_moe_executor *fin;
     qmoe_tensor *t[4];
@@ -194,25 +197,31 @@ static qmoe_status plan_finish(qmoe_ep *ep, int threads, int64_t T, int64_t m, q
                                qmoe_dtype ld, const qmoe_tensor *out, finish *f)
 {
     const int64_t K = ep->K, K2 = K + m, H = ep->H, A = T * K2;
-    const size_t ls = ld == QMOE_DTYPE_FLOAT32 ? 4 : 2, row = (size_t)H * ep_dtype_size(hd);
-    if (!ep_reserve(&ep->home, &ep->home_cap, (size_t)A, row) ||
-        !(f->ridx = ep_alloc((size_t)A, sizeof *f->ridx)) || !(f->w2 = ep_alloc((size_t)A, ls)))
+    const int64_t own = ep->route.recv_total + m * T, rows = own + ep->route.nremote;
+    const size_t ls = ld == QMOE_DTYPE_FLOAT32 ? 4 : 2;
+    if (rows > INT32_MAX) /* row indices are int32 */
+        return ep_fail(QMOE_ERR_PARAM_INVALID, "%lld expert rows at rank %d: over INT32_MAX",
+                       (long long)rows, ep->rank);
+    if (!(f->ridx = ep_alloc((size_t)A, sizeof *f->ridx)) || !(f->w2 = ep_alloc((size_t)A, ls)))
         return ep_fail(QMOE_ERR_INNER, "out of memory for %lld rows", (long long)A);
     const uint16_t one16 = ld == QMOE_DTYPE_FLOAT16 ? 0x3C00 : 0x3F80; /* 1.0 in fp16 / bf16 */
     const float one32 = 1.0f;
     for (int64_t t = 0; t < T; t++)
         for (int64_t j = 0; j < K2; j++) {
             int64_t at = t * K2 + j;
-            f->ridx[at] = (int32_t)(j < K ? ep->route.slot[t * K + j] : T * K + (j - K) * T + t);
+            int64_t s = j < K ? ep->route.src[t * K + j] : 0;
+            f->ridx[at] = (int32_t)(j >= K ? ep->route.recv_total + (j - K) * T + t
+                                    : s >= 0 ? own + s
+                                             : -1 - s);
             memcpy((char *)f->w2 + (size_t)at * ls,
                    j < K ? (const char *)ep->tw + (size_t)(t * K + j) * ls
                          : ls == 4 ? (const void *)&one32 : (const void *)&one16,
                    ls);
         }
-    int64_t xs[2] = {A, H}, ws[2] = {T, K2};
+    int64_t xs[2] = {rows, H}, ws[2] = {T, K2};
     qmoe_moe_options mo = QMOE_MOE_OPTIONS_INIT;
     mo.threads = threads;
-    qmoe_status st = qmoe_tensor_create(xs, 2, NULL, hd, QMOE_FORMAT_ND, ep->home, &f->t[0]);
+    qmoe_status st = qmoe_tensor_create(xs, 2, NULL, hd, QMOE_FORMAT_ND, ep->ty, &f->t[0]);
     if (!st) st = qmoe_tensor_create(&A, 1, NULL, QMOE_DTYPE_INT32, QMOE_FORMAT_ND, f->ridx, &f->t[1]);
     if (!st) st = qmoe_tensor_create(ws, 2, NULL, ld, QMOE_FORMAT_ND, f->w2, &f->t[2]);
     if (!st)
@@ -251,10 +260,9 @@ qmoe_status qmoe_ep_layer_forward(qmoe_ep *ep, const qmoe_moe_layer *layer,
     if (st) goto done;
     st = run_experts(ep, layer, hd, groups, total, T, m);
     if (!st && T > 0) st = plan_finish(ep, c.threads, T, m, hd, ld, out, &f);
-    st = ep_send_home(ep, st, hd, ep->ty, total, m * T);
+    st = ep_send_home(ep, st, hd, ep->ty, total,
+                      st ? NULL : (char *)ep->ty + (size_t)(total + m * T) * row);
     if (st || T == 0) goto done;
-    memcpy((char *)ep->home + (size_t)(T * ep->K) * row, (const char *)ep->ty + (size_t)total * row,
-           (size_t)(m * T) * row);
     st = qmoe_moe_finalize_routing(f.ws, f.wsz, f.fin, NULL);
     if (st) st = ep_fail(st, "%s", qmoe_last_error()); /* not reached: checked when planned */
 done:

@@ -1,0 +1,88 @@
+/* Combine's weighted sum in token order: each token's K rows, wherever the exchange left them
+ * (home for other ranks' experts, expert_y for the rank's own), in finalize's arithmetic. The
+ * tokens are split over threads; a token is summed by one thread in j order, so the bits do not
+ * depend on the thread count. */
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "core/halfconv.h"
+#include "ep_internal.h"
+
+typedef struct sum_part {
+    const qmoe_ep *ep;
+    qmoe_dtype y_dtype, out_dtype;
+    const unsigned char *y, *home;
+    const float *weights;
+    void *out;
+    float *acc;
+    int64_t t0, t1;
+} sum_part;
+
+/* acc[h] += w * y[h] over a row of y_dtype (separate multiply and add: -ffp-contract=off). */
+static void add_row(float *restrict acc, float w, qmoe_dtype y_dtype,
+                    const unsigned char *restrict y, int64_t H)
+{
+    if (y_dtype == QMOE_DTYPE_FLOAT32) {
+        const float *yf = (const float *)(const void *)y;
+        for (int64_t h = 0; h < H; h++) acc[h] += w * yf[h];
+    } else if (y_dtype == QMOE_DTYPE_BFLOAT16) {
+        const uint16_t *yb = (const uint16_t *)(const void *)y;
+        for (int64_t h = 0; h < H; h++) acc[h] += w * qmoe_bf16_to_f32(yb[h]);
+    } else {
+        const uint16_t *yh = (const uint16_t *)(const void *)y;
+        for (int64_t h = 0; h < H; h++) acc[h] += w * qmoe_f16_to_f32(yh[h]);
+    }
+}
+
+static void *sum_tokens(void *arg)
+{
+    const sum_part *a = arg;
+    const int64_t H = a->ep->H, K = a->ep->K;
+    const int64_t *src = a->ep->route.src;
+    const size_t row = (size_t)H * ep_dtype_size(a->y_dtype);
+    float *acc = a->acc;
+    for (int64_t t = a->t0; t < a->t1; t++) {
+        memset(acc, 0, (size_t)H * sizeof *acc);
+        for (int64_t j = 0; j < K; j++) {
+            int64_t s = src[t * K + j];
+            const unsigned char *r = s >= 0 ? a->home + (size_t)s * row : a->y + (size_t)(-1 - s) * row;
+            add_row(acc, a->weights ? a->weights[t * K + j] : 1.0f, a->y_dtype, r, H);
+        }
+        if (a->out_dtype == QMOE_DTYPE_FLOAT32) {
+            memcpy((float *)a->out + t * H, acc, (size_t)H * sizeof *acc);
+        } else if (a->out_dtype == QMOE_DTYPE_FLOAT16) {
+            uint16_t *o = (uint16_t *)a->out + t * H;
+            for (int64_t h = 0; h < H; h++) o[h] = qmoe_f32_to_f16(acc[h]);
+        } else {
+            uint16_t *o = (uint16_t *)a->out + t * H;
+            for (int64_t h = 0; h < H; h++) o[h] = qmoe_f32_to_bf16(acc[h]);
+        }
+    }
+    return NULL;
+}
+
+enum { MAX_PARTS = 64, MIN_ROWS_PER_PART = 64 }; /* a thread start costs ~ one 8 KiB row's sum */
+
+void ep_weighted_sum(const qmoe_ep *ep, qmoe_dtype y_dtype, const void *expert_y, const void *home,
+                     const float *weights, qmoe_dtype out_dtype, void *out, float *acc)
+{
+    const int64_t T = ep->route.tokens, K = ep->K;
+    int64_t parts = ep->threads < MAX_PARTS ? ep->threads : MAX_PARTS;
+    if (parts > T * K / MIN_ROWS_PER_PART) parts = T * K / MIN_ROWS_PER_PART;
+    if (parts < 1) parts = 1;
+    sum_part p[MAX_PARTS];
+    pthread_t th[MAX_PARTS];
+    int started[MAX_PARTS] = {0};
+    for (int64_t i = 0; i < parts; i++) {
+        p[i] = (sum_part){ep, y_dtype, out_dtype, expert_y, home, weights, out,
+                          acc + (size_t)i * (size_t)ep->H, T * i / parts, T * (i + 1) / parts};
+        /* a thread that cannot start: its part runs here below */
+        if (i > 0) started[i] = pthread_create(&th[i], NULL, sum_tokens, &p[i]) == 0;
+    }
+    sum_tokens(&p[0]);
+    for (int64_t i = 1; i < parts; i++) {
+        if (started[i]) pthread_join(th[i], NULL);
+        else sum_tokens(&p[i]);
+    }
+}
