@@ -22,6 +22,7 @@ void ep_route_free(ep_route *r)
     free(r->rcounts);
     free(r->pcnt);
     free(r->blk_len);
+    free(r->blk_chunk);
     free(r->blk_pos);
     free(r->src);
     *r = (ep_route){0};

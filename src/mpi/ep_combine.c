@@ -19,44 +19,56 @@ qmoe_status qmoe_moe_combine(qmoe_ep *ep, qmoe_dtype y_dtype, const void *expert
         st = ep_fail(QMOE_ERR_PARAM_NULLPTR, "out is NULL with %lld tokens", (long long)rt->tokens);
     float *acc = ep_alloc((size_t)ep->threads, (size_t)H * sizeof(float)); /* per thread */
     if (st == QMOE_OK && !acc) st = ep_fail(QMOE_ERR_INNER, "out of memory");
-    st = ep_send_home(ep, st, y_dtype, expert_y, rows, NULL);
-    if (st == QMOE_OK) {
-        ep_weighted_sum(ep, y_dtype, expert_y, ep->home, weights, out_dtype, out, acc);
-        ep_clear_error();
-    }
+    ep_sum_args sum = {weights, out_dtype, out, acc};
+    st = ep_send_home(ep, st, y_dtype, expert_y, rows, NULL, &sum);
+    if (st == QMOE_OK) ep_clear_error();
     free(acc);
     return st;
 }
 
-/* The other ranks' rows go back from their grouped places, one message per (source, local
- * expert) block; this rank's remote rows come home one message per (owner, expert) block, in
- * the order dispatch sent them (so the k-th message of a pair matches the k-th receive). */
-static int post_home(qmoe_ep *ep, const unsigned char *y, size_t row, MPI_Datatype y_row,
-                     unsigned char *home, MPI_Request *req)
+/* The other ranks' rows go back from their grouped places, one message per (chunk of the
+ * source's tokens, source, local expert) sub-block, chunk by chunk. */
+static int post_back(qmoe_ep *ep, const unsigned char *y, size_t row, MPI_Datatype y_row,
+                     MPI_Request *req)
 {
     const ep_route *rt = &ep->route;
     const int64_t nl = ep->nlocal;
     int n = 0;
-    int64_t at = 0; /* compact send order */
-    for (int d = 0; d < ep->size; d++)
-        for (int64_t p = ep->pos_first[d]; p < ep->pos_first[d + 1] && d != ep->rank; p++) {
-            if (rt->pcnt[p])
-                MPI_Irecv(home + (size_t)at * row, rt->pcnt[p], y_row, d, EP_TAG_COMBINE, ep->comm,
-                          &req[n++]);
-            at += rt->pcnt[p];
-        }
     for (int s = 0; s < ep->size; s++)
         for (int64_t l = 0; l < nl && s != ep->rank; l++) {
-            int len = rt->blk_len[(int64_t)s * nl + l];
+            int64_t b = (int64_t)s * nl + l, at = rt->blk_pos[b];
+            for (int c = 0; c < EP_CHUNKS; c++) {
+                int len = rt->blk_chunk[b * EP_CHUNKS + c];
+                if (len)
+                    MPI_Isend(y + (size_t)at * row, len, y_row, s, EP_TAG_COMBINE + c, ep->comm,
+                              &req[n++]);
+                at += len;
+            }
+        }
+    return n;
+}
+
+/* This rank's remote rows of chunk c come home in the order dispatch sent them (per owner, by
+ * expert: the k-th message of a pair and tag matches the k-th receive). at[p]: where expert
+ * position p's next rows go. */
+static int post_home(qmoe_ep *ep, int c, size_t row, MPI_Datatype y_row, unsigned char *home,
+                     int64_t *at, MPI_Request *req)
+{
+    const ep_route *rt = &ep->route;
+    int n = 0;
+    for (int d = 0; d < ep->size; d++)
+        for (int64_t p = ep->pos_first[d]; p < ep->pos_first[d + 1] && d != ep->rank; p++) {
+            int len = rt->pcnt[p * EP_CHUNKS + c];
             if (len)
-                MPI_Isend(y + (size_t)rt->blk_pos[(int64_t)s * nl + l] * row, len, y_row, s,
-                          EP_TAG_COMBINE, ep->comm, &req[n++]);
+                MPI_Irecv(home + (size_t)at[p] * row, len, y_row, d, EP_TAG_COMBINE + c, ep->comm,
+                          &req[n++]);
+            at[p] += len;
         }
     return n;
 }
 
 qmoe_status ep_send_home(qmoe_ep *ep, qmoe_status st, qmoe_dtype y_dtype, const void *expert_y,
-                         int64_t rows, void *home)
+                         int64_t rows, void *home, const ep_sum_args *sum)
 {
     const ep_route *rt = &ep->route;
     const int64_t H = ep->H;
@@ -74,20 +86,38 @@ qmoe_status ep_send_home(qmoe_ep *ep, qmoe_status st, qmoe_dtype y_dtype, const 
     } else if (rows > 0 && !expert_y) {
         st = ep_fail(QMOE_ERR_PARAM_NULLPTR, "expert_y is NULL with %lld rows", (long long)rows);
     }
-    MPI_Request *req = ep_alloc((size_t)ep->E + (size_t)ep->size * (size_t)ep->nlocal, sizeof *req);
+    /* sends: one per (source, local expert, chunk); receives of one chunk: one per expert */
+    MPI_Request *req = ep_alloc((size_t)ep->size * (size_t)ep->nlocal * EP_CHUNKS + (size_t)ep->E,
+                                sizeof *req);
+    int64_t *at = ep_alloc((size_t)ep->E, sizeof *at);
     if (st == QMOE_OK &&
-        (!req || (!home && !ep_reserve(&ep->home, &ep->home_cap, (size_t)rt->nremote, row))))
+        (!req || !at || (!home && !ep_reserve(&ep->home, &ep->home_cap, (size_t)rt->nremote, row))))
         st = ep_fail(QMOE_ERR_INNER, "out of memory for %lld rows", (long long)rt->nremote);
     if ((st = ep_agree(ep->comm, st)) != QMOE_OK) {
-        free(req);
+        free(req), free(at);
         return st;
     }
+    unsigned char *h = home ? home : ep->home;
     MPI_Datatype y_row;
     MPI_Type_contiguous((int)row, MPI_BYTE, &y_row);
     MPI_Type_commit(&y_row);
-    int n = post_home(ep, expert_y, row, y_row, home ? home : ep->home, req);
-    MPI_Waitall(n, req, MPI_STATUSES_IGNORE);
+    for (int64_t p = 0, acc = 0; p < ep->E; p++) { /* compact send order, as in dispatch */
+        at[p] = acc;
+        if (p < ep->pos_first[ep->rank] || p >= ep->pos_first[ep->rank + 1])
+            for (int c = 0; c < EP_CHUNKS; c++) acc += rt->pcnt[p * EP_CHUNKS + c];
+    }
+    int ns = post_back(ep, expert_y, row, y_row, req);
+    /* Chunk by chunk: its rows come home, then (combine) its tokens are summed while the rows
+     * are still in cache. Chunk c's tokens: t * chunks / T == c. */
+    for (int64_t c = 0, T = rt->tokens; c < rt->chunks; c++) {
+        int nr = post_home(ep, (int)c, row, y_row, h, at, req + ns);
+        MPI_Waitall(nr, req + ns, MPI_STATUSES_IGNORE);
+        if (sum)
+            ep_weighted_sum(ep, y_dtype, expert_y, h, sum, (c * T + rt->chunks - 1) / rt->chunks,
+                            ((c + 1) * T + rt->chunks - 1) / rt->chunks);
+    }
+    MPI_Waitall(ns, req, MPI_STATUSES_IGNORE);
     MPI_Type_free(&y_row);
-    free(req);
+    free(req), free(at);
     return QMOE_OK;
 }

@@ -15,10 +15,11 @@ static qmoe_status check_config(const qmoe_ep_config *c, int size, int32_t **own
                        offsetof(qmoe_ep_config, threads));
     if (c->struct_size >= sizeof(qmoe_ep_config) && (c->threads < 0 || c->threads > 4096))
         return ep_fail(QMOE_ERR_PARAM_INVALID, "config: threads %d not in [0, 4096]", c->threads);
-    /* E counts per rank travel in one MPI_Alltoall, 2E values in one MPI_Allreduce */
-    if (c->num_experts < 1 || c->num_experts > INT_MAX / 2)
-        return ep_fail(QMOE_ERR_PARAM_INVALID, "config: num_experts %lld not in [1, INT_MAX / 2]",
-                       (long long)c->num_experts);
+    /* E * EP_CHUNKS counts per rank pair travel in one MPI_Alltoall, 2E values in one
+     * MPI_Allreduce */
+    if (c->num_experts < 1 || c->num_experts > INT_MAX / (2 * EP_CHUNKS))
+        return ep_fail(QMOE_ERR_PARAM_INVALID, "config: num_experts %lld not in [1, %d]",
+                       (long long)c->num_experts, INT_MAX / (2 * EP_CHUNKS));
     if (c->top_k < 1 || c->top_k > INT_MAX)
         return ep_fail(QMOE_ERR_PARAM_INVALID, "config: top_k %lld not in [1, INT_MAX]",
                        (long long)c->top_k);

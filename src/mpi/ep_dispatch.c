@@ -80,10 +80,12 @@ static int post_rows(qmoe_ep *ep, const ep_route *rt, const unsigned char *pack,
     int64_t at = 0; /* compact send order */
     for (int d = 0; d < ep->size; d++)
         for (int64_t p = ep->pos_first[d]; p < ep->pos_first[d + 1] && d != ep->rank; p++) {
-            if (rt->pcnt[p])
-                MPI_Isend(pack + (size_t)at * row, rt->pcnt[p], ep->x_row, d, EP_TAG_DISPATCH,
-                          ep->comm, &req[n++]);
-            at += rt->pcnt[p];
+            int len = 0;
+            for (int c = 0; c < EP_CHUNKS; c++) len += rt->pcnt[p * EP_CHUNKS + c];
+            if (len)
+                MPI_Isend(pack + (size_t)at * row, len, ep->x_row, d, EP_TAG_DISPATCH, ep->comm,
+                          &req[n++]);
+            at += len;
         }
     return n;
 }
@@ -120,47 +122,62 @@ qmoe_status ep_dispatch(qmoe_ep *ep, qmoe_status st, int64_t tokens, const void 
     const size_t row = (size_t)ep->H * ep->x_size;
     const int64_t n = st == QMOE_OK ? tokens * K : 0; /* rows this rank sends */
     ep_route rt = {.tokens = tokens};
-    int *send_e = ep_alloc((size_t)P, (size_t)E * sizeof(int));
-    int *recv_e = ep_alloc((size_t)P, (size_t)(E > 4 ? E : 4) * sizeof(int));
+    const int64_t EC = E * EP_CHUNKS; /* counts per rank pair: (expert, chunk) */
+    int *send_e = ep_alloc((size_t)P, (size_t)EC * sizeof(int));
+    int *recv_e = ep_alloc((size_t)P, (size_t)EC * sizeof(int)); /* >= 4 P ints */
     int64_t *start = ep_alloc((size_t)E, sizeof(int64_t));
     int64_t *groups = ep_alloc((size_t)nl, sizeof(int64_t));
     MPI_Request *req = ep_alloc((size_t)E + (size_t)P * (size_t)nl, sizeof *req);
     rt.rcounts = ep_alloc((size_t)P, sizeof(int));
     rt.scounts = ep_alloc((size_t)P, sizeof(int));
     rt.sdispls = ep_alloc((size_t)P, sizeof(int));
-    rt.pcnt = ep_alloc((size_t)E, sizeof(int));
+    rt.pcnt = ep_alloc((size_t)EC, sizeof(int));
     rt.blk_len = ep_alloc((size_t)P, (size_t)nl * sizeof(int));
+    rt.blk_chunk = ep_alloc((size_t)P * (size_t)nl, EP_CHUNKS * sizeof(int));
     rt.blk_pos = ep_alloc((size_t)P, (size_t)nl * sizeof(int64_t));
     rt.src = ep_alloc((size_t)n, sizeof(int64_t));
     if (st == QMOE_OK &&
         (!send_e || !recv_e || !start || !groups || !req || !rt.rcounts || !rt.scounts ||
-         !rt.sdispls || !rt.pcnt || !rt.blk_len || !rt.blk_pos || !rt.src))
+         !rt.sdispls || !rt.pcnt || !rt.blk_len || !rt.blk_chunk || !rt.blk_pos || !rt.src))
         st = ep_fail(QMOE_ERR_INNER, "out of memory for %lld rows to send", (long long)n);
     if ((st = ep_agree(ep->comm, st)) != QMOE_OK) goto done;
 
     /* Send order: by (owner, local expert) = order[e], then token, then k (a stable counting
      * sort), so each rank receives its rows grouped by its experts from every source. */
-    memset(send_e, 0, (size_t)P * (size_t)E * sizeof(int));
-    memset(rt.pcnt, 0, (size_t)E * sizeof(int));
-    for (int64_t i = 0; i < n; i++) rt.pcnt[ep->order[expert_idx[i]]]++;
-    for (int64_t e = 0; e < E; e++)
-        send_e[(int64_t)ep->owner[e] * E + e] = rt.pcnt[ep->order[e]];
+    memset(send_e, 0, (size_t)P * (size_t)EC * sizeof(int));
+    memset(rt.pcnt, 0, (size_t)EC * sizeof(int));
+    memset(start, 0, (size_t)E * sizeof(int64_t));
+    for (int64_t i = 0; i < n; i++) start[ep->order[expert_idx[i]]]++;
     for (int d = 0, acc = 0; d < P; d++) {
-        int c = 0;
-        for (int64_t p = ep->pos_first[d]; p < ep->pos_first[d + 1]; p++) c += rt.pcnt[p];
-        rt.scounts[d] = c; /* <= n <= INT_MAX */
+        int64_t c = 0;
+        for (int64_t p = ep->pos_first[d]; p < ep->pos_first[d + 1]; p++) c += start[p];
+        rt.scounts[d] = (int)c; /* <= n <= INT_MAX */
         rt.sdispls[d] = acc;
-        acc += c;
+        acc += (int)c;
     }
     rt.nremote = n - rt.scounts[me];
-    MPI_Alltoall(send_e, (int)E, MPI_INT, recv_e, (int)E, MPI_INT, ep->comm);
+    /* Chunks of >= 16 rows per message on average (a message costs a few microseconds). */
+    int64_t far = E - nl > 0 ? E - nl : 1;
+    rt.chunks = rt.nremote / (16 * far);
+    rt.chunks = rt.chunks < 1 ? 1 : rt.chunks > EP_CHUNKS ? EP_CHUNKS : rt.chunks;
+    for (int64_t i = 0; i < n; i++)
+        rt.pcnt[ep->order[expert_idx[i]] * EP_CHUNKS + (i / K) * rt.chunks / tokens]++;
+    for (int64_t e = 0; e < E; e++)
+        memcpy(send_e + (int64_t)ep->owner[e] * EC + e * EP_CHUNKS,
+               rt.pcnt + ep->order[e] * EP_CHUNKS, EP_CHUNKS * sizeof(int));
+    MPI_Alltoall(send_e, (int)EC, MPI_INT, recv_e, (int)EC, MPI_INT, ep->comm);
 
     /* Where source s's rows for local expert l go: expert-major, then source. */
     int64_t total = 0;
     for (int64_t l = 0; l < nl; l++) {
         int64_t e = ep->local_ids[l], c = 0;
         for (int s = 0; s < P; s++) {
-            int64_t k = recv_e[(int64_t)s * E + e];
+            int64_t k = 0, b = (int64_t)s * nl + l;
+            for (int ch = 0; ch < EP_CHUNKS; ch++) {
+                int r = recv_e[(int64_t)s * EC + e * EP_CHUNKS + ch];
+                rt.blk_chunk[b * EP_CHUNKS + ch] = r;
+                k += r; /* <= the source's T * K <= INT_MAX */
+            }
             rt.blk_len[(int64_t)s * nl + l] = (int)k;
             rt.blk_pos[(int64_t)s * nl + l] = total + c;
             c += k;
@@ -197,9 +214,10 @@ qmoe_status ep_dispatch(qmoe_ep *ep, qmoe_status st, int64_t tokens, const void 
     int64_t *next = start;
     for (int64_t p = 0, acc = 0; p < E; p++) {
         int own = p >= ep->pos_first[me] && p < ep->pos_first[me + 1];
+        int64_t len = start[p];
         next[p] = own ? rt.blk_pos[(int64_t)me * nl + (p - ep->pos_first[me])]
                       : acc - (p >= ep->pos_first[me + 1] ? rt.scounts[me] : 0);
-        acc += rt.pcnt[p];
+        acc += len;
     }
     const unsigned char *xb = x;
     unsigned char *pack = ep->pack, *grouped = to->x;

@@ -16,12 +16,19 @@
 /* What one dispatch leaves for its combine, in rows. Send order: by (owner rank, local expert),
  * then token, then k. Remote rows: the send order without the rank's own rows ("compact"), in
  * which they leave in dispatch (the pack buffer) and come home in combine. */
+/* Combine brings the rows home in up to EP_CHUNKS chunks of the source's tokens (chunk c: the
+ * tokens t with t * chunks / T == c), each summed as soon as it is in, while in cache. Counts
+ * per chunk travel in dispatch's count exchange. */
+enum { EP_CHUNKS = 16 };
+
 typedef struct ep_route {
     int64_t tokens, recv_total, nremote; /* nremote: this rank's rows that go to other ranks */
+    int64_t chunks;         /* this rank's token chunks, 1..EP_CHUNKS */
     int *scounts, *sdispls; /* [P]: rows this rank sent to each rank, send order */
     int *rcounts;           /* [P]: rows received from each rank */
-    int *pcnt;              /* [E]: rows sent to each expert, by its position order[e] */
+    int *pcnt;              /* [E * EP_CHUNKS]: rows sent to (expert position order[e], chunk) */
     int *blk_len;           /* [P * nlocal]: rows from source s for local expert l */
+    int *blk_chunk;         /* [P * nlocal * EP_CHUNKS]: of which from the source's chunk c */
     int64_t *blk_pos;       /* [P * nlocal]: where they are in the delivered (grouped) rows */
     /* [tokens * K]: where token t's choice k is after the exchange: >= 0 a remote row (compact
      * send order, in the rows that come home); < 0: -1 - its row in this rank's grouped rows */
@@ -67,12 +74,21 @@ qmoe_status ep_dispatch(qmoe_ep *ep, qmoe_status st, int64_t tokens, const void 
                         const float *x_scale, const int32_t *expert_idx, ep_recv *to,
                         int64_t *group_list, int64_t *recv_rows);
 
+/* What combine's weighted sum needs besides the rows (ep_weighted_sum). */
+typedef struct ep_sum_args {
+    const float *weights;
+    qmoe_dtype out_dtype;
+    void *out;
+    float *acc;
+} ep_sum_args;
+
 /* The exchange half of qmoe_moe_combine: checks (with `st`, the caller's local status, all
  * agreed), then the processed rows of other ranks' tokens go back to them and this rank's remote
  * rows come home into `home` (NULL: ep->home, grown here) in compact send order (route.src).
- * The rank's own rows stay where they are in expert_y. */
+ * The rank's own rows stay where they are in expert_y. `sum` non-NULL: each chunk of tokens is
+ * summed into sum->out as soon as its rows are home. */
 qmoe_status ep_send_home(qmoe_ep *ep, qmoe_status st, qmoe_dtype y_dtype, const void *expert_y,
-                         int64_t rows, void *home);
+                         int64_t rows, void *home, const ep_sum_args *sum);
 
 /* Every rank's values equal? (One MPI_Allreduce; scratch holds 2n.) */
 int ep_same_values(MPI_Comm comm, const int64_t *v, int64_t n, int64_t *scratch);
@@ -106,10 +122,11 @@ void ep_compact_displs(const qmoe_ep *ep, const int *counts, int *out);
 /* Tags of the row messages: one per (peer, expert) block, contiguous on both sides. */
 enum { EP_TAG_DISPATCH = 1, EP_TAG_COMBINE = 2 };
 
-/* out[t] = sum over j of w[t, j] * y(t, j) for this rank's tokens, rows from `home` (remote)
- * or expert_y (own), in float32 from 0 in j order (weights NULL: 1), stored as out_dtype (round
- * to nearest even); up to ep->threads threads split the tokens, acc: [threads, H] floats. */
+/* out[t] = sum over j of w[t, j] * y(t, j) for this rank's tokens [t0, t1), rows from `home`
+ * (remote) or expert_y (own), in float32 from 0 in j order (weights NULL: 1), stored as
+ * out_dtype (round to nearest even); up to ep->threads threads split the tokens, a->acc:
+ * [threads, H] floats. */
 void ep_weighted_sum(const qmoe_ep *ep, qmoe_dtype y_dtype, const void *expert_y, const void *home,
-                     const float *weights, qmoe_dtype out_dtype, void *out, float *acc);
+                     const ep_sum_args *a, int64_t t0, int64_t t1);
 
 #endif

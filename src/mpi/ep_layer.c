@@ -261,7 +261,7 @@ qmoe_status qmoe_ep_layer_forward(qmoe_ep *ep, const qmoe_moe_layer *layer,
     st = run_experts(ep, layer, hd, groups, total, T, m);
     if (!st && T > 0) st = plan_finish(ep, c.threads, T, m, hd, ld, out, &f);
     st = ep_send_home(ep, st, hd, ep->ty, total,
-                      st ? NULL : (char *)ep->ty + (size_t)(total + m * T) * row);
+                      st ? NULL : (char *)ep->ty + (size_t)(total + m * T) * row, NULL);
     if (st || T == 0) goto done;
     st = qmoe_moe_finalize_routing(f.ws, f.wsz, f.fin, NULL);
     if (st) st = ep_fail(st, "%s", qmoe_last_error()); /* not reached: checked when planned */

@@ -35,6 +35,11 @@ static void add_row(float *restrict acc, float w, qmoe_dtype y_dtype,
     }
 }
 
+static const unsigned char *row_at(const sum_part *a, int64_t s, size_t row)
+{
+    return s >= 0 ? a->home + (size_t)s * row : a->y + (size_t)(-1 - s) * row;
+}
+
 static void *sum_tokens(void *arg)
 {
     const sum_part *a = arg;
@@ -44,11 +49,9 @@ static void *sum_tokens(void *arg)
     float *acc = a->acc;
     for (int64_t t = a->t0; t < a->t1; t++) {
         memset(acc, 0, (size_t)H * sizeof *acc);
-        for (int64_t j = 0; j < K; j++) {
-            int64_t s = src[t * K + j];
-            const unsigned char *r = s >= 0 ? a->home + (size_t)s * row : a->y + (size_t)(-1 - s) * row;
-            add_row(acc, a->weights ? a->weights[t * K + j] : 1.0f, a->y_dtype, r, H);
-        }
+        for (int64_t j = 0; j < K; j++)
+            add_row(acc, a->weights ? a->weights[t * K + j] : 1.0f, a->y_dtype,
+                    row_at(a, src[t * K + j], row), H);
         if (a->out_dtype == QMOE_DTYPE_FLOAT32) {
             memcpy((float *)a->out + t * H, acc, (size_t)H * sizeof *acc);
         } else if (a->out_dtype == QMOE_DTYPE_FLOAT16) {
@@ -65,9 +68,9 @@ static void *sum_tokens(void *arg)
 enum { MAX_PARTS = 64, MIN_ROWS_PER_PART = 64 }; /* a thread start costs ~ one 8 KiB row's sum */
 
 void ep_weighted_sum(const qmoe_ep *ep, qmoe_dtype y_dtype, const void *expert_y, const void *home,
-                     const float *weights, qmoe_dtype out_dtype, void *out, float *acc)
+                     const ep_sum_args *a, int64_t t0, int64_t t1)
 {
-    const int64_t T = ep->route.tokens, K = ep->K;
+    const int64_t T = t1 - t0, K = ep->K;
     int64_t parts = ep->threads < MAX_PARTS ? ep->threads : MAX_PARTS;
     if (parts > T * K / MIN_ROWS_PER_PART) parts = T * K / MIN_ROWS_PER_PART;
     if (parts < 1) parts = 1;
@@ -75,8 +78,9 @@ void ep_weighted_sum(const qmoe_ep *ep, qmoe_dtype y_dtype, const void *expert_y
     pthread_t th[MAX_PARTS];
     int started[MAX_PARTS] = {0};
     for (int64_t i = 0; i < parts; i++) {
-        p[i] = (sum_part){ep, y_dtype, out_dtype, expert_y, home, weights, out,
-                          acc + (size_t)i * (size_t)ep->H, T * i / parts, T * (i + 1) / parts};
+        p[i] = (sum_part){ep, y_dtype, a->out_dtype, expert_y, home, a->weights, a->out,
+                          a->acc + (size_t)i * (size_t)ep->H, t0 + T * i / parts,
+                          t0 + T * (i + 1) / parts};
         /* a thread that cannot start: its part runs here below */
         if (i > 0) started[i] = pthread_create(&th[i], NULL, sum_tokens, &p[i]) == 0;
     }
