@@ -103,9 +103,11 @@ static int owner_of(const mpi_case *c, int64_t e)
     return c->map ? c->map[e] : (int)(e * P / c->E);
 }
 
-static void run_case(const char *name, const mpi_case *c, qmoe_dtype ydt, int extra_capacity)
+static void run_case(const char *name, const mpi_case *c, qmoe_dtype ydt, int extra_capacity,
+                     int threads)
 {
     qmoe_ep_config cfg = QMOE_EP_CONFIG_INIT;
+    cfg.threads = threads;
     cfg.num_experts = c->E, cfg.hidden = c->H, cfg.top_k = c->K, cfg.x_dtype = c->x_dtype;
     cfg.expert_rank = c->map;
     qmoe_ep *ep = NULL;
@@ -248,35 +250,40 @@ int main(int argc, char **argv)
         const char *name;
         int64_t E, H, K, N;
         qmoe_dtype x, y;
-        int tok, route, map, extra;
+        int tok, route, map, extra, threads;
     } cases[] = {
         {"random int8", 16, 40, 4, 37, QMOE_DTYPE_INT8, QMOE_DTYPE_FLOAT32, TOK_EVEN, ROUTE_RANDOM,
-         0, 0},
+         0, 0, 0},
         {"random bf16", 8, 24, 2, 29, QMOE_DTYPE_BFLOAT16, QMOE_DTYPE_BFLOAT16, TOK_RANDOM,
-         ROUTE_RANDOM, 0, 3},
+         ROUTE_RANDOM, 0, 3, 0},
         {"idle experts", 12, 16, 3, 21, QMOE_DTYPE_INT8, QMOE_DTYPE_BFLOAT16, TOK_EVEN,
-         ROUTE_SPARSE, 0, 0},
+         ROUTE_SPARSE, 0, 0, 0},
         {"tokens on one rank", 8, 32, 2, 19, QMOE_DTYPE_FLOAT32, QMOE_DTYPE_FLOAT32, TOK_ONE_RANK,
-         ROUTE_RANDOM, 0, 1},
+         ROUTE_RANDOM, 0, 1, 0},
         {"all to one rank", 8, 16, 2, 23, QMOE_DTYPE_INT8, QMOE_DTYPE_FLOAT32, TOK_RANDOM,
-         ROUTE_ONE_RANK, 0, 0},
+         ROUTE_ONE_RANK, 0, 0, 0},
         {"top-k spans ranks", 16, 24, 4, 17, QMOE_DTYPE_INT8, QMOE_DTYPE_FLOAT32, TOK_EVEN,
-         ROUTE_SPAN, 0, 0},
+         ROUTE_SPAN, 0, 0, 0},
         {"explicit map", 10, 20, 3, 26, QMOE_DTYPE_INT8, QMOE_DTYPE_BFLOAT16, TOK_RANDOM,
-         ROUTE_RANDOM, 1, 0},
+         ROUTE_RANDOM, 1, 0, 0},
         {"fewer experts than ranks", 2, 8, 2, 9, QMOE_DTYPE_BFLOAT16, QMOE_DTYPE_FLOAT32, TOK_EVEN,
-         ROUTE_RANDOM, 0, 0},
+         ROUTE_RANDOM, 0, 0, 0},
         {"no tokens at all", 8, 8, 2, 0, QMOE_DTYPE_INT8, QMOE_DTYPE_FLOAT32, TOK_EVEN,
-         ROUTE_RANDOM, 0, 0},
+         ROUTE_RANDOM, 0, 0, 0},
         {"float16 rows back", 12, 20, 3, 25, QMOE_DTYPE_INT8, QMOE_DTYPE_FLOAT16, TOK_RANDOM,
-         ROUTE_SPAN, 1, 2},
+         ROUTE_SPAN, 1, 2, 0},
+        /* enough rows for combine's chunks (up to 16 per source) and its threads */
+        {"chunks and threads", 3, 12, 2, 3000, QMOE_DTYPE_INT8, QMOE_DTYPE_FLOAT32, TOK_RANDOM,
+         ROUTE_RANDOM, 0, 0, 3},
+        {"chunks, bf16", 5, 8, 3, 1500, QMOE_DTYPE_BFLOAT16, QMOE_DTYPE_BFLOAT16, TOK_EVEN,
+         ROUTE_SPAN, 1, 0, 2},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         for (uint64_t seed = 1; seed <= 3; seed++) {
             mpi_case c;
             build(&c, seed * 7919 + i, cases[i].E, cases[i].H, cases[i].K, cases[i].N, cases[i].x,
                   cases[i].tok, cases[i].route, cases[i].map);
-            run_case(cases[i].name, &c, cases[i].y, cases[i].extra);
+            run_case(cases[i].name, &c, cases[i].y, cases[i].extra, cases[i].threads);
             mc_free(&c);
         }
     /* Every rank must pass: the job's exit code is the worst rank's. */

@@ -1,5 +1,6 @@
 /* Bad input on one rank: every rank returns the same status, writes nothing, and the context
  * still works afterwards (no rank is left inside a collective). */
+#include <stddef.h>
 #include <stdio.h>
 
 #include "mpi_case.h"
@@ -110,6 +111,32 @@ int main(int argc, char **argv)
     ep = NULL;
     st = qmoe_ep_create(MPI_COMM_WORLD, &cfg, &ep);
     agreed("map out of range", st, QMOE_ERR_PARAM_INVALID);
+    CHECK(ep == NULL);
+    /* threads out of range on one rank; threads differing between ranks is fine */
+    cfg.expert_rank = NULL;
+    cfg.threads = me == last ? 4097 : 1;
+    st = qmoe_ep_create(MPI_COMM_WORLD, &cfg, &ep);
+    agreed("threads out of range", st, QMOE_ERR_PARAM_INVALID);
+    CHECK(ep == NULL);
+    cfg.threads = me == last ? -1 : 2;
+    st = qmoe_ep_create(MPI_COMM_WORLD, &cfg, &ep);
+    agreed("negative threads", st, QMOE_ERR_PARAM_INVALID);
+    cfg.threads = me + 1;
+    st = qmoe_ep_create(MPI_COMM_WORLD, &cfg, &ep);
+    agreed("threads differ between ranks", st, QMOE_OK);
+    if (ep) good_round(ep, "threads differ between ranks");
+    qmoe_ep_destroy(ep);
+    /* a caller built before `threads` (its struct ends before it; the garbage is not read) */
+    cfg.threads = -5;
+    cfg.struct_size = (uint32_t)offsetof(qmoe_ep_config, threads);
+    ep = NULL;
+    st = qmoe_ep_create(MPI_COMM_WORLD, &cfg, &ep);
+    agreed("the first config layout", st, QMOE_OK);
+    qmoe_ep_destroy(ep);
+    cfg.struct_size = (uint32_t)offsetof(qmoe_ep_config, threads) - 1;
+    ep = NULL;
+    st = qmoe_ep_create(MPI_COMM_WORLD, &cfg, &ep);
+    agreed("struct_size too small", st, QMOE_ERR_PARAM_INVALID);
     CHECK(ep == NULL);
 
     ep = make(H, NULL);
