@@ -366,6 +366,7 @@ int bench_moe_ep(int argc, char **argv)
     }
     qmoe_ep_config ec = QMOE_EP_CONFIG_INIT;
     ec.num_experts = a.E, ec.hidden = H, ec.top_k = c.top_k, ec.x_dtype = QMOE_DTYPE_INT8;
+    ec.threads = (int)a.threads; /* combine's weighted sum, like the layer's operators */
     qmoe_ep *ep = NULL;
     if (qmoe_ep_create(MPI_COMM_WORLD, &ec, &ep)) {
         if (rank == 0) fprintf(stderr, "qmoe " CMD ": %s\n", qmoe_mpi_last_error());
