@@ -2,10 +2,10 @@
  *
  * P ranks of a communicator each own some of a layer's E experts and hold their own tokens.
  * qmoe_moe_dispatch moves every token row to the ranks that own its top-k experts (MPI_Alltoall
- * of the counts, MPI_Alltoallv of the rows), where they arrive grouped by local expert;
- * qmoe_moe_combine sends the processed rows back and finishes each token's weighted sum over its
- * k choices in the order of a single-process qmoe_moe_finalize_routing, so the outputs are
- * bit-identical for any P. qmoe_ep_layer_forward runs a whole MoE layer (qmoe/moe_layer.h) on
+ * of the counts, then one message per (rank, expert) block of rows, received in place), where
+ * they arrive grouped by local expert; qmoe_moe_combine sends the processed rows back and
+ * finishes each token's weighted sum over its k choices in the order of a single-process
+ * qmoe_moe_finalize_routing, so the outputs are bit-identical for any P. qmoe_ep_layer_forward runs a whole MoE layer (qmoe/moe_layer.h) on
  * them, each rank holding only its experts' weights (a shard).
  *
  * Every function here is collective over the context's communicator: all ranks call it, in the
