@@ -37,7 +37,7 @@ typedef struct qmoe_ep qmoe_ep;
  * in [0, P). A rank's local experts are the ones it owns in ascending id order. */
 typedef struct qmoe_ep_config {
     uint32_t struct_size;       /* sizeof(qmoe_ep_config), for later fields */
-    int64_t num_experts;        /* E >= 1 */
+    int64_t num_experts;        /* E in [1, INT_MAX / 32] */
     int64_t hidden;             /* H >= 1: elements per row */
     int64_t top_k;              /* K >= 1 */
     qmoe_dtype x_dtype;         /* dispatched rows: INT8 (+ a float32 scale per row), FLOAT16,
