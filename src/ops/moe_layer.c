@@ -251,18 +251,28 @@ uint64_t qmoe_moe_layer_weight_bytes(const qmoe_moe_layer *L)
     return L ? qmoe_weights_bytes(L->w13) + qmoe_weights_bytes(L->w2) : 0;
 }
 
+/* The configuration and the pointers of a layer made from float weights (whole or shard). */
+static qmoe_status check_float_args(const qmoe_moe_layer_config *config, qmoe_moe_layer_config *c,
+                                    const void *const *gate, const void *const *up,
+                                    const void *const *down, qmoe_moe_layer **layer)
+{
+    qmoe_status st = check_config(config, c);
+    if (st) return st;
+    if (!gate || !up || !down || !layer)
+        return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL,
+                             !gate ? "gate" : !up ? "up" : !down ? "down" : "layer",
+                             OP ": a required argument is a null pointer");
+    return QMOE_OK;
+}
+
 qmoe_status qmoe_moe_layer_create_from_float(const qmoe_moe_layer_config *config,
                                              const void *const *gate, const void *const *up,
                                              const void *const *down, qmoe_dtype dtype,
                                              qmoe_moe_layer **layer)
 {
     qmoe_moe_layer_config c;
-    qmoe_status st = check_config(config, &c);
+    qmoe_status st = check_float_args(config, &c, gate, up, down, layer);
     if (st) return st;
-    if (!gate || !up || !down || !layer)
-        return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL,
-                             !gate ? "gate" : !up ? "up" : !down ? "down" : "layer",
-                             OP ": a required argument is a null pointer");
     int64_t m = n_shared(&c);
     if (m && (!c.shared_gate || !c.shared_up || !c.shared_down))
         return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "config",
@@ -839,12 +849,8 @@ qmoe_status qmoe_moe_layer_create_shard_from_float(const qmoe_moe_layer_config *
                                                    qmoe_dtype dtype, qmoe_moe_layer **layer)
 {
     qmoe_moe_layer_config c;
-    qmoe_status st = check_config(config, &c);
+    qmoe_status st = check_float_args(config, &c, gate, up, down, layer);
     if (st) return st;
-    if (!gate || !up || !down || !layer)
-        return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL,
-                             !gate ? "gate" : !up ? "up" : !down ? "down" : "layer",
-                             OP ": a required argument is a null pointer");
     if ((st = check_held(&c, num_held, expert_ids))) return st;
     qmoe_moe_layer *L = NULL;
     if (num_held == 0) { /* a rank that owns no expert: nothing to quantize */
