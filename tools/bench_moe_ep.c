@@ -246,11 +246,18 @@ static int bench_tokens(const ep_args *a, const qmoe_moe_layer_config *c, qmoe_e
     MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     double *tm = malloc(sizeof(double) * NTIMES * MAX_RUNS);
     int runs = 0;
+    uint64_t wsz = 0;
+    void *ws = NULL;
     if (!any && tm) {
         int64_t rows = 0;
         /* warm-up, and the iteration count from its time (rank 0's, for every rank) */
         double t0 = MPI_Wtime();
         qmoe_status st = qmoe_ep_layer_forward(ep, shard, th, tl[0], to);
+        /* the whole layer's workspace: taken and touched once, as the context keeps its buffers
+         * (a fresh one per forward would time its page faults) */
+        if (whole && !st) st = qmoe_moe_layer_workspace_size(whole, n, hd, &wsz);
+        if (whole && !st && !(ws = aligned_alloc(64, (size_t)((wsz + 64) & ~(uint64_t)63)))) st = QMOE_ERR_INNER;
+        if (whole && !st) st = qmoe_moe_layer_forward(whole, th, tl[0], to, ws, wsz, NULL);
         double once = MPI_Wtime() - t0;
         MPI_Bcast(&once, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
         runs = (int)(a->seconds / (2 * once + 1e-6));
@@ -276,14 +283,9 @@ static int bench_tokens(const ep_args *a, const qmoe_moe_layer_config *c, qmoe_e
             if (!st) st = qmoe_ep_layer_forward(ep, shard, th, tl[it % VARIANTS], to);
             t[3] = MPI_Wtime() - t0;
             if (whole && !st) { /* P = 1: the whole layer in one process, the same tokens */
-                uint64_t wsz = 0;
-                void *ws = NULL;
-                st = qmoe_moe_layer_workspace_size(whole, n, hd, &wsz);
-                if (!st && !(ws = aligned_alloc(64, (size_t)((wsz + 64) & ~(uint64_t)63)))) st = QMOE_ERR_INNER;
                 t0 = MPI_Wtime();
-                if (!st) st = qmoe_moe_layer_forward(whole, th, tl[it % VARIANTS], to, ws, wsz, NULL);
+                st = qmoe_moe_layer_forward(whole, th, tl[it % VARIANTS], to, ws, wsz, NULL);
                 t[4] = MPI_Wtime() - t0;
-                free(ws);
             }
             MPI_Reduce(rank ? t : MPI_IN_PLACE, t, NTIMES, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
             for (int k = 0; k < NTIMES; k++) tm[k * MAX_RUNS + it] = t[k];
@@ -326,6 +328,7 @@ static int bench_tokens(const ep_args *a, const qmoe_moe_layer_config *c, qmoe_e
     qmoe_tensor_destroy(th), qmoe_tensor_destroy(to), qmoe_tensor_destroy(ti), qmoe_tensor_destroy(tw);
     free(x), free(logits), free(w), free(xs), free(out), free(xq), free(ids), free(groups);
     free(rows_to), free(rows_from), free(c1), free(c2), free(fs), free(bs), free(rx), free(y), free(rs), free(tm);
+    free(ws);
     return rc;
 }
 
