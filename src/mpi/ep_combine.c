@@ -17,7 +17,8 @@ qmoe_status qmoe_moe_combine(qmoe_ep *ep, qmoe_dtype y_dtype, const void *expert
                      (int)out_dtype);
     else if (ep->dispatched && rt->tokens > 0 && !out)
         st = ep_fail(QMOE_ERR_PARAM_NULLPTR, "out is NULL with %lld tokens", (long long)rt->tokens);
-    float *acc = ep_alloc((size_t)ep->threads, (size_t)H * sizeof(float)); /* per thread */
+    size_t parts = (size_t)(ep->threads < EP_SUM_MAX_THREADS ? ep->threads : EP_SUM_MAX_THREADS);
+    float *acc = ep_alloc(parts, (size_t)H * sizeof(float)); /* one row per thread */
     if (st == QMOE_OK && !acc) st = ep_fail(QMOE_ERR_INNER, "out of memory");
     ep_sum_args sum = {weights, out_dtype, out, acc};
     st = ep_send_home(ep, st, y_dtype, expert_y, rows, NULL, &sum);

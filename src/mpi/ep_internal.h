@@ -122,10 +122,12 @@ void ep_compact_displs(const qmoe_ep *ep, const int *counts, int *out);
 /* Tags of the row messages: one per (peer, expert) block, contiguous on both sides. */
 enum { EP_TAG_DISPATCH = 1, EP_TAG_COMBINE = 2 };
 
+enum { EP_SUM_MAX_THREADS = 64 }; /* more are not started */
+
 /* out[t] = sum over j of w[t, j] * y(t, j) for this rank's tokens [t0, t1), rows from `home`
  * (remote) or expert_y (own), in float32 from 0 in j order (weights NULL: 1), stored as
- * out_dtype (round to nearest even); up to ep->threads threads split the tokens, a->acc:
- * [threads, H] floats. */
+ * out_dtype (round to nearest even); up to ep->threads threads (at most EP_SUM_MAX_THREADS)
+ * split the tokens, a->acc: [that many, H] floats. */
 void ep_weighted_sum(const qmoe_ep *ep, qmoe_dtype y_dtype, const void *expert_y, const void *home,
                      const ep_sum_args *a, int64_t t0, int64_t t1);
 

@@ -65,7 +65,7 @@ static void *sum_tokens(void *arg)
     return NULL;
 }
 
-enum { MAX_PARTS = 64, MIN_ROWS_PER_PART = 64 }; /* a thread start costs ~ one 8 KiB row's sum */
+enum { MAX_PARTS = EP_SUM_MAX_THREADS, MIN_ROWS_PER_PART = 64 }; /* a thread start: ~ a row's sum */
 
 void ep_weighted_sum(const qmoe_ep *ep, qmoe_dtype y_dtype, const void *expert_y, const void *home,
                      const ep_sum_args *a, int64_t t0, int64_t t1)
