@@ -44,8 +44,9 @@ typedef struct qmoe_ep_config {
                                    BFLOAT16 or FLOAT32 */
     const int32_t *expert_rank; /* NULL or [E]; copied */
     int threads;                /* 0..4096: threads of qmoe_moe_combine's weighted sum on this
-                                   rank (0 or 1: the calling thread); may differ between ranks.
-                                   Callers built before this field (a smaller struct_size): 1 */
+                                   rank (0 or 1: the calling thread; at most 64 are started);
+                                   may differ between ranks. Callers built before this field
+                                   (a smaller struct_size): 1 */
 } qmoe_ep_config;
 #define QMOE_EP_CONFIG_INIT {(uint32_t)sizeof(qmoe_ep_config), 0, 0, 0, QMOE_DTYPE_INT8, NULL, 0}
 
