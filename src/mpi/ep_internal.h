@@ -114,7 +114,7 @@ int ep_reserve(void **buf, size_t *cap, size_t a, size_t b);
 /* ep_reserve, 64-byte aligned (buffers the operators read as tensors). */
 int ep_reserve_aligned(void **buf, size_t *cap, size_t a, size_t b);
 
-/* Row counts for an MPI exchange without the rank's own rows (copied by ep_regroup). */
+/* Row counts for an MPI exchange without the rank's own rows (they never go through MPI). */
 void ep_without_self(const qmoe_ep *ep, const int *counts, int *out);
 /* Displacements of counts[P] without the rank's own (a compact layout). */
 void ep_compact_displs(const qmoe_ep *ep, const int *counts, int *out);
