@@ -21,7 +21,11 @@ function(build_and_run prefix)
   if(rc)
     message(FATAL_ERROR "building the consumer against ${prefix} failed:\n${out}\n${err}")
   endif()
-  foreach(exe consumer_native consumer_acl)
+  set(exes consumer_native consumer_acl)
+  if(EXISTS ${BUILD_DIR}/src/mpi) # libqmoe_mpi was built: the package must give qmoe::qmoe_mpi
+    list(APPEND exes consumer_mpi)
+  endif()
+  foreach(exe ${exes})
     execute_process(COMMAND ${bin}/${exe} RESULT_VARIABLE rc OUTPUT_VARIABLE out
       ERROR_VARIABLE err)
     if(rc)

@@ -23,6 +23,17 @@ typedef struct mpi_case {
     int32_t *map;     /* [E] or NULL */
 } mpi_case;
 
+/* The status every rank got, checked equal everywhere (and to `want`), with a message on error. */
+static inline void mc_agreed(const char *what, qmoe_status st, qmoe_status want, int me)
+{
+    int v[2] = {(int)st, -(int)st};
+    MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    CHECK_MSG(v[0] == -v[1], "%s: ranks disagree (%d..%d)", what, -v[1], v[0]);
+    CHECK_MSG(st == want, "%s: rank %d got %d, want %d (%s)", what, me, (int)st, (int)want,
+              qmoe_mpi_last_error());
+    if (st != QMOE_OK) CHECK_MSG(qmoe_mpi_last_error()[0] != '\0', "%s: no message", what);
+}
+
 static inline size_t mc_size(qmoe_dtype dt)
 {
     return dt == QMOE_DTYPE_INT8 ? 1 : dt == QMOE_DTYPE_FLOAT32 ? 4 : 2;

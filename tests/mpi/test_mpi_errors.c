@@ -43,15 +43,9 @@ static int untouched(const bufs *b)
            !memcmp(b->groups, ref.groups, sizeof ref.groups) && b->rows == -7;
 }
 
-/* The status every rank got, checked equal everywhere (and to `want`). */
 static void agreed(const char *what, qmoe_status st, qmoe_status want)
 {
-    int v[2] = {(int)st, -(int)st};
-    MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    CHECK_MSG(v[0] == -v[1], "%s: ranks disagree (%d..%d)", what, -v[1], v[0]);
-    CHECK_MSG(st == want, "%s: rank %d got %d, want %d (%s)", what, me, (int)st, (int)want,
-              qmoe_mpi_last_error());
-    if (st != QMOE_OK) CHECK_MSG(qmoe_mpi_last_error()[0] != '\0', "%s: no message", what);
+    mc_agreed(what, st, want, me);
 }
 
 static qmoe_ep *make(int64_t hidden, const int32_t *map)
