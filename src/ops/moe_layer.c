@@ -13,47 +13,14 @@
 #include "core/options.h"
 #include "core/status.h"
 #include "ops/moe_exec.h"
+#include "ops/moe_layer_internal.h"
 #include "ops/moe_layer_phases.h"
 #include "qmoe/grouped_matmul.h"
 #include "qmoe/moe_ops.h"
 #include "qmoe/runtime.h"
 #include "qmoe/weights.h"
 
-#define OP "MoeLayer"
-
-/* What a plan was made for: the forward's tensors (data, dtype, shape, strides) and workspace. */
-typedef struct plan_key {
-    struct {
-        const void *data;
-        int64_t dtype, d0, d1, s0, s1;
-    } t[4];
-    const void *workspace;
-} plan_key;
-
-typedef struct layer_plan {
-    qmoe_moe_executor *gate, *route, *fin;
-    qmoe_executor *gu;
-    qmoe_grouped_matmul_executor *down;
-    uint64_t ops_bytes; /* the largest operator workspace */
-} layer_plan;
-
-struct qmoe_moe_layer {
-    qmoe_moe_layer_config cfg;
-    qmoe_weights *w13, *w2;
-    qmoe_tensor *t13, *t2; /* views of the prepacked objects */
-    float *bias;           /* [E] selection bias (sigmoid gating), or NULL */
-    /* The last forward's plan: a forward with the same tensors and workspace (an engine's
-     * steady state) reuses it and allocates nothing. Taken with trylock: a forward that finds it
-     * busy (another thread's) plans on its own. */
-    pthread_mutex_t lock;
-    int cached;
-    plan_key key;
-    layer_plan plan;
-    /* A shard (qmoe_moe_layer_create_shard*): the routed experts it holds, ascending; their
-     * weights are experts 0 .. nheld - 1 of w13 / w2 (then the shared expert's chunks). */
-    int64_t nheld;
-    int32_t *held; /* NULL: all num_experts */
-};
+#define OP MOE_LAYER_OP
 
 /* Intermediates, in workspace order; each starts on a 64-byte boundary. */
 enum { B_Y, B_IDS, B_ROWIDX, B_XQ, B_RI, B_CUM, B_XS, B_HQ, B_HS, B_DOWN, B_OPS, B_COUNT };
@@ -63,13 +30,13 @@ static size_t dtype_bytes(qmoe_dtype d)
     return d == QMOE_DTYPE_FLOAT16 || d == QMOE_DTYPE_BFLOAT16 ? 2 : 4;
 }
 
-static int is_float(qmoe_dtype d)
+int moe_layer_is_float(qmoe_dtype d)
 {
     return d == QMOE_DTYPE_FLOAT32 || d == QMOE_DTYPE_FLOAT16 || d == QMOE_DTYPE_BFLOAT16;
 }
 
 /* Experts the shared expert runs as (chunks of I). */
-static int64_t n_shared(const qmoe_moe_layer_config *c)
+int64_t moe_layer_n_shared(const qmoe_moe_layer_config *c)
 {
     return c->shared_intermediate_size / c->intermediate_size;
 }
@@ -79,12 +46,12 @@ static int layout(const qmoe_moe_layer_config *c, int64_t T, qmoe_dtype dtype,
                   uint64_t off[B_COUNT])
 {
     int64_t A, tk, bytes[B_OPS], T0 = T;
-    if (!qmoe_mul_i64(T, c->top_k + n_shared(c), &A)) return 0;
+    if (!qmoe_mul_i64(T, c->top_k + moe_layer_n_shared(c), &A)) return 0;
     tk = A;
     bytes[B_Y] = 0, bytes[B_IDS] = 0, bytes[B_ROWIDX] = 0;
     int ok = qmoe_mul_i64(tk, 4, &bytes[B_Y]) && qmoe_mul_i64(tk, 4, &bytes[B_IDS]) &&
              qmoe_mul_i64(T0 * c->top_k, 4, &bytes[B_ROWIDX]) && qmoe_mul_i64(A, c->hidden_size, &bytes[B_XQ]) &&
-             qmoe_mul_i64(A, 4, &bytes[B_RI]) && qmoe_mul_i64(c->num_experts + n_shared(c), 8, &bytes[B_CUM]) &&
+             qmoe_mul_i64(A, 4, &bytes[B_RI]) && qmoe_mul_i64(c->num_experts + moe_layer_n_shared(c), 8, &bytes[B_CUM]) &&
              qmoe_mul_i64(A, 4, &bytes[B_XS]) &&
              qmoe_mul_i64(A, c->intermediate_size, &bytes[B_HQ]) && qmoe_mul_i64(A, 4, &bytes[B_HS]) &&
              qmoe_mul_i64(A, c->hidden_size, &bytes[B_DOWN]) &&
@@ -102,7 +69,7 @@ static int layout(const qmoe_moe_layer_config *c, int64_t T, qmoe_dtype dtype,
 
 /* ---------------------------------------------------------------- create ---------------------- */
 
-static qmoe_status check_config(const qmoe_moe_layer_config *in, qmoe_moe_layer_config *c)
+qmoe_status moe_layer_check_config(const qmoe_moe_layer_config *in, qmoe_moe_layer_config *c)
 {
     if (!in) return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "config", OP ": config is a null pointer");
     qmoe_status st = qmoe_read_options(in, c, sizeof *c, sizeof *c, "config");
@@ -168,7 +135,7 @@ qmoe_status qmoe_moe_layer_create(const qmoe_moe_layer_config *config, const qmo
                                   qmoe_moe_layer **layer)
 {
     qmoe_moe_layer_config c;
-    qmoe_status st = check_config(config, &c);
+    qmoe_status st = moe_layer_check_config(config, &c);
     if (st) return st;
     if (!w13 || !w13_scale || !w2 || !w2_scale || !layer)
         return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL,
@@ -203,11 +170,11 @@ qmoe_status qmoe_moe_layer_create(const qmoe_moe_layer_config *config, const qmo
     qmoe_weights_options wo = QMOE_WEIGHTS_OPTIONS_INIT;
     st = qmoe_weights_prepack(w13, w13_scale, a8w4 ? w13_bias : NULL, &wo, &L->w13);
     if (!st) st = qmoe_weights_tensor(L->w13, &L->t13);
-    if (!st) st = check_view(L->t13, "w13", c.num_experts + n_shared(&c), c.hidden_size, 2 * c.intermediate_size);
+    if (!st) st = check_view(L->t13, "w13", c.num_experts + moe_layer_n_shared(&c), c.hidden_size, 2 * c.intermediate_size);
     if (st) goto fail;
     qmoe_tensor *tz = NULL;
     if (a8w4) { /* GroupedMatmul folds no assist matrix: prepack it with a zero one */
-        int64_t zs[2] = {c.num_experts + n_shared(&c), c.hidden_size}, n;
+        int64_t zs[2] = {c.num_experts + moe_layer_n_shared(&c), c.hidden_size}, n;
         if (!qmoe_mul_i64(zs[0], zs[1], &n) || !(zero = calloc((size_t)n, sizeof(float)))) {
             st = qmoe_fail(QMOE_ERR_INNER, OP ": out of memory");
             goto fail;
@@ -218,7 +185,7 @@ qmoe_status qmoe_moe_layer_create(const qmoe_moe_layer_config *config, const qmo
     st = qmoe_weights_prepack(w2, w2_scale, tz, &wo, &L->w2);
     qmoe_tensor_destroy(tz);
     if (!st) st = qmoe_weights_tensor(L->w2, &L->t2);
-    if (!st) st = check_view(L->t2, "w2", c.num_experts + n_shared(&c), c.intermediate_size, c.hidden_size);
+    if (!st) st = check_view(L->t2, "w2", c.num_experts + moe_layer_n_shared(&c), c.intermediate_size, c.hidden_size);
     if (st) goto fail;
     free(zero);
     *layer = L;
@@ -252,11 +219,11 @@ uint64_t qmoe_moe_layer_weight_bytes(const qmoe_moe_layer *L)
 }
 
 /* The configuration and the pointers of a layer made from float weights (whole or shard). */
-static qmoe_status check_float_args(const qmoe_moe_layer_config *config, qmoe_moe_layer_config *c,
+qmoe_status moe_layer_check_float_args(const qmoe_moe_layer_config *config, qmoe_moe_layer_config *c,
                                     const void *const *gate, const void *const *up,
                                     const void *const *down, qmoe_moe_layer **layer)
 {
-    qmoe_status st = check_config(config, c);
+    qmoe_status st = moe_layer_check_config(config, c);
     if (st) return st;
     if (!gate || !up || !down || !layer)
         return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL,
@@ -271,9 +238,9 @@ qmoe_status qmoe_moe_layer_create_from_float(const qmoe_moe_layer_config *config
                                              qmoe_moe_layer **layer)
 {
     qmoe_moe_layer_config c;
-    qmoe_status st = check_float_args(config, &c, gate, up, down, layer);
+    qmoe_status st = moe_layer_check_float_args(config, &c, gate, up, down, layer);
     if (st) return st;
-    int64_t m = n_shared(&c);
+    int64_t m = moe_layer_n_shared(&c);
     if (m && (!c.shared_gate || !c.shared_up || !c.shared_down))
         return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "config",
                              OP ": config.shared_gate, shared_up and shared_down are needed with a shared expert");
@@ -361,7 +328,7 @@ static void plan_free(layer_plan *p)
     qmoe_grouped_matmul_executor_destroy(p->down);
 }
 
-static qmoe_status tensor_at(uintptr_t base, uint64_t off, qmoe_dtype d, int nd, const int64_t *shape,
+qmoe_status moe_layer_tensor_at(uintptr_t base, uint64_t off, qmoe_dtype d, int nd, const int64_t *shape,
                              qmoe_tensor **t)
 {
     return qmoe_tensor_create(shape, nd, NULL, d, QMOE_FORMAT_ND, (void *)(base + (uintptr_t)off), t);
@@ -385,7 +352,7 @@ static qmoe_status plan_layer(const qmoe_moe_layer *L, const qmoe_tensor *hidden
     uint64_t off[B_COUNT];
     if (!layout(c, T, hd, off))
         return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_LIMIT, "hidden", OP ": %lld tokens overflow the workspace size", (long long)T);
-    int64_t m = n_shared(c), K2 = K + m;
+    int64_t m = moe_layer_n_shared(c), K2 = K + m;
     int64_t A = T * K2, tk[2] = {T, K}, tk2[2] = {T, K2}, vs[2] = {K2, 1}, xq[2] = {A, H}, hq[2] = {A, I},
             e1 = E + m, bias_sh = E;
     qmoe_tensor *t[12] = {0}, *tb = NULL;
@@ -394,22 +361,22 @@ static qmoe_status plan_layer(const qmoe_moe_layer *L, const qmoe_tensor *hidden
     qmoe_dtype yd = qmoe_tensor_dtype(logits ? logits : w_in);
     int own = logits || m; /* the routing lives in the workspace ([T, K + m]: shared columns) */
     if (own) {
-        st = tensor_at(ws, off[B_Y], yd, 2, tk2, &t[Y]);
-        if (!st) st = tensor_at(ws, off[B_IDS], QMOE_DTYPE_INT32, 2, tk2, &t[IDS]);
+        st = moe_layer_tensor_at(ws, off[B_Y], yd, 2, tk2, &t[Y]);
+        if (!st) st = moe_layer_tensor_at(ws, off[B_IDS], QMOE_DTYPE_INT32, 2, tk2, &t[IDS]);
         /* the gating writes the first K columns */
         if (!st) st = qmoe_tensor_create(tk, 2, vs, yd, QMOE_FORMAT_ND, (void *)(ws + (uintptr_t)off[B_Y]), &t[YV]);
         if (!st)
             st = qmoe_tensor_create(tk, 2, vs, QMOE_DTYPE_INT32, QMOE_FORMAT_ND, (void *)(ws + (uintptr_t)off[B_IDS]),
                                     &t[IDSV]);
-        if (!st) st = tensor_at(ws, off[B_ROWIDX], QMOE_DTYPE_INT32, 2, tk, &t[ROWIDX]);
+        if (!st) st = moe_layer_tensor_at(ws, off[B_ROWIDX], QMOE_DTYPE_INT32, 2, tk, &t[ROWIDX]);
     }
-    if (!st) st = tensor_at(ws, off[B_XQ], QMOE_DTYPE_INT8, 2, xq, &t[XQ]);
-    if (!st) st = tensor_at(ws, off[B_RI], QMOE_DTYPE_INT32, 1, &A, &t[RI]);
-    if (!st) st = tensor_at(ws, off[B_CUM], QMOE_DTYPE_INT64, 1, &e1, &t[CUM]);
-    if (!st) st = tensor_at(ws, off[B_XS], QMOE_DTYPE_FLOAT32, 1, &A, &t[XS]);
-    if (!st) st = tensor_at(ws, off[B_HQ], QMOE_DTYPE_INT8, 2, hq, &t[HQ]);
-    if (!st) st = tensor_at(ws, off[B_HS], QMOE_DTYPE_FLOAT32, 1, &A, &t[HS]);
-    if (!st) st = tensor_at(ws, off[B_DOWN], hd, 2, xq, &t[DOWN]);
+    if (!st) st = moe_layer_tensor_at(ws, off[B_XQ], QMOE_DTYPE_INT8, 2, xq, &t[XQ]);
+    if (!st) st = moe_layer_tensor_at(ws, off[B_RI], QMOE_DTYPE_INT32, 1, &A, &t[RI]);
+    if (!st) st = moe_layer_tensor_at(ws, off[B_CUM], QMOE_DTYPE_INT64, 1, &e1, &t[CUM]);
+    if (!st) st = moe_layer_tensor_at(ws, off[B_XS], QMOE_DTYPE_FLOAT32, 1, &A, &t[XS]);
+    if (!st) st = moe_layer_tensor_at(ws, off[B_HQ], QMOE_DTYPE_INT8, 2, hq, &t[HQ]);
+    if (!st) st = moe_layer_tensor_at(ws, off[B_HS], QMOE_DTYPE_FLOAT32, 1, &A, &t[HS]);
+    if (!st) st = moe_layer_tensor_at(ws, off[B_DOWN], hd, 2, xq, &t[DOWN]);
     if (!st && L->bias)
         st = qmoe_tensor_create(&bias_sh, 1, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, L->bias, &tb);
     if (st) goto done;
@@ -461,7 +428,7 @@ done:
     return st;
 }
 
-static qmoe_status check_2d(const qmoe_tensor *t, const char *arg, int64_t rows, int64_t cols)
+qmoe_status moe_layer_check_2d(const qmoe_tensor *t, const char *arg, int64_t rows, int64_t cols)
 {
     if (qmoe_tensor_ndim(t) != 2 || qmoe_tensor_dim(t, 1) != cols || (rows >= 0 && qmoe_tensor_dim(t, 0) != rows))
         return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_SHAPE, arg,
@@ -488,13 +455,13 @@ static qmoe_status check_io(const qmoe_moe_layer *L, const qmoe_tensor *hidden, 
         return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL,
                              !L ? "layer" : !hidden ? "hidden" : !route ? route_arg : "out",
                              OP ": a required argument is a null pointer");
-    qmoe_status st = check_2d(hidden, "hidden", -1, L->cfg.hidden_size);
+    qmoe_status st = moe_layer_check_2d(hidden, "hidden", -1, L->cfg.hidden_size);
     int64_t T = qmoe_tensor_dim(hidden, 0);
-    if (!st) st = check_2d(route, route_arg, T, route_cols);
-    if (!st) st = check_2d(out, "out", T, L->cfg.hidden_size);
+    if (!st) st = moe_layer_check_2d(route, route_arg, T, route_cols);
+    if (!st) st = moe_layer_check_2d(out, "out", T, L->cfg.hidden_size);
     if (st) return st;
     qmoe_dtype hd = qmoe_tensor_dtype(hidden);
-    if (!is_float(hd))
+    if (!moe_layer_is_float(hd))
         return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_DTYPE, "hidden",
                              OP ": hidden must be float32, float16 or bfloat16");
     if (qmoe_tensor_dtype(out) != hd)
@@ -507,7 +474,7 @@ static qmoe_status check_io(const qmoe_moe_layer *L, const qmoe_tensor *hidden, 
 static void fill_routing(const qmoe_moe_layer *L, int64_t T, const qmoe_tensor *ids_in, const qmoe_tensor *w_in,
                          qmoe_dtype yd, char *ws, const uint64_t *off)
 {
-    int64_t K = L->cfg.top_k, m = n_shared(&L->cfg), K2 = K + m, E = L->cfg.num_experts;
+    int64_t K = L->cfg.top_k, m = moe_layer_n_shared(&L->cfg), K2 = K + m, E = L->cfg.num_experts;
     if (!m) return;
     int32_t *ids = (int32_t *)(void *)(ws + off[B_IDS]);
     char *y = ws + off[B_Y];
@@ -576,7 +543,7 @@ static int repoint(qmoe_moe_layer *M, const plan_key *key, const qmoe_tensor *co
     p->route->u.routing.x.data = qmoe_tensor_data(hidden);
     p->fin->u.finalize.out.data = qmoe_tensor_data(out);
     if (!wts) p->gate->u.gating.x.data = qmoe_tensor_data(route); /* router logits */
-    else if (!n_shared(&M->cfg)) { /* the caller's routing, read in place */
+    else if (!moe_layer_n_shared(&M->cfg)) { /* the caller's routing, read in place */
         p->route->u.routing.idx.data = qmoe_tensor_data(route);
         p->fin->u.finalize.scales.data = qmoe_tensor_data(wts);
     }
@@ -741,7 +708,7 @@ qmoe_status qmoe_moe_layer_workspace_size(const qmoe_moe_layer *L, int64_t token
                              OP ": a required argument is a null pointer");
     qmoe_status sh = not_shard(L);
     if (sh) return sh;
-    if (tokens < 0 || !is_float(dtype))
+    if (tokens < 0 || !moe_layer_is_float(dtype))
         return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, tokens < 0 ? QMOE_RULE_LIMIT : QMOE_RULE_DTYPE, "tokens",
                              OP ": tokens = %lld, dtype %d; expected tokens >= 0 and a float dtype",
                              (long long)tokens, (int)dtype);
@@ -764,9 +731,9 @@ qmoe_status qmoe_moe_layer_workspace_size(const qmoe_moe_layer *L, int64_t token
               ou = lg + (uintptr_t)lb + 64;
     int64_t hs[2] = {tokens, L->cfg.hidden_size}, ls[2] = {tokens, L->cfg.num_experts};
     qmoe_tensor *th = NULL, *tl = NULL, *to = NULL;
-    qmoe_status st = tensor_at(hid, 0, dtype, 2, hs, &th);
-    if (!st) st = tensor_at(lg, 0, QMOE_DTYPE_FLOAT32, 2, ls, &tl);
-    if (!st) st = tensor_at(ou, 0, dtype, 2, hs, &to);
+    qmoe_status st = moe_layer_tensor_at(hid, 0, dtype, 2, hs, &th);
+    if (!st) st = moe_layer_tensor_at(lg, 0, QMOE_DTYPE_FLOAT32, 2, ls, &tl);
+    if (!st) st = moe_layer_tensor_at(ou, 0, dtype, 2, hs, &to);
     layer_plan p = {0};
     if (!st) st = plan_layer(L, th, tl, NULL, NULL, to, ws, &p);
     qmoe_tensor_destroy(th), qmoe_tensor_destroy(tl), qmoe_tensor_destroy(to);
@@ -775,349 +742,4 @@ qmoe_status qmoe_moe_layer_workspace_size(const qmoe_moe_layer *L, int64_t token
     *workspace_size = off[B_OPS] + p.ops_bytes;
     qmoe_clear_error();
     return QMOE_OK;
-}
-
-/* ---------------------------------------------------------------- shards ---------------------- */
-/* Expert parallelism (libqmoe_mpi) runs the forward's pieces on their own: the gating on a rank's
- * tokens, the experts on the rows other ranks sent. Each piece plans the same operators with the
- * same options as plan_layer, so a row's bits do not depend on where it runs. */
-
-static qmoe_status check_held(const qmoe_moe_layer_config *c, int64_t n, const int32_t *ids)
-{
-    if (n < 0 || n > c->num_experts)
-        return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_LIMIT, "num_held",
-                             OP ": num_held = %lld; expected 0..num_experts (%lld)", (long long)n,
-                             (long long)c->num_experts);
-    if (n && !ids)
-        return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "expert_ids", OP ": expert_ids is a null pointer");
-    for (int64_t i = 0; i < n; i++)
-        if (ids[i] < 0 || ids[i] >= c->num_experts || (i && ids[i] <= ids[i - 1]))
-            return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_OPTION, "expert_ids",
-                                 OP ": expert_ids[%lld] = %d; expected strictly ascending ids in [0, %lld)",
-                                 (long long)i, (int)ids[i], (long long)c->num_experts);
-    if (n == 0 && n_shared(c))
-        return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_OPTION, "num_held",
-                             OP ": a shard with a shared expert needs at least one routed expert");
-    return QMOE_OK;
-}
-
-/* The configuration a shard's weights are made with: its n experts under plain top-1 softmax
- * (gating settings are the whole layer's, put back by adopt_shard). */
-static qmoe_moe_layer_config shard_config(const qmoe_moe_layer_config *c, int64_t n)
-{
-    qmoe_moe_layer_config s = *c;
-    s.num_experts = n, s.top_k = 1, s.gating = QMOE_MOE_GATING_SOFTMAX, s.renormalize = 1;
-    s.group_count = 0, s.k_group = 0, s.routed_scaling_factor = 0, s.correction_bias = NULL;
-    return s;
-}
-
-/* L, made from shard_config(c), becomes the shard of c holding experts ids[0 .. n). */
-static qmoe_status adopt_shard(qmoe_moe_layer *L, const qmoe_moe_layer_config *c, int64_t n, const int32_t *ids)
-{
-    L->held = malloc((size_t)(n ? n : 1) * sizeof *L->held);
-    float *bias = c->correction_bias ? malloc((size_t)c->num_experts * sizeof(float)) : NULL;
-    if (!L->held || (c->correction_bias && !bias)) {
-        free(bias);
-        return qmoe_fail(QMOE_ERR_INNER, OP ": out of memory");
-    }
-    if (n) memcpy(L->held, ids, (size_t)n * sizeof *ids);
-    if (bias) memcpy(bias, c->correction_bias, (size_t)c->num_experts * sizeof(float));
-    free(L->bias);
-    L->bias = bias;
-    L->nheld = n;
-    L->cfg = *c;
-    L->cfg.correction_bias = bias;
-    return QMOE_OK;
-}
-
-static qmoe_status finish_shard(qmoe_status st, qmoe_moe_layer *L, const qmoe_moe_layer_config *c, int64_t n,
-                                const int32_t *ids, qmoe_moe_layer **layer)
-{
-    if (!st) st = adopt_shard(L, c, n, ids);
-    if (st) {
-        qmoe_moe_layer_destroy(L);
-        return st;
-    }
-    *layer = L;
-    qmoe_clear_error();
-    return QMOE_OK;
-}
-
-qmoe_status qmoe_moe_layer_create_shard_from_float(const qmoe_moe_layer_config *config, int64_t num_held,
-                                                   const int32_t *expert_ids, const void *const *gate,
-                                                   const void *const *up, const void *const *down,
-                                                   qmoe_dtype dtype, qmoe_moe_layer **layer)
-{
-    qmoe_moe_layer_config c;
-    qmoe_status st = check_float_args(config, &c, gate, up, down, layer);
-    if (st) return st;
-    if ((st = check_held(&c, num_held, expert_ids))) return st;
-    qmoe_moe_layer *L = NULL;
-    if (num_held == 0) { /* a rank that owns no expert: nothing to quantize */
-        L = calloc(1, sizeof *L);
-        if (!L) return qmoe_fail(QMOE_ERR_INNER, OP ": out of memory");
-        if (pthread_mutex_init(&L->lock, NULL)) {
-            free(L);
-            return qmoe_fail(QMOE_ERR_INNER, OP ": cannot make a mutex");
-        }
-        return finish_shard(QMOE_OK, L, &c, 0, expert_ids, layer);
-    }
-    const void **p = calloc((size_t)num_held * 3, sizeof *p);
-    if (!p) return qmoe_fail(QMOE_ERR_INNER, OP ": out of memory");
-    for (int64_t i = 0; i < num_held; i++) {
-        p[i] = gate[expert_ids[i]];
-        p[num_held + i] = up[expert_ids[i]];
-        p[2 * num_held + i] = down[expert_ids[i]];
-    }
-    qmoe_moe_layer_config s = shard_config(&c, num_held);
-    st = qmoe_moe_layer_create_from_float(&s, p, p + num_held, p + 2 * num_held, dtype, &L);
-    free(p);
-    if (st) return st;
-    return finish_shard(st, L, &c, num_held, expert_ids, layer);
-}
-
-qmoe_status qmoe_moe_layer_create_shard(const qmoe_moe_layer_config *config, int64_t num_held,
-                                        const int32_t *expert_ids, const qmoe_tensor *w13,
-                                        const qmoe_tensor *w13_scale, const qmoe_tensor *w13_bias,
-                                        const qmoe_tensor *w2, const qmoe_tensor *w2_scale,
-                                        qmoe_moe_layer **layer)
-{
-    qmoe_moe_layer_config c;
-    qmoe_status st = check_config(config, &c);
-    if (st) return st;
-    if (!layer)
-        return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "layer", OP ": layer is a null pointer");
-    if ((st = check_held(&c, num_held, expert_ids))) return st;
-    if (num_held == 0)
-        return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_OPTION, "num_held",
-                             OP ": a shard from quantized weights holds at least one expert");
-    qmoe_moe_layer_config s = shard_config(&c, num_held);
-    qmoe_moe_layer *L = NULL;
-    st = qmoe_moe_layer_create(&s, w13, w13_scale, w13_bias, w2, w2_scale, &L);
-    if (st) return st;
-    return finish_shard(st, L, &c, num_held, expert_ids, layer);
-}
-
-qmoe_status qmoe_moe_layer_get_config(const qmoe_moe_layer *L, qmoe_moe_layer_config *config)
-{
-    if (!L || !config)
-        return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, !L ? "layer" : "config",
-                             OP ": a required argument is a null pointer");
-    *config = L->cfg;
-    config->shared_gate = config->shared_up = config->shared_down = NULL;
-    qmoe_clear_error();
-    return QMOE_OK;
-}
-
-int64_t qmoe_moe_layer_held_experts(const qmoe_moe_layer *L)
-{
-    return !L ? -1 : L->held ? L->nheld : L->cfg.num_experts;
-}
-
-int64_t qmoe_moe_layer_held_expert_id(const qmoe_moe_layer *L, int64_t i)
-{
-    if (!L || i < 0 || i >= qmoe_moe_layer_held_experts(L)) return -1;
-    return L->held ? L->held[i] : i;
-}
-
-qmoe_status qmoe_moe_layer_route(const qmoe_moe_layer *L, const qmoe_tensor *logits, const qmoe_tensor *ids,
-                                 const qmoe_tensor *wts)
-{
-    if (!L || !logits || !ids || !wts)
-        return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL,
-                             !L ? "layer" : !logits ? "router_logits" : !ids ? "topk_ids" : "topk_weights",
-                             OP ": a required argument is a null pointer");
-    const qmoe_moe_layer_config *c = &L->cfg;
-    int64_t K = c->top_k;
-    qmoe_status st = check_2d(logits, "router_logits", -1, c->num_experts);
-    int64_t T = qmoe_tensor_dim(logits, 0);
-    if (!st) st = check_2d(ids, "topk_ids", T, K);
-    if (!st) st = check_2d(wts, "topk_weights", T, K);
-    if (st) return st;
-    qmoe_dtype ld = qmoe_tensor_dtype(logits);
-    if (!is_float(ld) || qmoe_tensor_dtype(ids) != QMOE_DTYPE_INT32 || qmoe_tensor_dtype(wts) != ld)
-        return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_DTYPE, "router_logits",
-                             OP ": router_logits must be a float dtype, topk_ids int32, topk_weights "
-                                "router_logits' dtype");
-    if (T == 0) {
-        qmoe_clear_error();
-        return QMOE_OK;
-    }
-    int64_t tk[2] = {T, K}, bias_sh = c->num_experts, n;
-    qmoe_tensor *rowidx = NULL, *tb = NULL;
-    qmoe_moe_executor *ex = NULL;
-    void *ws = NULL;
-    int32_t *ri = qmoe_mul_i64(T, K, &n) ? malloc((size_t)n * sizeof *ri) : NULL;
-    if (!ri) return qmoe_fail(QMOE_ERR_INNER, OP ": out of memory for %lld routing rows", (long long)T);
-    qmoe_moe_options mo = {sizeof mo, c->threads};
-    uint64_t w = 0;
-    int plain = c->gating == QMOE_MOE_GATING_SOFTMAX && !c->renormalize;
-    st = qmoe_tensor_create(tk, 2, NULL, QMOE_DTYPE_INT32, QMOE_FORMAT_ND, ri, &rowidx);
-    if (!st && L->bias)
-        st = qmoe_tensor_create(&bias_sh, 1, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, L->bias, &tb);
-    if (st) goto done;
-    if (plain) { /* as plan_layer gates */
-        st = qmoe_moe_gating_top_k_softmax_workspace_size(logits, NULL, K, wts, ids, rowidx, &mo, &w, &ex);
-    } else {
-        int sig = c->gating == QMOE_MOE_GATING_SIGMOID;
-        qmoe_moe_gating_attrs ga = {.k = K, .k_group = c->k_group, .group_count = c->group_count,
-                                    .group_select_mode = sig, .renorm = 0, .norm_type = sig,
-                                    .routed_scaling_factor = c->routed_scaling_factor, .eps = 1e-20};
-        st = qmoe_moe_gating_top_k_workspace_size(logits, tb, &ga, wts, ids, NULL, &mo, &w, &ex);
-    }
-    if (st) goto done;
-    if (w && !(ws = aligned_alloc(64, (size_t)((w + 63) & ~(uint64_t)63)))) {
-        st = qmoe_fail(QMOE_ERR_INNER, OP ": out of memory for the gating's workspace");
-        goto done;
-    }
-    st = plain ? qmoe_moe_gating_top_k_softmax(ws, w, ex, NULL) : qmoe_moe_gating_top_k(ws, w, ex, NULL);
-done:
-    qmoe_moe_executor_destroy(ex);
-    qmoe_tensor_destroy(rowidx), qmoe_tensor_destroy(tb);
-    free(ri), free(ws);
-    return st;
-}
-
-/* The experts' intermediates in their workspace: int8 [R, I], then float32 [R], then the
- * operators' scratch; false on overflow. */
-static int experts_layout(const qmoe_moe_layer_config *c, int64_t R, uint64_t *hs_off, uint64_t *ops_off)
-{
-    int64_t a, b;
-    if (!qmoe_mul_i64(R, c->intermediate_size, &a) || !qmoe_add_i64(a, 63, &a) || !qmoe_mul_i64(R, 4, &b) ||
-        !qmoe_add_i64(b, 63, &b))
-        return 0;
-    a &= ~(int64_t)63, b &= ~(int64_t)63;
-    if (!qmoe_add_i64(a, b, &b)) return 0;
-    *hs_off = (uint64_t)a, *ops_off = (uint64_t)b;
-    return 1;
-}
-
-/* Plans gate/up and down for rows x grouped by group_list into y, intermediates at ws. */
-static qmoe_status plan_experts(const qmoe_moe_layer *L, const qmoe_tensor *x, const qmoe_tensor *xs,
-                                const qmoe_tensor *gl, const qmoe_tensor *y, uintptr_t ws, qmoe_executor **gu,
-                                qmoe_grouped_matmul_executor **down, uint64_t *ops_off, uint64_t *need)
-{
-    const qmoe_moe_layer_config *c = &L->cfg;
-    int64_t R = qmoe_tensor_dim(x, 0), hq[2] = {R, c->intermediate_size};
-    uint64_t hs_off, w1 = 0, w2 = 0;
-    if (!experts_layout(c, R, &hs_off, ops_off))
-        return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_LIMIT, "x", OP ": %lld rows overflow", (long long)R);
-    qmoe_tensor *th = NULL, *ts = NULL;
-    qmoe_status st = tensor_at(ws, 0, QMOE_DTYPE_INT8, 2, hq, &th);
-    if (!st) st = tensor_at(ws, hs_off, QMOE_DTYPE_FLOAT32, 1, &R, &ts);
-    qmoe_op_options oo = QMOE_OP_OPTIONS_INIT;
-    oo.threads = c->threads;
-    if (!st)
-        st = qmoe_gmm_swiglu_quant_workspace_size(x, L->t13, NULL, NULL, NULL, xs, gl, th, ts, NULL, &oo, &w1, gu);
-    qmoe_grouped_matmul_options go = QMOE_GROUPED_MATMUL_OPTIONS_INIT;
-    go.threads = c->threads;
-    if (!st) st = qmoe_grouped_matmul_workspace_size(th, L->t2, NULL, NULL, ts, gl, 0, y, &go, &w2, down);
-    qmoe_tensor_destroy(th), qmoe_tensor_destroy(ts);
-    if (st) {
-        qmoe_executor_destroy(*gu), qmoe_grouped_matmul_executor_destroy(*down);
-        *gu = NULL, *down = NULL;
-        return st;
-    }
-    *need = *ops_off + (w1 > w2 ? w1 : w2);
-    return QMOE_OK;
-}
-
-static qmoe_status check_experts(const qmoe_moe_layer *L, const qmoe_tensor *x, const qmoe_tensor *xs,
-                                 const qmoe_tensor *gl, const qmoe_tensor *y)
-{
-    int64_t groups = qmoe_moe_layer_held_experts(L) + n_shared(&L->cfg);
-    qmoe_status st = check_2d(x, "x", -1, L->cfg.hidden_size);
-    int64_t R = qmoe_tensor_dim(x, 0);
-    if (!st) st = check_2d(y, "y", R, L->cfg.hidden_size);
-    if (st) return st;
-    if (qmoe_tensor_dtype(x) != QMOE_DTYPE_INT8 || !is_float(qmoe_tensor_dtype(y)))
-        return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_DTYPE, "x", OP ": x must be int8 and y a float dtype");
-    if (qmoe_tensor_ndim(xs) != 1 || qmoe_tensor_dim(xs, 0) != R || qmoe_tensor_dtype(xs) != QMOE_DTYPE_FLOAT32)
-        return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_SHAPE, "x_scale", OP ": x_scale must be float32 [%lld]",
-                             (long long)R);
-    if (qmoe_tensor_ndim(gl) != 1 || qmoe_tensor_dim(gl, 0) != groups || qmoe_tensor_dtype(gl) != QMOE_DTYPE_INT64)
-        return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_SHAPE, "group_list",
-                             OP ": group_list must be int64 [%lld] (held experts + shared chunks)", (long long)groups);
-    if (R > 0 && !L->t13)
-        return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_OPTION, "layer", OP ": the shard holds no expert");
-    return QMOE_OK;
-}
-
-qmoe_status qmoe_moe_layer_experts_workspace_size(const qmoe_moe_layer *L, int64_t rows, qmoe_dtype y_dtype,
-                                                  uint64_t *workspace_size)
-{
-    if (!L || !workspace_size)
-        return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, !L ? "layer" : "workspaceSize",
-                             OP ": a required argument is a null pointer");
-    if (rows < 0 || !is_float(y_dtype))
-        return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, rows < 0 ? QMOE_RULE_LIMIT : QMOE_RULE_DTYPE, "rows",
-                             OP ": rows = %lld, y_dtype %d; expected rows >= 0 and a float dtype", (long long)rows,
-                             (int)y_dtype);
-    if (rows == 0 || !L->t13) {
-        *workspace_size = 0;
-        qmoe_clear_error();
-        return QMOE_OK;
-    }
-    /* Plan at made-up, disjoint addresses (sizes depend on shapes only), as the forward's query. */
-    const qmoe_moe_layer_config *c = &L->cfg;
-    int64_t H = c->hidden_size, xb, yb, g = qmoe_moe_layer_held_experts(L) + n_shared(c);
-    uint64_t hs_off, ops_off;
-    if (!experts_layout(c, rows, &hs_off, &ops_off) || !qmoe_mul_i64(rows, H * 4, &yb) ||
-        ops_off > (UINTPTR_MAX >> 3) || (uint64_t)yb > (UINTPTR_MAX >> 3) - ops_off)
-        return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_LIMIT, "rows", OP ": %lld rows overflow", (long long)rows);
-    xb = yb / 4;
-    uintptr_t ws = 4096, xa = ws + (uintptr_t)ops_off + 64, sa = xa + (uintptr_t)xb + 64,
-              ga = sa + (uintptr_t)rows * 4 + 64, ya = ga + (uintptr_t)g * 8 + 64;
-    int64_t xs2[2] = {rows, H};
-    qmoe_tensor *tx = NULL, *ts = NULL, *tg = NULL, *ty = NULL;
-    qmoe_status st = tensor_at(xa, 0, QMOE_DTYPE_INT8, 2, xs2, &tx);
-    if (!st) st = tensor_at(sa, 0, QMOE_DTYPE_FLOAT32, 1, &rows, &ts);
-    if (!st) st = tensor_at(ga, 0, QMOE_DTYPE_INT64, 1, &g, &tg);
-    if (!st) st = tensor_at(ya, 0, y_dtype, 2, xs2, &ty);
-    qmoe_executor *gu = NULL;
-    qmoe_grouped_matmul_executor *down = NULL;
-    uint64_t need = 0;
-    if (!st) st = plan_experts(L, tx, ts, tg, ty, ws, &gu, &down, &ops_off, &need);
-    qmoe_executor_destroy(gu), qmoe_grouped_matmul_executor_destroy(down);
-    qmoe_tensor_destroy(tx), qmoe_tensor_destroy(ts), qmoe_tensor_destroy(tg), qmoe_tensor_destroy(ty);
-    if (st) return st;
-    *workspace_size = need;
-    qmoe_clear_error();
-    return QMOE_OK;
-}
-
-qmoe_status qmoe_moe_layer_experts(const qmoe_moe_layer *L, const qmoe_tensor *x, const qmoe_tensor *x_scale,
-                                   const qmoe_tensor *group_list, const qmoe_tensor *y, void *workspace,
-                                   uint64_t workspace_size)
-{
-    if (!L || !x || !x_scale || !group_list || !y)
-        return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL,
-                             !L ? "layer" : !x ? "x" : !x_scale ? "x_scale" : !group_list ? "group_list" : "y",
-                             OP ": a required argument is a null pointer");
-    qmoe_status st = check_experts(L, x, x_scale, group_list, y);
-    if (st) return st;
-    if (qmoe_tensor_dim(x, 0) == 0) {
-        qmoe_clear_error();
-        return QMOE_OK;
-    }
-    if (!workspace || (uintptr_t)workspace % 64)
-        return qmoe_fail_arg(workspace ? QMOE_ERR_PARAM_INVALID : QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_WORKSPACE,
-                             "workspace", OP ": workspace %p is null or not 64-byte aligned", workspace);
-    qmoe_executor *gu = NULL;
-    qmoe_grouped_matmul_executor *down = NULL;
-    uint64_t ops_off = 0, need = 0;
-    st = plan_experts(L, x, x_scale, group_list, y, (uintptr_t)workspace, &gu, &down, &ops_off, &need);
-    if (st) return st;
-    if (workspace_size < need) {
-        st = qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_WORKSPACE, "workspaceSize",
-                           OP ": workspaceSize = %llu is less than the %llu bytes needed",
-                           (unsigned long long)workspace_size, (unsigned long long)need);
-    } else {
-        void *ow = (char *)workspace + ops_off;
-        uint64_t os = workspace_size - ops_off;
-        st = qmoe_gmm_swiglu_quant(ow, os, gu, NULL);
-        if (!st) st = qmoe_grouped_matmul(ow, os, down, NULL);
-    }
-    qmoe_executor_destroy(gu), qmoe_grouped_matmul_executor_destroy(down);
-    return st;
 }
