@@ -467,8 +467,8 @@ static void tile_chunk(const qmoe_gemm_isa *isa, const fast_layout *L, const pan
     }
 }
 
-/* One K group of the block (a single chunk) through the isa's gemm_fold: each micro-tile is
- * folded into f from its registers, the same operations as tile_chunk + fold (gmm_fast.h). */
+/* One K group of the block through the isa's gemm_fold: each micro-tile is computed over the
+ * whole group and folded into f at once, the same operations as tile_chunk + fold (gmm_fast.h). */
 static void fold_group(const qmoe_gemm_isa *isa, const panel *pn, const int8_t *x, int64_t ldx,
                        int64_t rows, int64_t pos, int64_t kq, const int32_t *xoff, int64_t xoff_stride,
                        const float *xs, const float *ws, float *f, int first)
@@ -713,10 +713,12 @@ static void run_block(const block_args *A, uint8_t *sp, const fast_layout *L)
             }
             const int32_t *xo = xoff + (mb - A->m0) * p->G;
             for (int64_t r = 0; r < rows && !DUMPING(A); r++) xs[r] = p->xs[(mb + r) * p->xs_s];
-            /* Per-group scales, blocks of several micro-tiles: fold each group from the
-             * registers (a block of one micro-tile keeps gemm_i4 / gemm_pf, which stream) */
-            int fused = isa->gemm_fold && !xt && !pn.i4 && L->gk > 0 && L->gk <= KC &&
-                        rows > isa->mr && !DUMPING(A);
+            /* Blocks of several micro-tiles: each micro-tile takes a whole group in one call
+             * and folds it at once (no int32 tile stored and reloaded per K chunk, no fold
+             * pass); the weights then stream from L2, not L1. A block of one micro-tile keeps
+             * gemm_i4 / gemm_pf, which stream from memory. */
+            int fused = isa->gemm_fold && !xt && !pn.i4 && L->gk > 0 && rows > isa->mr &&
+                        !DUMPING(A);
             for (int64_t g = 0; g < p->G; g++) {
                 if (fused) {
                     fold_group(isa, &pn, x, ldx, rows, g * L->gkp, (L->gk + 3) / 4, xo + g, p->G,

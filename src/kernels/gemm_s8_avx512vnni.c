@@ -154,7 +154,7 @@ static inline __attribute__((always_inline)) void fold_tile(int mr, int nu, cons
                                 int64_t wstep, const fold_to *fo)                                \
     {                                                                                            \
         int32_t t[R * 64] __attribute__((aligned(64)));                                          \
-        tile(0, 0, R, U, kq, x, ldx, wp, wstep, t, 64, 0);                                       \
+        tile(0, 1, R, U, kq, x, ldx, wp, wstep, t, 64, 0);                                       \
         fold_tile(R, U, t, fo);                                                                  \
     }
 #define TILE_ROW(R) TILE_FN(R, 1) TILE_FN(R, 2) TILE_FN(R, 3) TILE_FN(R, 4)
@@ -178,8 +178,9 @@ typedef void (*tilef_fn)(int64_t, const int8_t *, int64_t, const uint8_t *, int6
 static const tilef_fn tilesf[MR][4] = {ROWF_PTRS(1), ROWF_PTRS(2), ROWF_PTRS(3),
                                        ROWF_PTRS(4), ROWF_PTRS(5), ROWF_PTRS(6)};
 
-/* gemm of a whole K group folded at once (gmm_fast.h): per-group scales otherwise store the
- * int32 tile into the block's accumulators after every group and fold them in a second pass. */
+/* gemm of a whole K group folded at once (gmm_fast.h): otherwise the int32 tile is stored into
+ * the block's accumulators after every K chunk and folded in a second pass per group. A whole
+ * group streams its weights from L2, so the weight prefetch is on. */
 static void gemm_fold_avx512(int mr, int nu, int64_t kq, const int8_t *x, int64_t ldx,
                              const uint8_t *wp, int64_t wstep, const int32_t *xoff,
                              int64_t xoff_stride, const float *xs, const float *ws, float *f,

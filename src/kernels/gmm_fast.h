@@ -95,8 +95,8 @@ typedef struct qmoe_gemm_isa {
     /* Optional (NULL: gemm, then fold): gemm of one whole K group from zero (kq steps of 64-byte
      * units, as gemm) folded at once into float as fold does it: f[r][c] = (first ? v :
      * f[r][c] + v), v = (float)(acc[r][c] - xoff[r * xoff_stride]) * xs[r] * ws[c], xs NULL: no
-     * xs factor, for r < mr, c < 16 * nu. The driver uses it for groups of one K chunk (per-group
-     * scales), where gemm + fold store and reload the int32 tile once per group. */
+     * xs factor, for r < mr, c < 16 * nu. The driver uses it for blocks of several micro-tiles,
+     * where gemm + fold store and reload the int32 tile once per K chunk and fold it per group. */
     void (*gemm_fold)(int mr, int nu, int64_t kq, const int8_t *x, int64_t ldx, const uint8_t *wp,
                       int64_t wstep, const int32_t *xoff, int64_t xoff_stride, const float *xs,
                       const float *ws, float *f, int64_t ldf, int first);
