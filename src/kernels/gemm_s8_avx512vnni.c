@@ -63,19 +63,6 @@ static inline __attribute__((always_inline)) void tile(int i4, int pf, int mr, i
             for (int64_t o = 0; o < step; o += 64)
                 _mm_prefetch((const char *)(wp + PREFETCH + o), _MM_HINT_T0);
         }
-        /* A full tile is one of several row tiles of a block (prefill): x rows are read once per
-         * chunk and column panel, so they come from L3. The driver's next call in this chunk
-         * is the next row tile: fetch its x lines (one per 16 steps a row) while this one
-         * computes. Prefetches past the end of x are dropped by the CPU, not faulted. */
-        if (mr == MR && !i4 && (q & 15) == 0) {
-            const int8_t *n = x + MR * ldx + 4 * q;
-            _mm_prefetch((const char *)n, _MM_HINT_T0);
-            _mm_prefetch((const char *)(n + ldx), _MM_HINT_T0);
-            _mm_prefetch((const char *)(n + 2 * ldx), _MM_HINT_T0);
-            _mm_prefetch((const char *)(n + 3 * ldx), _MM_HINT_T0);
-            _mm_prefetch((const char *)(n + 4 * ldx), _MM_HINT_T0);
-            _mm_prefetch((const char *)(n + 5 * ldx), _MM_HINT_T0);
-        }
         if (i4) {
             w0 = expand_i4(wp), w1 = w2 = w3 = w0;
             if (nu > 1) w1 = expand_i4(wp + 32);
