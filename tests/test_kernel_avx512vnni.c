@@ -23,7 +23,8 @@ static void check_fold_fused(const qmoe_gemm_isa *isa, int cases)
             void *sp = aligned_alloc(64, (bytes + 63) & ~(uint64_t)63);
             float *a = calloc((size_t)(rows * N2 + 1), sizeof(float));
             float *b = calloc((size_t)(rows * N2 + 1), sizeof(float));
-            qmoe_thread_ctx ctx = {.thread = 0, .nthreads = 1, .scratch = sp, .scratch_bytes = bytes};
+            qmoe_thread_ctx ctx = {.thread = 0, .nthreads = 1, .scratch = sp,
+                                   .scratch_bytes = bytes};
             qmoe_fast_swiglu_block(isa, p, &ctx, e, m0, m1, 0, N2, a, N2);
             qmoe_fast_swiglu_block(&plain, p, &ctx, e, m0, m1, 0, N2, b, N2);
             CHECK_MSG(!memcmp(a, b, sizeof(float) * (size_t)(rows * N2)),

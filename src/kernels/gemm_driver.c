@@ -470,8 +470,8 @@ static void tile_chunk(const qmoe_gemm_isa *isa, const fast_layout *L, const pan
 /* One K group of the block through the isa's gemm_fold: each micro-tile is computed over the
  * whole group and folded into f at once, the same operations as tile_chunk + fold (gmm_fast.h). */
 static void fold_group(const qmoe_gemm_isa *isa, const panel *pn, const int8_t *x, int64_t ldx,
-                       int64_t rows, int64_t pos, int64_t kq, const int32_t *xoff, int64_t xoff_stride,
-                       const float *xs, const float *ws, float *f, int first)
+                       int64_t rows, int64_t pos, int64_t kq, const int32_t *xoff,
+                       int64_t xoff_stride, const float *xs, const float *ws, float *f, int first)
 {
     int64_t half = pn->ld / 2;
     for (int64_t r = 0; r < rows; r += isa->mr) {

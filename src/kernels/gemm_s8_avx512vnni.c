@@ -112,7 +112,8 @@ static inline __attribute__((always_inline)) void fold_tile(int mr, int nu, cons
         __m512 xs = _mm512_set1_ps(fo->xs ? fo->xs[r] : 1.0f);
         float *d = fo->f + r * fo->ldf;
         for (int u = 0; u < nu; u++) {
-            __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_load_si512(t + 64 * r + 16 * u), o));
+            __m512i a = _mm512_sub_epi32(_mm512_load_si512(t + 64 * r + 16 * u), o);
+            __m512 v = _mm512_cvtepi32_ps(a);
             if (fo->xs) v = _mm512_mul_ps(v, xs); /* A8W4 passes none: times 1 is skipped */
             v = _mm512_mul_ps(v, _mm512_loadu_ps(fo->ws + 16 * u));
             if (!fo->first) v = _mm512_add_ps(_mm512_loadu_ps(d + 16 * u), v);
