@@ -715,10 +715,11 @@ static void run_block(const block_args *A, uint8_t *sp, const fast_layout *L)
             for (int64_t r = 0; r < rows && !DUMPING(A); r++) xs[r] = p->xs[(mb + r) * p->xs_s];
             /* Blocks of several micro-tiles: each micro-tile takes a whole group in one call
              * and folds it at once (no int32 tile stored and reloaded per K chunk, no fold
-             * pass); the weights then stream from L2, not L1. A block of one micro-tile keeps
-             * gemm_i4 / gemm_pf, which stream from memory. */
+             * pass); the weights then stream from L2, not L1, which pays only with a full
+             * block of rows when a group spans several chunks (32 rows at K = 2048 were 5-10%
+             * slower). A block of one micro-tile keeps gemm_i4 / gemm_pf, which stream. */
             int fused = isa->gemm_fold && !xt && !pn.i4 && L->gk > 0 && rows > isa->mr &&
-                        !DUMPING(A);
+                        (L->gk <= KC || rows >= L->mc) && !DUMPING(A);
             for (int64_t g = 0; g < p->G; g++) {
                 if (fused) {
                     fold_group(isa, &pn, x, ldx, rows, g * L->gkp, (L->gk + 3) / 4, xo + g, p->G,
