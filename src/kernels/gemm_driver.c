@@ -467,6 +467,27 @@ static void tile_chunk(const qmoe_gemm_isa *isa, const fast_layout *L, const pan
     }
 }
 
+/* One K group of the block through the isa's gemm_fold: each micro-tile is computed over the
+ * whole group and folded into f at once, the same operations as tile_chunk + fold (gmm_fast.h). */
+static void fold_group(const qmoe_gemm_isa *isa, const panel *pn, const int8_t *x, int64_t ldx,
+                       int64_t rows, int64_t pos, int64_t kq, const int32_t *xoff,
+                       int64_t xoff_stride, const float *xs, const float *ws, float *f, int first)
+{
+    int64_t half = pn->ld / 2;
+    for (int64_t r = 0; r < rows; r += isa->mr) {
+        int mr = (int)(rows - r < isa->mr ? rows - r : isa->mr);
+        for (int64_t h = 0; h < 2; h++)
+            for (int64_t u0 = 0; u0 < pn->nu; u0 += isa->nu) {
+                int nu = (int)(pn->nu - u0 < isa->nu ? pn->nu - u0 : isa->nu);
+                int64_t c = h * half + u0 * QMOE_PK_UNIT;
+                isa->gemm_fold(mr, nu, kq, x + r * ldx + pos, ldx,
+                               pn->wp + h * pn->blk + (pos / 4) * pn->wstep + u0 * QMOE_PK_STEP,
+                               pn->wstep, xoff + r * xoff_stride, xoff_stride, xs ? xs + r : NULL,
+                               ws + c, f + r * pn->ld + c, pn->ld, first);
+            }
+    }
+}
+
 /* The accumulator dump of the test entry point (qmoe_fast_acc_block) exists only in the tests'
  * build (QMOE_TESTING, see CMakeLists.txt); elsewhere DUMPING() is 0 and its branches are
  * compiled out of the driver. */
@@ -692,7 +713,19 @@ static void run_block(const block_args *A, uint8_t *sp, const fast_layout *L)
             }
             const int32_t *xo = xoff + (mb - A->m0) * p->G;
             for (int64_t r = 0; r < rows && !DUMPING(A); r++) xs[r] = p->xs[(mb + r) * p->xs_s];
+            /* Blocks of several micro-tiles: each micro-tile takes a whole group in one call
+             * and folds it at once (no int32 tile stored and reloaded per K chunk, no fold
+             * pass); the weights then stream from L2, not L1, which pays only with a full
+             * block of rows when a group spans several chunks (32 rows at K = 2048 were 5-10%
+             * slower). A block of one micro-tile keeps gemm_i4 / gemm_pf, which stream. */
+            int fused = isa->gemm_fold && !xt && !pn.i4 && L->gk > 0 && rows > isa->mr &&
+                        (L->gk <= KC || rows >= L->mc) && !DUMPING(A);
             for (int64_t g = 0; g < p->G; g++) {
+                if (fused) {
+                    fold_group(isa, &pn, x, ldx, rows, g * L->gkp, (L->gk + 3) / 4, xo + g, p->G,
+                               a8w4 ? NULL : xs, pn.wsg + g * pn.ld, f, g == 0);
+                    continue;
+                }
                 if (L->gk == 0) memset(acc, 0, sizeof(int32_t) * (size_t)(rows * pn.ld)); /* K = 0 */
                 /* rows of xt start at multiples of 16: mb - m0 is a multiple of mc */
                 const int8_t *xb = xt ? xt + (mb - A->m0) / 16 * 16 * L->Kt : NULL;

@@ -33,6 +33,16 @@ void qmoe_expand_i4_avx512(const uint8_t *src, int64_t steps, uint8_t *dst)
         _mm512_storeu_si512(dst + 64 * q, expand_i4(src + 32 * q));
 }
 
+/* The fold's operands (gmm_fast.h, gemm_fold). */
+typedef struct fold_to {
+    const int32_t *xoff;
+    int64_t xoff_stride;
+    const float *xs, *ws;
+    float *f;
+    int64_t ldf;
+    int first;
+} fold_to;
+
 static inline __attribute__((always_inline)) void tile(int i4, int pf, int mr, int nu, int64_t kq,
                                                        const int8_t *x, int64_t ldx,
                                                        const uint8_t *wp, int64_t wstep,
@@ -91,6 +101,27 @@ static inline __attribute__((always_inline)) void tile(int i4, int pf, int mr, i
 #undef OUT
 }
 
+/* The tile, stored to an L1 buffer of the caller's stack (GCC keeps the accumulators in
+ * registers only with tile's own store), into fo's float tile with qmoe_fold_avx512's operations
+ * in its order: v = (float)(acc - xoff) * xs * ws, then f + v. */
+static inline __attribute__((always_inline)) void fold_tile(int mr, int nu, const int32_t *t,
+                                                            const fold_to *fo)
+{
+    for (int r = 0; r < mr; r++) {
+        __m512i o = _mm512_set1_epi32(fo->xoff[r * fo->xoff_stride]);
+        __m512 xs = _mm512_set1_ps(fo->xs ? fo->xs[r] : 1.0f);
+        float *d = fo->f + r * fo->ldf;
+        for (int u = 0; u < nu; u++) {
+            __m512i a = _mm512_sub_epi32(_mm512_load_si512(t + 64 * r + 16 * u), o);
+            __m512 v = _mm512_cvtepi32_ps(a);
+            if (fo->xs) v = _mm512_mul_ps(v, xs); /* A8W4 passes none: times 1 is skipped */
+            v = _mm512_mul_ps(v, _mm512_loadu_ps(fo->ws + 16 * u));
+            if (!fo->first) v = _mm512_add_ps(_mm512_loadu_ps(d + 16 * u), v);
+            _mm512_storeu_ps(d + 16 * u, v);
+        }
+    }
+}
+
 #define TILE_FN(R, U)                                                                            \
     static void tile_##R##x##U(int64_t kq, const int8_t *x, int64_t ldx, const uint8_t *wp,     \
                                int64_t wstep, int32_t *acc, int64_t ldacc, int accumulate)       \
@@ -106,6 +137,13 @@ static inline __attribute__((always_inline)) void tile(int i4, int pf, int mr, i
                                 int64_t wstep, int32_t *acc, int64_t ldacc, int accumulate)      \
     {                                                                                            \
         tile(0, 1, R, U, kq, x, ldx, wp, wstep, acc, ldacc, accumulate);                         \
+    }                                                                                            \
+    static void tilef_##R##x##U(int64_t kq, const int8_t *x, int64_t ldx, const uint8_t *wp,    \
+                                int64_t wstep, const fold_to *fo)                                \
+    {                                                                                            \
+        int32_t t[R * 64] __attribute__((aligned(64)));                                          \
+        tile(0, 1, R, U, kq, x, ldx, wp, wstep, t, 64, 0);                                       \
+        fold_tile(R, U, t, fo);                                                                  \
     }
 #define TILE_ROW(R) TILE_FN(R, 1) TILE_FN(R, 2) TILE_FN(R, 3) TILE_FN(R, 4)
 TILE_ROW(1) TILE_ROW(2) TILE_ROW(3) TILE_ROW(4) TILE_ROW(5) TILE_ROW(6)
@@ -121,6 +159,24 @@ static const tile_fn tiles4[MR][4] = {ROW4_PTRS(1), ROW4_PTRS(2), ROW4_PTRS(3),
 #define ROWP_PTRS(R) {tilep_##R##x1, tilep_##R##x2, tilep_##R##x3, tilep_##R##x4}
 static const tile_fn tilesp[MR][4] = {ROWP_PTRS(1), ROWP_PTRS(2), ROWP_PTRS(3),
                                       ROWP_PTRS(4), ROWP_PTRS(5), ROWP_PTRS(6)};
+
+typedef void (*tilef_fn)(int64_t, const int8_t *, int64_t, const uint8_t *, int64_t,
+                         const fold_to *);
+#define ROWF_PTRS(R) {tilef_##R##x1, tilef_##R##x2, tilef_##R##x3, tilef_##R##x4}
+static const tilef_fn tilesf[MR][4] = {ROWF_PTRS(1), ROWF_PTRS(2), ROWF_PTRS(3),
+                                       ROWF_PTRS(4), ROWF_PTRS(5), ROWF_PTRS(6)};
+
+/* gemm of a whole K group folded at once (gmm_fast.h): otherwise the int32 tile is stored into
+ * the block's accumulators after every K chunk and folded in a second pass per group. A whole
+ * group streams its weights from L2, so the weight prefetch is on. */
+static void gemm_fold_avx512(int mr, int nu, int64_t kq, const int8_t *x, int64_t ldx,
+                             const uint8_t *wp, int64_t wstep, const int32_t *xoff,
+                             int64_t xoff_stride, const float *xs, const float *ws, float *f,
+                             int64_t ldf, int first)
+{
+    fold_to fo = {xoff, xoff_stride, xs, ws, f, ldf, first};
+    tilesf[mr - 1][nu - 1](kq, x, ldx, wp, wstep, &fo);
+}
 
 /* gemm that prefetches the weight stream ahead (prepacked int8 read in place). */
 static void gemm_pf_avx512(int mr, int nu, int64_t kq, const int8_t *x, int64_t ldx,
@@ -181,6 +237,7 @@ const qmoe_gemm_isa qmoe_isa_avx512_vnni = {
     .gemm_nz = qmoe_gemm_nz_avx512,
     .gemm_i4 = gemm_i4_avx512,
     .gemm_pf = gemm_pf_avx512,
+    .gemm_fold = gemm_fold_avx512,
     .expand_i4 = qmoe_expand_i4_avx512,
     .to_bf16 = qmoe_f32_to_bf16_avx512,
     .peak_loop = peak_avx512,

@@ -92,6 +92,15 @@ typedef struct qmoe_gemm_isa {
     void (*gemm_pf)(int mr, int nu, int64_t kq, const int8_t *x, int64_t ldx, const uint8_t *wp,
                     int64_t wstep, int32_t *acc, int64_t ldacc, int accumulate);
 
+    /* Optional (NULL: gemm, then fold): gemm of one whole K group from zero (kq steps of 64-byte
+     * units, as gemm) folded at once into float as fold does it: f[r][c] = (first ? v :
+     * f[r][c] + v), v = (float)(acc[r][c] - xoff[r * xoff_stride]) * xs[r] * ws[c], xs NULL: no
+     * xs factor, for r < mr, c < 16 * nu. The driver uses it for blocks of several micro-tiles,
+     * where gemm + fold store and reload the int32 tile once per K chunk and fold it per group. */
+    void (*gemm_fold)(int mr, int nu, int64_t kq, const int8_t *x, int64_t ldx, const uint8_t *wp,
+                      int64_t wstep, const int32_t *xoff, int64_t xoff_stride, const float *xs,
+                      const float *ws, float *f, int64_t ldf, int first);
+
     /* Optional (NULL: portable loop): prepacked int4 steps (32 bytes, gemm_i4's format) -> the
      * 64-byte steps gemm reads, `steps` of them, src and dst contiguous. */
     void (*expand_i4)(const uint8_t *src, int64_t steps, uint8_t *dst);
