@@ -1,8 +1,8 @@
 /*
  * Work queue: a fork-join pool. qmoe_workq_run(q, f, data, n) runs parts 0..n-1 of a job; the
  * calling thread (thread 0) runs part 0 and worker t runs part t; with more parts than threads,
- * thread t also runs parts t + T, t + 2T, ... in order. Workers spin briefly after a job, then
- * sleep on a condition variable. A job may have sub-phases separated by qmoe_workq_barrier, an
+ * thread t also runs parts t + T, t + 2T, ... in order. Workers spin briefly after a job, yield
+ * their core for QMOE_WORKER_WAIT_US (default 5 ms), then sleep on a condition variable. A job may have sub-phases separated by qmoe_workq_barrier, an
  * atomic countdown barrier over the job's threads (only when n <= threads: each part one thread).
  */
 #ifndef QMOE_RUNTIME_WORKQ_H
