@@ -4,6 +4,7 @@
 #define QMOE_TESTS_MPI_CASE_H
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,6 +33,19 @@ static inline void mc_agreed(const char *what, qmoe_status st, qmoe_status want,
     CHECK_MSG(st == want, "%s: rank %d got %d, want %d (%s)", what, me, (int)st, (int)want,
               qmoe_mpi_last_error());
     if (st != QMOE_OK) CHECK_MSG(qmoe_mpi_last_error()[0] != '\0', "%s: no message", what);
+}
+
+/* The end of an MPI test: every rank reports, MPI is finalized, and the exit code is the worst
+ * rank's (a job passes only when every rank passed). */
+static inline int mc_finish(const char *test, int me, int P)
+{
+    int failures = qt_failures, worst = 0;
+    MPI_Allreduce(&failures, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    char suite[64];
+    snprintf(suite, sizeof suite, "%s rank %d/%d", test, me, P);
+    int rc = qt_finish(suite);
+    MPI_Finalize();
+    return worst ? 1 : rc;
 }
 
 static inline size_t mc_size(qmoe_dtype dt)

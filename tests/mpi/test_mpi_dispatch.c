@@ -286,12 +286,5 @@ int main(int argc, char **argv)
             run_case(cases[i].name, &c, cases[i].y, cases[i].extra, cases[i].threads);
             mc_free(&c);
         }
-    /* Every rank must pass: the job's exit code is the worst rank's. */
-    int failures = qt_failures, worst = 0;
-    MPI_Allreduce(&failures, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    char suite[64];
-    snprintf(suite, sizeof suite, "test_mpi_dispatch rank %d/%d", me, P);
-    int rc = qt_finish(suite);
-    MPI_Finalize();
-    return worst ? 1 : rc;
+    return mc_finish("test_mpi_dispatch", me, P);
 }

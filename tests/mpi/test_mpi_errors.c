@@ -194,11 +194,5 @@ int main(int argc, char **argv)
     good_round(ep, "after the combine errors");
     qmoe_ep_destroy(ep);
 
-    int failures = qt_failures, worst = 0;
-    MPI_Allreduce(&failures, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    char suite[64];
-    snprintf(suite, sizeof suite, "test_mpi_errors rank %d/%d", me, P);
-    int rc = qt_finish(suite);
-    MPI_Finalize();
-    return worst ? 1 : rc;
+    return mc_finish("test_mpi_errors", me, P);
 }

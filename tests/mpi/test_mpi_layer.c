@@ -413,11 +413,5 @@ int main(int argc, char **argv)
         for (uint64_t seed = 1; seed <= 2; seed++) run_case(&cases[i], seed * 7919 + i);
     quantized_shards();
     errors();
-    int failures = qt_failures, worst = 0;
-    MPI_Allreduce(&failures, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    char suite[64];
-    snprintf(suite, sizeof suite, "test_mpi_layer rank %d/%d", me, P);
-    int rc = qt_finish(suite);
-    MPI_Finalize();
-    return worst ? 1 : rc;
+    return mc_finish("test_mpi_layer", me, P);
 }
