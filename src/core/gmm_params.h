@@ -8,6 +8,7 @@
 
 #include <stdint.h>
 
+#include "qmoe/qmoe.h"
 #include "runtime/fastdiv.h"
 
 struct qmoe_kernel_ops; /* src/kernels/kernel.h */
@@ -34,6 +35,24 @@ typedef enum qmoe_scale_type {
     QMOE_SCALE_BF16 = 2,
     QMOE_SCALE_U64_F32 = 3, /* low 32 bits of a 64-bit word are float32 bits */
 } qmoe_scale_type;
+
+/* The kernels' type for a weight-scale tensor of `dtype` (qmoe_dtype) in `mode`; 0 when the dtype
+ * is not a scale type: float32, float16, bfloat16, and for A8W4 also uint64 / int64 (float32 bits
+ * in the low word). The one mapping of every planner that takes weight scales. */
+static inline int qmoe_scale_type_of(int32_t dtype, int32_t mode, int32_t *type)
+{
+    switch (dtype) {
+    case QMOE_DTYPE_FLOAT32: *type = QMOE_SCALE_F32; return 1;
+    case QMOE_DTYPE_FLOAT16: *type = QMOE_SCALE_F16; return 1;
+    case QMOE_DTYPE_BFLOAT16: *type = QMOE_SCALE_BF16; return 1;
+    case QMOE_DTYPE_UINT64:
+    case QMOE_DTYPE_INT64:
+        if (mode != QMOE_MODE_A8W4) return 0;
+        *type = QMOE_SCALE_U64_F32;
+        return 1;
+    default: return 0;
+    }
+}
 
 typedef struct qmoe_gmm_params {
     /* shapes */

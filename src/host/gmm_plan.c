@@ -110,19 +110,10 @@ static qmoe_status plan_weight_scale(const qmoe_tensor *t, qmoe_gmm_params *p)
 {
     static const char *name = "weightScale";
     qmoe_status st;
-    switch (t->dtype) {
-    case QMOE_DTYPE_FLOAT32: p->ws_type = QMOE_SCALE_F32; break;
-    case QMOE_DTYPE_FLOAT16: p->ws_type = QMOE_SCALE_F16; break;
-    case QMOE_DTYPE_BFLOAT16: p->ws_type = QMOE_SCALE_BF16; break;
-    case QMOE_DTYPE_UINT64:
-    case QMOE_DTYPE_INT64:
-        if (p->mode == QMOE_MODE_A8W4) {
-            p->ws_type = QMOE_SCALE_U64_F32;
-            break;
-        }
-        return INVALID(DTYPE, name, "%s: dtype %s is only accepted for A8W4 (float32 bits in the low word)",
-                       name, qmoe_dtype_name(t->dtype));
-    default:
+    if (!qmoe_scale_type_of(t->dtype, p->mode, &p->ws_type)) {
+        if (t->dtype == QMOE_DTYPE_UINT64 || t->dtype == QMOE_DTYPE_INT64)
+            return INVALID(DTYPE, name, "%s: dtype %s is only accepted for A8W4 (float32 bits in the low word)",
+                           name, qmoe_dtype_name(t->dtype));
         return INVALID(DTYPE, name, "%s: dtype %s, expected float32, float16 or bfloat16%s", name,
                        qmoe_dtype_name(t->dtype), p->mode == QMOE_MODE_A8W4 ? " (or uint64/int64)" : "");
     }

@@ -76,21 +76,9 @@ static qmoe_status plan_weight(const qmoe_tensor *w, qmoe_gmm_params *p, int64_t
 
 static qmoe_status plan_scale(const qmoe_tensor *t, qmoe_gmm_params *p)
 {
-    switch (t->dtype) {
-    case QMOE_DTYPE_FLOAT32: p->ws_type = QMOE_SCALE_F32; break;
-    case QMOE_DTYPE_FLOAT16: p->ws_type = QMOE_SCALE_F16; break;
-    case QMOE_DTYPE_BFLOAT16: p->ws_type = QMOE_SCALE_BF16; break;
-    case QMOE_DTYPE_UINT64:
-    case QMOE_DTYPE_INT64:
-        if (p->mode == QMOE_MODE_A8W4) {
-            p->ws_type = QMOE_SCALE_U64_F32;
-            break;
-        }
-        /* fall through */
-    default:
+    if (!qmoe_scale_type_of(t->dtype, p->mode, &p->ws_type))
         return INVALID(DTYPE, "scale", OP ": scale: dtype %s, expected float32, float16 or bfloat16%s",
                        qmoe_dtype_name(t->dtype), p->mode == QMOE_MODE_A8W4 ? " (or uint64/int64)" : "");
-    }
     if (t->format != QMOE_FORMAT_ND) return INVALID(FORMAT, "scale", OP ": scale: format must be ND");
     if (t->ndim != 2 && t->ndim != 3)
         return INVALID(RANK, "scale", OP ": scale: rank %d, expected 2 [E, N] or 3 [E, G, N]", t->ndim);
