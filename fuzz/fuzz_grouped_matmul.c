@@ -64,14 +64,8 @@ typedef struct grown_options {
 
 static void mutate(fz_input *in, desc *t, int64_t *glt, grown_options *g, int *null_options)
 {
-    desc *d = &t[fz_range(in, 0, SLOTS - 1)];
-    int axis = (int)fz_range(in, 0, QMOE_MAX_DIMS - 1);
-    int mutation = (int)fz_range(in, 0, 9);
-    if (mutation < FZ_DESC_MUTATIONS) {
-        fz_desc_mutate(in, d, axis, mutation);
-        return;
-    }
-    switch (mutation) {
+    switch (fz_desc_step(in, t, SLOTS, 2, NULL)) {
+    case -1: return; /* a descriptor mutation */
     case 8: *glt = fz_u8(in) & 1 ? fz_dim(in) : fz_range(in, -1, 2); break;
     case 9:
         switch (fz_range(in, 0, 4)) {

@@ -122,14 +122,8 @@ typedef struct grown_options {
 
 static void mutate(fz_input *in, desc *t, int64_t *a, grown_options *g, int *null_options)
 {
-    desc *d = &t[fz_range(in, 0, SLOTS - 1)];
-    int axis = (int)fz_range(in, 0, QMOE_MAX_DIMS - 1);
-    int mutation = (int)fz_range(in, 0, 10);
-    if (mutation < FZ_DESC_MUTATIONS) {
-        fz_desc_mutate(in, d, axis, mutation);
-        return;
-    }
-    switch (mutation) {
+    switch (fz_desc_step(in, t, SLOTS, 3, NULL)) {
+    case -1: return; /* a descriptor mutation */
     case 8: a[fz_range(in, 0, ATTRS - 1)] = fz_dim(in); break;
     case 9: a[fz_range(in, 0, ATTRS - 1)] = fz_range(in, -3, 40); break;
     case 10:

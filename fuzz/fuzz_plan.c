@@ -66,14 +66,9 @@ static void make_template(fz_input *in, desc *t, qmoe_op_options *o)
 
 static void mutate(fz_input *in, desc *t, qmoe_op_options *o, int *null_options)
 {
-    desc *d = &t[fz_range(in, 0, SLOTS - 1)];
-    int axis = (int)fz_range(in, 0, QMOE_MAX_DIMS - 1);
-    int mutation = (int)fz_range(in, 0, 9);
-    if (mutation < FZ_DESC_MUTATIONS) {
-        fz_desc_mutate(in, d, axis, mutation);
-        return;
-    }
-    switch (mutation) {
+    desc *d;
+    switch (fz_desc_step(in, t, SLOTS, 2, &d)) {
+    case -1: return; /* a descriptor mutation */
     case 8:
         switch (fz_range(in, 0, 6)) {
         case 0: o->group_list_type = (qmoe_group_list_type)fz_range(in, -2, 3); break;

@@ -33,6 +33,17 @@ void fz_desc_mutate(fz_input *in, fz_desc *d, int axis, int mutation)
     }
 }
 
+int fz_desc_step(fz_input *in, fz_desc *t, int slots, int own, fz_desc **picked)
+{
+    fz_desc *d = &t[fz_range(in, 0, slots - 1)];
+    if (picked) *picked = d;
+    int axis = (int)fz_range(in, 0, QMOE_MAX_DIMS - 1);
+    int mutation = (int)fz_range(in, 0, FZ_DESC_MUTATIONS + own - 1);
+    if (mutation >= FZ_DESC_MUTATIONS) return mutation;
+    fz_desc_mutate(in, d, axis, mutation);
+    return -1;
+}
+
 void *fz_unreadable(int slot, int slots, size_t slot_bytes)
 {
     static uint8_t *base;

@@ -20,6 +20,12 @@ void fz_desc_set(fz_desc *d, int dtype, int format, int ndim, const int64_t *sha
 enum { FZ_DESC_MUTATIONS = 8 };
 void fz_desc_mutate(fz_input *in, fz_desc *d, int axis, int mutation);
 
+/* One mutation step of a harness over descriptors t[0 .. slots-1]: draws a slot, an axis and a
+ * mutation in [0, FZ_DESC_MUTATIONS + own); applies a descriptor mutation itself (returns -1) or
+ * returns the harness's own mutation number (FZ_DESC_MUTATIONS ..); *picked (when not NULL) is
+ * the drawn descriptor. */
+int fz_desc_step(fz_input *in, fz_desc *t, int slots, int own, fz_desc **picked);
+
 /* Slot `slot` of `slots` distinct PROT_NONE regions of `slot_bytes` each (mapped on first use,
  * same sizes every call): phase one refuses outputs that share memory with inputs, so every tensor
  * of a valid template gets its own, and reading any of them faults. */
