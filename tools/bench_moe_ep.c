@@ -7,13 +7,17 @@
  * - the sharded layer's forward; at P = 1 also the whole layer's qmoe_moe_layer_forward, so
  *   `-np 1 --threads 2` and `-np 2 --threads 1` compare one process with two ranks.
  *
- * --tokens counts all ranks' tokens together (split evenly). Every time is the slowest rank's
+ * --tokens counts all ranks' tokens together (split evenly). dispatch_bytes counts a row per
+ * (token, expert) as the bare exchange moves them; dispatch_bytes_sent what dispatch sends (a
+ * token once per other rank, with its scale and ids). Every time is the slowest rank's
  * for that iteration (the ranks start together after a barrier); medians and the spread over
  * iterations. Weights: random int8 in the operators' layout (A8W8), each rank making only its
  * own experts'.
  */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* sched_getaffinity */
 #include "bench_moe_ep.h"
+
+#include <sched.h>
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -185,6 +189,13 @@ static void print_stat(const char *name, double *v, int n)
            name, v[n - 1] * 1e3);
 }
 
+/* CPUs this process may run on (mpirun binds each rank to a core unless told --bind-to none). */
+static int cpus_here(void)
+{
+    cpu_set_t set;
+    return sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+}
+
 /* One token count: its inputs, the timed loop, the JSON line. */
 static int bench_tokens(const ep_args *a, const qmoe_moe_layer_config *c, qmoe_ep *ep, qmoe_moe_layer *shard,
                         qmoe_moe_layer *whole, int64_t T)
@@ -226,7 +237,13 @@ static int bench_tokens(const ep_args *a, const qmoe_moe_layer_config *c, qmoe_e
     int *c1 = calloc((size_t)size * 4, sizeof(int)), *c2 = calloc((size_t)size * 4, sizeof(int));
     rc = rc || !rows_to || !rows_from || !c1 || !c2;
     for (int64_t i = 0; !rc && i < n * K; i++) rows_to[(int64_t)ids[i] * size / E]++; /* contiguous owners */
-    int64_t sent = 0, recv = 0;
+    int64_t sent = 0, recv = 0, records = 0; /* records: (token, other rank) pairs */
+    for (int64_t t = 0; !rc && t < n; t++)
+        for (int r = 0; r < size; r++) {
+            int64_t k = 0;
+            while (k < K && (int64_t)ids[t * K + k] * size / E != r) k++;
+            records += r != rank && k < K;
+        }
     if (!rc) MPI_Alltoall(rows_to, 1, MPI_INT, rows_from, 1, MPI_INT, MPI_COMM_WORLD);
     int *fsc = c1, *fsd = c1 + size, *frc = c1 + 2 * size, *frd = c1 + 3 * size;
     int *bsc = c2, *bsd = c2 + size, *brc = c2 + 2 * size, *brd = c2 + 3 * size;
@@ -298,9 +315,8 @@ static int bench_tokens(const ep_args *a, const qmoe_moe_layer_config *c, qmoe_e
         if (rank == 0) fprintf(stderr, "qmoe " CMD ": T=%" PRId64 ": out of memory or a failed setup\n", T);
         rc = 1;
     }
-    int64_t all[2] = {sent, 0}, tot[2] = {0, 0};
-    all[1] = (int64_t)n;
-    MPI_Reduce(all, tot, 2, MPI_INT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
+    int64_t all[3] = {sent, n, records}, tot[3] = {0, 0, 0};
+    MPI_Reduce(all, tot, 3, MPI_INT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
     if (!rc && rank == 0) {
         double *d = tm, *cb = tm + MAX_RUNS, *bare = tm + 2 * MAX_RUNS, *ly = tm + 3 * MAX_RUNS, *one = tm + 4 * MAX_RUNS;
         double dc[MAX_RUNS];
@@ -308,9 +324,9 @@ static int bench_tokens(const ep_args *a, const qmoe_moe_layer_config *c, qmoe_e
         printf("{\"bench\":\"moe_ep\",\"model\":\"%s\",\"E\":%" PRId64 ",\"H\":%" PRId64 ",\"I\":%" PRId64
                ",\"top_k\":%" PRId64 ",\"dtype\":\"%s\",\"ranks\":%d,\"threads_per_rank\":%" PRId64
                ",\"tokens\":%" PRId64 ",\"rows_moved\":%" PRId64 ",\"dispatch_bytes\":%" PRId64
-               ",\"combine_bytes\":%" PRId64 ",\"runs\":%d",
+               ",\"dispatch_bytes_sent\":%" PRId64 ",\"combine_bytes\":%" PRId64 ",\"cpus\":%d,\"runs\":%d",
                models[a->model].name, E, H, c->intermediate_size, K, a->bf16 ? "bf16" : "fp32", size, a->threads, T,
-               tot[0], tot[0] * (H + 4), tot[0] * H * (int64_t)hs, runs);
+               tot[0], tot[0] * (H + 4), tot[2] * (H + 4 + 4 * K), tot[0] * H * (int64_t)hs, cpus_here(), runs);
         print_stat("dispatch", d, runs);
         print_stat("combine", cb, runs);
         print_stat("dispatch_combine", dc, runs);
@@ -387,6 +403,9 @@ int bench_moe_ep(int argc, char **argv)
         for (int64_t i = 0; i < a.E; i++) ids[i] = (int32_t)i;
         whole = make_layer(&c, a.E, ids, 1);
     }
+    if (cpus_here() > 0 && cpus_here() < a.threads)
+        fprintf(stderr, "qmoe " CMD ": rank %d: %" PRId64 " threads on %d CPU(s): mpirun bound the rank; for one "
+                        "process with several threads add --bind-to none\n", rank, a.threads, cpus_here());
     int bad = !shard || (size == 1 && !whole), any = 0;
     MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     for (int i = 0; !any && i < a.nt && !rc; i++) {

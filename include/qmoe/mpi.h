@@ -2,8 +2,9 @@
  *
  * P ranks of a communicator each own some of a layer's E experts and hold their own tokens.
  * qmoe_moe_dispatch moves every token row to the ranks that own its top-k experts (MPI_Alltoall
- * of the counts, then one message per (rank, expert) block of rows, received in place), where
- * they arrive grouped by local expert; qmoe_moe_combine sends the processed rows back and
+ * of the counts, then one message per rank carrying each token once with its scale and expert
+ * ids, however many of its experts that rank owns), where they arrive grouped by local expert
+ * (the owner copies a row once per choice); qmoe_moe_combine sends the processed rows back and
  * finishes each token's weighted sum over its k choices in the order of a single-process
  * qmoe_moe_finalize_routing, so the outputs are bit-identical for any P. qmoe_ep_layer_forward runs a whole MoE layer (qmoe/moe_layer.h) on
  * them, each rank holding only its experts' weights (a shard).
@@ -52,8 +53,9 @@ typedef struct qmoe_ep_config {
 
 /* Collective. Checks the config on every rank and that all ranks agree on it (E, H, K, x_dtype
  * and the map); QMOE_ERR_PARAM_NULLPTR / QMOE_ERR_PARAM_INVALID / QMOE_ERR_INNER (out of memory)
- * on every rank otherwise, *out left as it was. A row of H elements must fit an MPI count in
- * bytes (H * element size <= INT_MAX). */
+ * on every rank otherwise, *out left as it was. A row of H elements, and a token's record (its
+ * row, a 4-byte scale for INT8, its K int32 ids), must fit an MPI count in bytes
+ * (H * element size + 4 + 4 K <= INT_MAX). */
 QMOE_API qmoe_status qmoe_ep_create(MPI_Comm comm, const qmoe_ep_config *config, qmoe_ep **out);
 /* Not collective (frees the duplicated communicator with MPI_Comm_free, which is local in
  * practice but must be called before MPI_Finalize). NULL is a no-op. */

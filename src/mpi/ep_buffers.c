@@ -18,8 +18,6 @@ size_t ep_dtype_size(qmoe_dtype dt)
 void ep_route_free(ep_route *r)
 {
     free(r->scounts);
-    free(r->sdispls);
-    free(r->rcounts);
     free(r->pcnt);
     free(r->blk_len);
     free(r->blk_chunk);
@@ -34,16 +32,26 @@ void *ep_alloc(size_t a, size_t b)
     return malloc(a * b != 0 ? a * b : 1);
 }
 
+/* A buffer that grows takes a quarter more than asked: the next batches' counts vary by a few
+ * percent with the routing, and each regrowth faults its pages in again (tens of ms for a
+ * layer's rows). */
+static size_t with_headroom(size_t need)
+{
+    return need <= (SIZE_MAX - 63) / 5 * 4 ? need + need / 4 : need;
+}
+
 int ep_reserve(void **buf, size_t *cap, size_t a, size_t b)
 {
     if (b != 0 && a > SIZE_MAX / b) return 0;
     size_t need = a * b != 0 ? a * b : 1;
     if (*buf && *cap >= need) return 1;
-    void *p = malloc(need);
+    size_t n = with_headroom(need);
+    void *p = malloc(n);
+    if (!p) p = malloc(n = need);
     if (!p) return 0;
     free(*buf);
     *buf = p;
-    *cap = need;
+    *cap = n;
     return 1;
 }
 
@@ -53,23 +61,12 @@ int ep_reserve_aligned(void **buf, size_t *cap, size_t a, size_t b)
     size_t need = a * b != 0 ? a * b : 1;
     if (*buf && *cap >= need) return 1;
     if (need > SIZE_MAX - 63) return 0;
-    void *p = aligned_alloc(64, (need + 63) & ~(size_t)63);
+    size_t n = with_headroom(need);
+    void *p = aligned_alloc(64, (n + 63) & ~(size_t)63);
+    if (!p) p = aligned_alloc(64, ((n = need) + 63) & ~(size_t)63);
     if (!p) return 0;
     free(*buf);
     *buf = p;
-    *cap = need;
+    *cap = n;
     return 1;
-}
-
-void ep_without_self(const qmoe_ep *ep, const int *counts, int *out)
-{
-    for (int r = 0; r < ep->size; r++) out[r] = r == ep->rank ? 0 : counts[r];
-}
-
-void ep_compact_displs(const qmoe_ep *ep, const int *counts, int *out)
-{
-    for (int r = 0, at = 0; r < ep->size; r++) {
-        out[r] = at;
-        if (r != ep->rank) at += counts[r];
-    }
 }

@@ -28,9 +28,10 @@ qmoe_status qmoe_moe_combine(qmoe_ep *ep, qmoe_dtype y_dtype, const void *expert
 }
 
 /* The other ranks' rows go back from their grouped places, one message per (chunk of the
- * source's tokens, source, local expert) sub-block, chunk by chunk. */
+ * source's tokens, source, local expert) sub-block, chunk by chunk; whole: one message per
+ * (source, local expert) block, tag EP_TAG_HOME (nobody sums as chunks arrive). */
 static int post_back(qmoe_ep *ep, const unsigned char *y, size_t row, MPI_Datatype y_row,
-                     MPI_Request *req)
+                     int whole, MPI_Request *req)
 {
     const ep_route *rt = &ep->route;
     const int64_t nl = ep->nlocal;
@@ -38,6 +39,12 @@ static int post_back(qmoe_ep *ep, const unsigned char *y, size_t row, MPI_Dataty
     for (int s = 0; s < ep->size; s++)
         for (int64_t l = 0; l < nl && s != ep->rank; l++) {
             int64_t b = (int64_t)s * nl + l, at = rt->blk_pos[b];
+            if (whole) {
+                if (rt->blk_len[b])
+                    MPI_Isend(y + (size_t)at * row, rt->blk_len[b], y_row, s, EP_TAG_HOME,
+                              ep->comm, &req[n++]);
+                continue;
+            }
             for (int c = 0; c < EP_CHUNKS; c++) {
                 int len = rt->blk_chunk[b * EP_CHUNKS + c];
                 if (len)
@@ -49,9 +56,9 @@ static int post_back(qmoe_ep *ep, const unsigned char *y, size_t row, MPI_Dataty
     return n;
 }
 
-/* This rank's remote rows of chunk c come home in the order dispatch sent them (per owner, by
- * expert: the k-th message of a pair and tag matches the k-th receive). at[p]: where expert
- * position p's next rows go. */
+/* This rank's remote rows of chunk c (c < 0: all chunks, tag EP_TAG_HOME) come home in the
+ * order dispatch sent them (per owner, by expert: the k-th message of a pair and tag matches the
+ * k-th receive). at[p]: where expert position p's next rows go. */
 static int post_home(qmoe_ep *ep, int c, size_t row, MPI_Datatype y_row, unsigned char *home,
                      int64_t *at, MPI_Request *req)
 {
@@ -59,10 +66,12 @@ static int post_home(qmoe_ep *ep, int c, size_t row, MPI_Datatype y_row, unsigne
     int n = 0;
     for (int d = 0; d < ep->size; d++)
         for (int64_t p = ep->pos_first[d]; p < ep->pos_first[d + 1] && d != ep->rank; p++) {
-            int len = rt->pcnt[p * EP_CHUNKS + c];
+            int len = 0;
+            for (int k = c < 0 ? 0 : c; k < (c < 0 ? EP_CHUNKS : c + 1); k++)
+                len += rt->pcnt[p * EP_CHUNKS + k];
             if (len)
-                MPI_Irecv(home + (size_t)at[p] * row, len, y_row, d, EP_TAG_COMBINE + c, ep->comm,
-                          &req[n++]);
+                MPI_Irecv(home + (size_t)at[p] * row, len, y_row, d,
+                          c < 0 ? EP_TAG_HOME : EP_TAG_COMBINE + c, ep->comm, &req[n++]);
             at[p] += len;
         }
     return n;
@@ -107,15 +116,18 @@ qmoe_status ep_send_home(qmoe_ep *ep, qmoe_status st, qmoe_dtype y_dtype, const 
         if (p < ep->pos_first[ep->rank] || p >= ep->pos_first[ep->rank + 1])
             for (int c = 0; c < EP_CHUNKS; c++) acc += rt->pcnt[p * EP_CHUNKS + c];
     }
-    int ns = post_back(ep, expert_y, row, y_row, req);
+    int ns = post_back(ep, expert_y, row, y_row, !sum, req);
     /* Chunk by chunk: its rows come home, then (combine) its tokens are summed while the rows
-     * are still in cache. Chunk c's tokens: t * chunks / T == c. */
-    for (int64_t c = 0, T = rt->tokens; c < rt->chunks; c++) {
+     * are still in cache. Chunk c's tokens: t * chunks / T == c. Without a sum, all at once. */
+    if (!sum) {
+        int nr = post_home(ep, -1, row, y_row, h, at, req + ns);
+        MPI_Waitall(nr, req + ns, MPI_STATUSES_IGNORE);
+    }
+    for (int64_t c = 0, T = rt->tokens; c < rt->chunks && sum; c++) {
         int nr = post_home(ep, (int)c, row, y_row, h, at, req + ns);
         MPI_Waitall(nr, req + ns, MPI_STATUSES_IGNORE);
-        if (sum)
-            ep_weighted_sum(ep, y_dtype, expert_y, h, sum, (c * T + rt->chunks - 1) / rt->chunks,
-                            ((c + 1) * T + rt->chunks - 1) / rt->chunks);
+        ep_weighted_sum(ep, y_dtype, expert_y, h, sum, (c * T + rt->chunks - 1) / rt->chunks,
+                        ((c + 1) * T + rt->chunks - 1) / rt->chunks);
     }
     MPI_Waitall(ns, req, MPI_STATUSES_IGNORE);
     MPI_Type_free(&y_row);

@@ -28,10 +28,15 @@ static qmoe_status check_config(const qmoe_ep_config *c, int size, int32_t **own
         return ep_fail(QMOE_ERR_PARAM_INVALID,
                        "config: x_dtype %d is not INT8, FLOAT16, BFLOAT16 or FLOAT32",
                        (int)c->x_dtype);
-    /* a row travels as one MPI element of H * es bytes: its size is an int */
+    /* a row travels as one MPI element of H * es bytes, a token as one of its row, its scale
+     * and its top_k ids: their sizes are ints */
     if (c->hidden < 1 || c->hidden > INT_MAX / (int64_t)es)
         return ep_fail(QMOE_ERR_PARAM_INVALID, "config: hidden %lld not in [1, %lld]",
                        (long long)c->hidden, (long long)(INT_MAX / (int64_t)es));
+    if (c->top_k > (INT_MAX - 4 - c->hidden * (int64_t)es) / 4)
+        return ep_fail(QMOE_ERR_PARAM_INVALID,
+                       "config: a token of hidden %lld and top_k %lld is over INT_MAX bytes",
+                       (long long)c->hidden, (long long)c->top_k);
     int64_t E = c->num_experts;
     int32_t *o = ep_alloc((size_t)E, sizeof *o);
     if (!o) return ep_fail(QMOE_ERR_INNER, "out of memory for the expert map (%lld)", (long long)E);
@@ -162,8 +167,10 @@ qmoe_status qmoe_ep_create(MPI_Comm comm, const qmoe_ep_config *config, qmoe_ep 
         MPI_Comm_free(&dup);
         return st;
     }
-    MPI_Type_contiguous((int)(ep->H * (int64_t)ep->x_size), MPI_BYTE, &ep->x_row);
-    MPI_Type_commit(&ep->x_row);
+    ep->rec_size = (size_t)ep->H * ep->x_size + (ep->x_dtype == QMOE_DTYPE_INT8 ? 4 : 0) +
+                   (size_t)ep->K * sizeof(int32_t);
+    MPI_Type_contiguous((int)ep->rec_size, MPI_BYTE, &ep->x_rec);
+    MPI_Type_commit(&ep->x_rec);
     *out = ep;
     ep_clear_error();
     return QMOE_OK;
@@ -175,11 +182,10 @@ void qmoe_ep_destroy(qmoe_ep *ep)
     ep_route_free(&ep->route);
     free(ep->pack);
     free(ep->home);
-    free(ep->pack_scale);
-    free(ep->stage_scale);
+    free(ep->stage);
     void *own[] = {ep->rx, ep->rxs, ep->tq, ep->tqs, ep->tids, ep->tw, ep->twf, ep->ty, ep->tws};
     for (size_t i = 0; i < sizeof own / sizeof own[0]; i++) free(own[i]);
-    MPI_Type_free(&ep->x_row);
+    MPI_Type_free(&ep->x_rec);
     MPI_Comm_free(&ep->comm);
     free(ep->owner);
     free(ep->order);

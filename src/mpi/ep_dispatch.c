@@ -60,55 +60,49 @@ static qmoe_status reserve_own(qmoe_ep *ep, ep_recv *to, int64_t total, size_t r
     return QMOE_OK;
 }
 
-/* The rows of source s (not this rank) for each local expert l arrive straight at their grouped
- * place, one message per non-empty block; the rows to rank d leave from the pack buffer, one
- * message per expert of d, in the same (expert) order on both sides, so the k-th message of a
- * pair matches the k-th receive. Returns the requests posted. */
-static int post_rows(qmoe_ep *ep, const ep_route *rt, const unsigned char *pack, void *recv_x,
-                     MPI_Request *req)
+/* A token goes to another rank once, however many of its choices that rank owns: one record of
+ * its row, its scale (int8 rows) and its K expert ids (ep->rec_size bytes); the owner copies the
+ * row to each of its grouped places. Records to rank d leave in token order, in one message.
+ * pack_records: this rank's, rank after rank (not itself); ucount[d]: records to d. */
+static void pack_records(qmoe_ep *ep, int64_t tokens, const void *x, const float *x_scale,
+                         const int32_t *expert_idx, const int *ucount, unsigned char *pack)
 {
-    const int64_t nl = ep->nlocal;
-    const size_t row = (size_t)ep->H * ep->x_size;
-    int n = 0;
-    for (int s = 0; s < ep->size; s++)
-        for (int64_t l = 0; l < nl && s != ep->rank; l++) {
-            int len = rt->blk_len[(int64_t)s * nl + l];
-            if (len)
-                MPI_Irecv((unsigned char *)recv_x + (size_t)rt->blk_pos[(int64_t)s * nl + l] * row,
-                          len, ep->x_row, s, EP_TAG_DISPATCH, ep->comm, &req[n++]);
+    const int64_t K = ep->K;
+    const size_t row = (size_t)ep->H * ep->x_size, rec = ep->rec_size;
+    const int q = ep->x_dtype == QMOE_DTYPE_INT8;
+    for (int64_t d = 0, at = 0; d < ep->size; d++) {
+        if (d == ep->rank || !ucount[d]) continue;
+        for (int64_t t = 0; t < tokens; t++) {
+            int64_t k = 0;
+            while (k < K && ep->owner[expert_idx[t * K + k]] != d) k++;
+            if (k == K) continue;
+            unsigned char *r = pack + (size_t)at++ * rec;
+            memcpy(r, (const unsigned char *)x + (size_t)t * row, row);
+            if (q) memcpy(r + row, &x_scale[t], sizeof(float));
+            memcpy(r + rec - (size_t)K * sizeof(int32_t), expert_idx + t * K,
+                   (size_t)K * sizeof(int32_t));
         }
-    int64_t at = 0; /* compact send order */
-    for (int d = 0; d < ep->size; d++)
-        for (int64_t p = ep->pos_first[d]; p < ep->pos_first[d + 1] && d != ep->rank; p++) {
-            int len = 0;
-            for (int c = 0; c < EP_CHUNKS; c++) len += rt->pcnt[p * EP_CHUNKS + c];
-            if (len)
-                MPI_Isend(pack + (size_t)at * row, len, ep->x_row, d, EP_TAG_DISPATCH, ep->comm,
-                          &req[n++]);
-            at += len;
-        }
-    return n;
+    }
 }
 
-/* The scales (4 bytes a row) in one exchange, source-major, then to their grouped places. */
-static void move_scales(qmoe_ep *ep, const ep_route *rt, const float *pack_scale, float *to,
-                        int *counts)
+/* The records from source s to their grouped places: (local expert, source), then token, then
+ * k, as the source's send order. at[l]: the next place of local expert l's rows from s. */
+static void unpack_records(const qmoe_ep *ep, const unsigned char *recs, int n, int64_t *at,
+                           ep_recv *to)
 {
-    const int P = ep->size;
-    const int64_t nl = ep->nlocal;
-    int *sc = counts, *sd = counts + P, *rc = counts + 2 * P, *rd = counts + 3 * P;
-    ep_without_self(ep, rt->scounts, sc);
-    ep_compact_displs(ep, rt->scounts, sd);
-    ep_without_self(ep, rt->rcounts, rc);
-    ep_compact_displs(ep, rt->rcounts, rd);
-    float *stage = ep->stage_scale;
-    MPI_Alltoallv(pack_scale, sc, sd, MPI_FLOAT, stage, rc, rd, MPI_FLOAT, ep->comm);
-    for (int s = 0; s < P; s++) {
-        int64_t at = rd[s];
-        for (int64_t l = 0; l < nl && s != ep->rank; l++) {
-            int len = rt->blk_len[(int64_t)s * nl + l];
-            memcpy(to + rt->blk_pos[(int64_t)s * nl + l], stage + at, (size_t)len * sizeof *to);
-            at += len;
+    const int64_t K = ep->K, first = ep->pos_first[ep->rank];
+    const size_t row = (size_t)ep->H * ep->x_size, rec = ep->rec_size;
+    const int q = ep->x_dtype == QMOE_DTYPE_INT8, me = ep->rank;
+    unsigned char *grouped = to->x;
+    for (int i = 0; i < n; i++) {
+        const unsigned char *r = recs + (size_t)i * rec;
+        for (int64_t k = 0; k < K; k++) {
+            int32_t e;
+            memcpy(&e, r + rec - (size_t)(K - k) * sizeof(int32_t), sizeof e);
+            if (ep->owner[e] != me) continue;
+            int64_t p = at[ep->order[e] - first]++;
+            memcpy(grouped + (size_t)p * row, r, row);
+            if (q) memcpy(&to->scale[p], r + row, sizeof(float));
         }
     }
 }
@@ -119,62 +113,71 @@ qmoe_status ep_dispatch(qmoe_ep *ep, qmoe_status st, int64_t tokens, const void 
 {
     const int P = ep->size, q = ep->x_dtype == QMOE_DTYPE_INT8, me = ep->rank;
     const int64_t E = ep->E, K = ep->K, nl = ep->nlocal;
-    const size_t row = (size_t)ep->H * ep->x_size;
+    const size_t row = (size_t)ep->H * ep->x_size, rec = ep->rec_size;
     const int64_t n = st == QMOE_OK ? tokens * K : 0; /* rows this rank sends */
     ep_route rt = {.tokens = tokens};
-    const int64_t EC = E * EP_CHUNKS; /* counts per rank pair: (expert, chunk) */
-    int *send_e = ep_alloc((size_t)P, (size_t)EC * sizeof(int));
-    int *recv_e = ep_alloc((size_t)P, (size_t)EC * sizeof(int)); /* >= 4 P ints */
+    /* counts per rank pair: (expert, chunk), then the records (tokens) sent */
+    const int64_t EC = E * EP_CHUNKS, EC1 = EC + 1;
+    int *send_e = ep_alloc((size_t)P, (size_t)EC1 * sizeof(int));
+    int *recv_e = ep_alloc((size_t)P, (size_t)EC1 * sizeof(int));
+    int *ucount = ep_alloc((size_t)P, 2 * sizeof(int)), *urecv = NULL; /* records to, from */
     int64_t *start = ep_alloc((size_t)E, sizeof(int64_t));
     int64_t *groups = ep_alloc((size_t)nl, sizeof(int64_t));
-    MPI_Request *req = ep_alloc((size_t)E + (size_t)P * (size_t)nl, sizeof *req);
-    rt.rcounts = ep_alloc((size_t)P, sizeof(int));
+    int64_t *at = ep_alloc((size_t)nl, sizeof(int64_t));
+    MPI_Request *req = ep_alloc(2 * (size_t)P, sizeof *req);
     rt.scounts = ep_alloc((size_t)P, sizeof(int));
-    rt.sdispls = ep_alloc((size_t)P, sizeof(int));
     rt.pcnt = ep_alloc((size_t)EC, sizeof(int));
     rt.blk_len = ep_alloc((size_t)P, (size_t)nl * sizeof(int));
     rt.blk_chunk = ep_alloc((size_t)P * (size_t)nl, EP_CHUNKS * sizeof(int));
     rt.blk_pos = ep_alloc((size_t)P, (size_t)nl * sizeof(int64_t));
     rt.src = ep_alloc((size_t)n, sizeof(int64_t));
     if (st == QMOE_OK &&
-        (!send_e || !recv_e || !start || !groups || !req || !rt.rcounts || !rt.scounts ||
-         !rt.sdispls || !rt.pcnt || !rt.blk_len || !rt.blk_chunk || !rt.blk_pos || !rt.src))
+        (!send_e || !recv_e || !ucount || !start || !groups || !at || !req || !rt.scounts ||
+         !rt.pcnt || !rt.blk_len || !rt.blk_chunk || !rt.blk_pos ||
+         !rt.src))
         st = ep_fail(QMOE_ERR_INNER, "out of memory for %lld rows to send", (long long)n);
     if ((st = ep_agree(ep->comm, st)) != QMOE_OK) goto done;
+    urecv = ucount + P;
 
     /* Send order: by (owner, local expert) = order[e], then token, then k (a stable counting
      * sort), so each rank receives its rows grouped by its experts from every source. */
-    memset(send_e, 0, (size_t)P * (size_t)EC * sizeof(int));
+    memset(send_e, 0, (size_t)P * (size_t)EC1 * sizeof(int));
     memset(rt.pcnt, 0, (size_t)EC * sizeof(int));
     memset(start, 0, (size_t)E * sizeof(int64_t));
+    memset(ucount, 0, (size_t)P * sizeof(int));
     for (int64_t i = 0; i < n; i++) start[ep->order[expert_idx[i]]]++;
-    for (int d = 0, acc = 0; d < P; d++) {
+    for (int d = 0; d < P; d++) {
         int64_t c = 0;
         for (int64_t p = ep->pos_first[d]; p < ep->pos_first[d + 1]; p++) c += start[p];
         rt.scounts[d] = (int)c; /* <= n <= INT_MAX */
-        rt.sdispls[d] = acc;
-        acc += (int)c;
     }
     rt.nremote = n - rt.scounts[me];
-    /* Chunks of >= 16 rows per message on average (a message costs a few microseconds). */
+    /* Combine's chunks: >= 16 rows per message on average (a message costs a few microseconds). */
     int64_t far = E - nl > 0 ? E - nl : 1;
     rt.chunks = rt.nremote / (16 * far);
     rt.chunks = rt.chunks < 1 ? 1 : rt.chunks > EP_CHUNKS ? EP_CHUNKS : rt.chunks;
     for (int64_t i = 0; i < n; i++)
         rt.pcnt[ep->order[expert_idx[i]] * EP_CHUNKS + (i / K) * rt.chunks / tokens]++;
     for (int64_t e = 0; e < E; e++)
-        memcpy(send_e + (int64_t)ep->owner[e] * EC + e * EP_CHUNKS,
+        memcpy(send_e + (int64_t)ep->owner[e] * EC1 + e * EP_CHUNKS,
                rt.pcnt + ep->order[e] * EP_CHUNKS, EP_CHUNKS * sizeof(int));
-    MPI_Alltoall(send_e, (int)EC, MPI_INT, recv_e, (int)EC, MPI_INT, ep->comm);
+    for (int64_t t = 0; t < (n ? tokens : 0); t++) /* records: ranks the token goes to, once */
+        for (int64_t k = 0; k < K; k++) {
+            int d = ep->owner[expert_idx[t * K + k]], seen = 0;
+            for (int64_t j = 0; j < k && !seen; j++) seen = ep->owner[expert_idx[t * K + j]] == d;
+            if (!seen && d != me) ucount[d]++;
+        }
+    for (int d = 0; d < P; d++) send_e[(int64_t)d * EC1 + EC] = ucount[d];
+    MPI_Alltoall(send_e, (int)EC1, MPI_INT, recv_e, (int)EC1, MPI_INT, ep->comm);
 
     /* Where source s's rows for local expert l go: expert-major, then source. */
-    int64_t total = 0;
+    int64_t total = 0, urecs = 0, upack = 0;
     for (int64_t l = 0; l < nl; l++) {
         int64_t e = ep->local_ids[l], c = 0;
         for (int s = 0; s < P; s++) {
             int64_t k = 0, b = (int64_t)s * nl + l;
             for (int ch = 0; ch < EP_CHUNKS; ch++) {
-                int r = recv_e[(int64_t)s * EC + e * EP_CHUNKS + ch];
+                int r = recv_e[(int64_t)s * EC1 + e * EP_CHUNKS + ch];
                 rt.blk_chunk[b * EP_CHUNKS + ch] = r;
                 k += r; /* <= the source's T * K <= INT_MAX */
             }
@@ -187,9 +190,9 @@ qmoe_status ep_dispatch(qmoe_ep *ep, qmoe_status st, int64_t tokens, const void 
     }
     rt.recv_total = total;
     for (int s = 0; s < P; s++) {
-        int64_t c = 0;
-        for (int64_t l = 0; l < nl; l++) c += rt.blk_len[(int64_t)s * nl + l];
-        rt.rcounts[s] = (int)(c > INT_MAX ? INT_MAX : c); /* total > INT_MAX fails below */
+        urecv[s] = recv_e[(int64_t)s * EC1 + EC];
+        urecs += urecv[s];
+        upack += ucount[s];
     }
     if (to->capacity >= 0 && total > to->capacity)
         st = ep_fail(QMOE_ERR_PARAM_INVALID, "%lld rows arrive at rank %d: more than capacity %lld",
@@ -197,20 +200,28 @@ qmoe_status ep_dispatch(qmoe_ep *ep, qmoe_status st, int64_t tokens, const void 
     else if (total > INT_MAX)
         st = ep_fail(QMOE_ERR_PARAM_INVALID, "%lld rows arrive at rank %d: over INT_MAX",
                      (long long)total, ep->rank);
-    else if (!ep_reserve(&ep->pack, &ep->pack_cap, (size_t)rt.nremote, row) ||
-             (q && (!ep_reserve(&ep->pack_scale, &ep->pack_scale_cap, (size_t)rt.nremote,
-                                sizeof(float)) ||
-                    !ep_reserve(&ep->stage_scale, &ep->stage_scale_cap, (size_t)total,
-                                sizeof(float)))))
+    else if (!ep_reserve(&ep->pack, &ep->pack_cap, (size_t)upack, rec) ||
+             !ep_reserve(&ep->stage, &ep->stage_cap, (size_t)urecs, rec))
         st = ep_fail(QMOE_ERR_INNER, "out of memory for %lld + %lld rows", (long long)n,
                      (long long)total);
     else if (to->capacity < 0)
         st = reserve_own(ep, to, total, row);
     if ((st = ep_agree(ep->comm, st)) != QMOE_OK) goto done;
 
-    /* Each row is written once before MPI: the rank's own straight to its grouped place, the
-     * others into the pack buffer in compact send order (the send order without the rank's own
-     * rows), where they leave from. next[p]: the next such row of expert position p. */
+    /* The records travel while this rank places its own rows (straight to their grouped places)
+     * and notes where every row will be (route.src: compact send order for remote rows, in which
+     * combine brings them home). next[p]: the next row of expert position p. */
+    unsigned char *pack = ep->pack, *stage = ep->stage, *grouped = to->x;
+    pack_records(ep, tokens, x, x_scale, n ? expert_idx : NULL, ucount, pack);
+    int nreq = 0;
+    for (int64_t s = 0, off = 0; s < P; off += urecv[s++])
+        if (urecv[s])
+            MPI_Irecv(stage + (size_t)off * rec, urecv[s], ep->x_rec, s, EP_TAG_DISPATCH, ep->comm,
+                      &req[nreq++]);
+    for (int64_t d = 0, off = 0; d < P; off += ucount[d++])
+        if (ucount[d])
+            MPI_Isend(pack + (size_t)off * rec, ucount[d], ep->x_rec, d, EP_TAG_DISPATCH, ep->comm,
+                      &req[nreq++]);
     int64_t *next = start;
     for (int64_t p = 0, acc = 0; p < E; p++) {
         int own = p >= ep->pos_first[me] && p < ep->pos_first[me + 1];
@@ -220,25 +231,23 @@ qmoe_status ep_dispatch(qmoe_ep *ep, qmoe_status st, int64_t tokens, const void 
         acc += len;
     }
     const unsigned char *xb = x;
-    unsigned char *pack = ep->pack, *grouped = to->x;
-    float *pscale = ep->pack_scale;
     for (int64_t i = 0; i < n; i++) {
         int32_t e = expert_idx[i];
         int64_t r = next[ep->order[e]]++;
-        const unsigned char *xr = xb + (size_t)(i / K) * row;
         if (ep->owner[e] == me) {
-            memcpy(grouped + (size_t)r * row, xr, row);
+            memcpy(grouped + (size_t)r * row, xb + (size_t)(i / K) * row, row);
             if (q) to->scale[r] = x_scale[i / K];
             rt.src[i] = -1 - r;
         } else {
-            memcpy(pack + (size_t)r * row, xr, row);
-            if (q) pscale[r] = x_scale[i / K];
             rt.src[i] = r;
         }
     }
-    int nreq = post_rows(ep, &rt, pack, grouped, req);
-    if (q) move_scales(ep, &rt, pscale, to->scale, recv_e); /* recv_e: >= 4 P ints (E >= 1) */
     MPI_Waitall(nreq, req, MPI_STATUSES_IGNORE);
+    for (int64_t s = 0, off = 0; s < P; off += urecv[s++]) {
+        if (s == me || !urecv[s]) continue;
+        for (int64_t l = 0; l < nl; l++) at[l] = rt.blk_pos[(int64_t)s * nl + l];
+        unpack_records(ep, stage + (size_t)off * rec, urecv[s], at, to);
+    }
     if (nl > 0) memcpy(group_list, groups, (size_t)nl * sizeof *groups);
     *recv_rows = total;
     ep_route_free(&ep->route);
@@ -250,8 +259,10 @@ done:
     ep_route_free(&rt);
     free(send_e);
     free(recv_e);
+    free(ucount);
     free(start);
     free(groups);
+    free(at);
     free(req);
     return st;
 }

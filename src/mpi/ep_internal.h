@@ -24,8 +24,7 @@ enum { EP_CHUNKS = 16 };
 typedef struct ep_route {
     int64_t tokens, recv_total, nremote; /* nremote: this rank's rows that go to other ranks */
     int64_t chunks;         /* this rank's token chunks, 1..EP_CHUNKS */
-    int *scounts, *sdispls; /* [P]: rows this rank sent to each rank, send order */
-    int *rcounts;           /* [P]: rows received from each rank */
+    int *scounts;           /* [P]: rows this rank sent to each rank, send order */
     int *pcnt;              /* [E * EP_CHUNKS]: rows sent to (expert position order[e], chunk) */
     int *blk_len;           /* [P * nlocal]: rows from source s for local expert l */
     int *blk_chunk;         /* [P * nlocal * EP_CHUNKS]: of which from the source's chunk c */
@@ -47,13 +46,16 @@ struct qmoe_ep {
     int64_t nlocal;
     int64_t *pos_first; /* [P + 1]: rank r's experts are order positions [pos_first[r], [r + 1]) */
     int threads;        /* combine's weighted sum */
-    MPI_Datatype x_row; /* H * x_size bytes */
+    /* dispatch's record of a token: its row (H * x_size bytes), its scale (int8 rows), its K
+     * expert ids (int32) */
+    size_t rec_size;
+    MPI_Datatype x_rec;
     int dispatched;
     ep_route route;
-    /* Kept between calls (no page faults per batch): the remote rows and scales leaving in
-     * dispatch, the scales arriving (source-major), the rows coming home in combine. */
-    void *pack, *home, *pack_scale, *stage_scale;
-    size_t pack_cap, home_cap, pack_scale_cap, stage_scale_cap;
+    /* Kept between calls (no page faults per batch): dispatch's token records leaving and
+     * arriving (source-major), the rows coming home in combine. */
+    void *pack, *home, *stage;
+    size_t pack_cap, home_cap, stage_cap;
     /* The layer forward's (ep_layer.c), kept too, 64-byte aligned: the rank's quantized tokens
      * and routing, the rows its experts run (received + shared), their outputs, the experts'
      * workspace. */
@@ -114,13 +116,10 @@ int ep_reserve(void **buf, size_t *cap, size_t a, size_t b);
 /* ep_reserve, 64-byte aligned (buffers the operators read as tensors). */
 int ep_reserve_aligned(void **buf, size_t *cap, size_t a, size_t b);
 
-/* Row counts for an MPI exchange without the rank's own rows (they never go through MPI). */
-void ep_without_self(const qmoe_ep *ep, const int *counts, int *out);
-/* Displacements of counts[P] without the rank's own (a compact layout). */
-void ep_compact_displs(const qmoe_ep *ep, const int *counts, int *out);
 
-/* Tags of the row messages: one per (peer, expert) block, contiguous on both sides. */
-enum { EP_TAG_DISPATCH = 1, EP_TAG_COMBINE = 2 };
+/* Tags of the messages: dispatch's records (one message per peer), rows home in whole (peer,
+ * expert) blocks (the layer), or in chunks (combine: EP_TAG_COMBINE + chunk). */
+enum { EP_TAG_DISPATCH = 1, EP_TAG_HOME = 2, EP_TAG_COMBINE = 3 }; /* combine: + chunk */
 
 enum { EP_SUM_MAX_THREADS = 64 }; /* more are not started */
 
