@@ -49,7 +49,7 @@ static const struct {
 typedef struct ep_args {
     int model;
     int64_t P, E, threads, tokens[MAX_T], max_gib;
-    int nt, bf16;
+    int nt, bf16, messages;
     double seconds;
 } ep_args;
 
@@ -63,6 +63,8 @@ static void usage(FILE *f)
                "  --experts N       fewer experts than the model (to fit memory; >= top-k)\n"
                "  --dtype fp32|bf16 hidden states and output (default fp32)\n"
                "  --threads N       per rank (default 1)\n"
+               "  --transport auto|messages  auto (default): shared memory when every rank is on\n"
+               "                    one machine; messages: MPI messages only\n"
                "  --seconds S       time per token count (default 1)\n"
                "  --max-gib N       refuse more than N GiB of weights per rank (default 16)\n"
                "One JSON line per token count on rank 0's stdout.\n");
@@ -70,7 +72,7 @@ static void usage(FILE *f)
 
 static int parse(int argc, char **argv, ep_args *a)
 {
-    static const char *const dtypes[] = {"fp32", "bf16"};
+    static const char *const dtypes[] = {"fp32", "bf16"}, *const transports[] = {"auto", "messages"};
     *a = (ep_args){.model = -1, .threads = 1, .seconds = 1, .max_gib = 16};
     for (int i = 1; i < argc;) {
         const char *o = argv[i], *v = NULL;
@@ -85,6 +87,7 @@ static int parse(int argc, char **argv, ep_args *a)
         else if (!strcmp(o, "--threads")) bad = args_int(CMD, o, v, 1, 4096, &a->threads);
         else if (!strcmp(o, "--max-gib")) bad = args_int(CMD, o, v, 1, 1 << 20, &a->max_gib);
         else if (!strcmp(o, "--dtype")) bad = args_choice(CMD, o, v, dtypes, 2, &a->bf16);
+        else if (!strcmp(o, "--transport")) bad = args_choice(CMD, o, v, transports, 2, &a->messages);
         else if (!strcmp(o, "--model")) {
             for (int m = 0; m < (int)(sizeof models / sizeof models[0]); m++)
                 if (!strcmp(v, models[m].name)) a->model = m;
@@ -324,9 +327,11 @@ static int bench_tokens(const ep_args *a, const qmoe_moe_layer_config *c, qmoe_e
         printf("{\"bench\":\"moe_ep\",\"model\":\"%s\",\"E\":%" PRId64 ",\"H\":%" PRId64 ",\"I\":%" PRId64
                ",\"top_k\":%" PRId64 ",\"dtype\":\"%s\",\"ranks\":%d,\"threads_per_rank\":%" PRId64
                ",\"tokens\":%" PRId64 ",\"rows_moved\":%" PRId64 ",\"dispatch_bytes\":%" PRId64
-               ",\"dispatch_bytes_sent\":%" PRId64 ",\"combine_bytes\":%" PRId64 ",\"cpus\":%d,\"runs\":%d",
+               ",\"dispatch_bytes_sent\":%" PRId64 ",\"combine_bytes\":%" PRId64
+               ",\"transport\":\"%s\",\"cpus\":%d,\"runs\":%d",
                models[a->model].name, E, H, c->intermediate_size, K, a->bf16 ? "bf16" : "fp32", size, a->threads, T,
-               tot[0], tot[0] * (H + 4), tot[2] * (H + 4 + 4 * K), tot[0] * H * (int64_t)hs, cpus_here(), runs);
+               tot[0], tot[0] * (H + 4), tot[2] * (H + 4 + 4 * K), tot[0] * H * (int64_t)hs,
+               qmoe_ep_shared_memory(ep) ? "shared_memory" : "messages", cpus_here(), runs);
         print_stat("dispatch", d, runs);
         print_stat("combine", cb, runs);
         print_stat("dispatch_combine", dc, runs);
@@ -386,6 +391,7 @@ int bench_moe_ep(int argc, char **argv)
     qmoe_ep_config ec = QMOE_EP_CONFIG_INIT;
     ec.num_experts = a.E, ec.hidden = H, ec.top_k = c.top_k, ec.x_dtype = QMOE_DTYPE_INT8;
     ec.threads = (int)a.threads; /* combine's weighted sum, like the layer's operators */
+    ec.messages_only = a.messages;
     qmoe_ep *ep = NULL;
     if (qmoe_ep_create(MPI_COMM_WORLD, &ec, &ep)) {
         if (rank == 0) fprintf(stderr, "qmoe " CMD ": %s\n", qmoe_mpi_last_error());

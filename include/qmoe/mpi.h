@@ -4,8 +4,9 @@
  * qmoe_moe_dispatch moves every token row to the ranks that own its top-k experts (MPI_Alltoall
  * of the counts, then one message per rank carrying each token once with its scale and expert
  * ids, however many of its experts that rank owns), where they arrive grouped by local expert
- * (the owner copies a row once per choice); qmoe_moe_combine sends the processed rows back and
- * finishes each token's weighted sum over its k choices in the order of a single-process
+ * (the owner copies a row once per choice); qmoe_moe_combine brings the processed rows back
+ * (ranks on one machine read them in place from an MPI shared-memory window; otherwise one
+ * message per block) and finishes each token's weighted sum over its k choices in the order of a single-process
  * qmoe_moe_finalize_routing, so the outputs are bit-identical for any P. qmoe_ep_layer_forward runs a whole MoE layer (qmoe/moe_layer.h) on
  * them, each rank holding only its experts' weights (a shard).
  *
@@ -48,8 +49,11 @@ typedef struct qmoe_ep_config {
                                    rank (0 or 1: the calling thread; at most 64 are started);
                                    may differ between ranks. Callers built before this field
                                    (a smaller struct_size): 1 */
+    int messages_only;          /* 0 (default): when every rank is on one machine, rows come
+                                   home by being read in place from an MPI shared-memory window;
+                                   1 on any rank: MPI messages only, as between machines */
 } qmoe_ep_config;
-#define QMOE_EP_CONFIG_INIT {(uint32_t)sizeof(qmoe_ep_config), 0, 0, 0, QMOE_DTYPE_INT8, NULL, 0}
+#define QMOE_EP_CONFIG_INIT {(uint32_t)sizeof(qmoe_ep_config), 0, 0, 0, QMOE_DTYPE_INT8, NULL, 0, 0}
 
 /* Collective. Checks the config on every rank and that all ranks agree on it (E, H, K, x_dtype
  * and the map); QMOE_ERR_PARAM_NULLPTR / QMOE_ERR_PARAM_INVALID / QMOE_ERR_INNER (out of memory)
@@ -57,14 +61,17 @@ typedef struct qmoe_ep_config {
  * row, a 4-byte scale for INT8, its K int32 ids), must fit an MPI count in bytes
  * (H * element size + 4 + 4 K <= INT_MAX). */
 QMOE_API qmoe_status qmoe_ep_create(MPI_Comm comm, const qmoe_ep_config *config, qmoe_ep **out);
-/* Not collective (frees the duplicated communicator with MPI_Comm_free, which is local in
- * practice but must be called before MPI_Finalize). NULL is a no-op. */
+/* Collective once rows have come home through shared memory (frees the window with
+ * MPI_Win_free): every rank calls it, before MPI_Finalize. NULL is a no-op. */
 QMOE_API void qmoe_ep_destroy(qmoe_ep *ep);
 
 /* This rank's number of local experts, and the global id of local expert i (in [0, count));
  * -1 for a NULL context or i out of range. */
 QMOE_API int64_t qmoe_ep_local_experts(const qmoe_ep *ep);
 QMOE_API int64_t qmoe_ep_local_expert_id(const qmoe_ep *ep, int64_t i);
+/* 1 when rows come home through shared memory (every rank on one machine and none asked for
+ * messages_only), 0 when as MPI messages or for a NULL context. The same on every rank. */
+QMOE_API int qmoe_ep_shared_memory(const qmoe_ep *ep);
 
 /* Collective. This rank's `tokens` rows x [tokens, H] of x_dtype (x_scale [tokens] float32 for
  * INT8, else ignored) with their experts expert_idx int32 [tokens, K] (ids in [0, E)) go to the

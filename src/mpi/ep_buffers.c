@@ -23,6 +23,7 @@ void ep_route_free(ep_route *r)
     free(r->blk_chunk);
     free(r->blk_pos);
     free(r->src);
+    free(r->far);
     *r = (ep_route){0};
 }
 

@@ -1,6 +1,7 @@
 /* qmoe_moe_combine: processed rows back to their tokens' ranks, weighted sum over k. */
 #include <limits.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "ep_internal.h"
 
@@ -77,6 +78,28 @@ static int post_home(qmoe_ep *ep, int c, size_t row, MPI_Datatype y_row, unsigne
     return n;
 }
 
+/* Shared memory: each rank puts the other ranks' rows of expert_y in its segment at their
+ * grouped places (route.far's numbering), and once all have, sums its tokens reading every
+ * remote row in place: a row crosses once. */
+static qmoe_status shm_combine(qmoe_ep *ep, qmoe_status st, qmoe_dtype y_dtype,
+                               const void *expert_y, size_t row, const ep_sum_args *sum)
+{
+    const ep_route *rt = &ep->route;
+    if ((st = ep_shm_reserve(ep, st, (size_t)rt->recv_total * row)) != QMOE_OK) return st;
+    if (!ep->shm) return QMOE_OK; /* the window was not contiguous: messages (the caller) */
+    unsigned char *seg = ep->shm_base[ep->rank];
+    for (int s = 0; s < ep->size; s++)
+        for (int64_t l = 0; l < ep->nlocal && s != ep->rank; l++) {
+            int64_t b = (int64_t)s * ep->nlocal + l;
+            memcpy(seg + (size_t)rt->blk_pos[b] * row,
+                   (const unsigned char *)expert_y + (size_t)rt->blk_pos[b] * row,
+                   (size_t)rt->blk_len[b] * row);
+        }
+    st = ep_shm_publish(ep, QMOE_OK);
+    if (st == QMOE_OK) ep_weighted_sum(ep, y_dtype, expert_y, NULL, sum, 0, rt->tokens);
+    return st;
+}
+
 qmoe_status ep_send_home(qmoe_ep *ep, qmoe_status st, qmoe_dtype y_dtype, const void *expert_y,
                          int64_t rows, void *home, const ep_sum_args *sum)
 {
@@ -95,6 +118,10 @@ qmoe_status ep_send_home(qmoe_ep *ep, qmoe_status st, qmoe_dtype y_dtype, const 
                      (long long)rows, (long long)rt->recv_total);
     } else if (rows > 0 && !expert_y) {
         st = ep_fail(QMOE_ERR_PARAM_NULLPTR, "expert_y is NULL with %lld rows", (long long)rows);
+    }
+    if (ep->shm && sum) {
+        st = shm_combine(ep, st, y_dtype, expert_y, row, sum);
+        if (st != QMOE_OK || ep->shm) return st; /* else messages from now on, on every rank */
     }
     /* sends: one per (source, local expert, chunk); receives of one chunk: one per expert */
     MPI_Request *req = ep_alloc((size_t)ep->size * (size_t)ep->nlocal * EP_CHUNKS + (size_t)ep->E,

@@ -7,13 +7,16 @@
 #include "ep_internal.h"
 
 /* Local checks of the config; fills owner[] (allocated by the caller, [E]) when they pass. */
+/* A field the caller's struct has (callers built against an older, smaller layout do not). */
+#define HAS(c, field) ((c)->struct_size >= offsetof(qmoe_ep_config, field) + sizeof((c)->field))
+
 static qmoe_status check_config(const qmoe_ep_config *c, int size, int32_t **owner)
 {
     /* the first layout ended before `threads` */
     if (c->struct_size < offsetof(qmoe_ep_config, threads))
         return ep_fail(QMOE_ERR_PARAM_INVALID, "config: struct_size %u < %zu", c->struct_size,
                        offsetof(qmoe_ep_config, threads));
-    if (c->struct_size >= sizeof(qmoe_ep_config) && (c->threads < 0 || c->threads > 4096))
+    if (HAS(c, threads) && (c->threads < 0 || c->threads > 4096))
         return ep_fail(QMOE_ERR_PARAM_INVALID, "config: threads %d not in [0, 4096]", c->threads);
     /* E * EP_CHUNKS counts per rank pair travel in one MPI_Alltoall, 2E values in one
      * MPI_Allreduce */
@@ -148,9 +151,7 @@ qmoe_status qmoe_ep_create(MPI_Comm comm, const qmoe_ep_config *config, qmoe_ep 
         ep->K = config->top_k;
         ep->x_dtype = config->x_dtype;
         ep->x_size = ep_dtype_size(config->x_dtype);
-        ep->threads = config->struct_size >= sizeof(qmoe_ep_config) && config->threads > 1
-                          ? config->threads
-                          : 1;
+        ep->threads = HAS(config, threads) && config->threads > 1 ? config->threads : 1;
         ep->owner = owner;
         owner = NULL;
         st = ep_agree(dup, build_local(ep));
@@ -167,6 +168,7 @@ qmoe_status qmoe_ep_create(MPI_Comm comm, const qmoe_ep_config *config, qmoe_ep 
         MPI_Comm_free(&dup);
         return st;
     }
+    ep_shm_init(ep, HAS(config, messages_only) && config->messages_only);
     ep->rec_size = (size_t)ep->H * ep->x_size + (ep->x_dtype == QMOE_DTYPE_INT8 ? 4 : 0) +
                    (size_t)ep->K * sizeof(int32_t);
     MPI_Type_contiguous((int)ep->rec_size, MPI_BYTE, &ep->x_rec);
@@ -180,6 +182,7 @@ void qmoe_ep_destroy(qmoe_ep *ep)
 {
     if (!ep) return;
     ep_route_free(&ep->route);
+    ep_shm_destroy(ep);
     free(ep->pack);
     free(ep->home);
     free(ep->stage);
@@ -195,6 +198,8 @@ void qmoe_ep_destroy(qmoe_ep *ep)
 }
 
 int64_t qmoe_ep_local_experts(const qmoe_ep *ep) { return ep ? ep->nlocal : -1; }
+
+int qmoe_ep_shared_memory(const qmoe_ep *ep) { return ep ? ep->shm : 0; }
 
 int64_t qmoe_ep_local_expert_id(const qmoe_ep *ep, int64_t i)
 {

@@ -131,6 +131,17 @@ qmoe_status ep_dispatch(qmoe_ep *ep, qmoe_status st, int64_t tokens, const void 
     rt.blk_chunk = ep_alloc((size_t)P * (size_t)nl, EP_CHUNKS * sizeof(int));
     rt.blk_pos = ep_alloc((size_t)P, (size_t)nl * sizeof(int64_t));
     rt.src = ep_alloc((size_t)n, sizeof(int64_t));
+    /* shared memory: the owners' block positions ([P][E] each way), where each remote row is */
+    int64_t *pos_out = NULL, *pos_in = NULL, *posr = NULL, *cstart = NULL;
+    if (ep->shm) {
+        pos_out = ep_alloc((size_t)P * 2, (size_t)E * sizeof(int64_t));
+        pos_in = pos_out ? pos_out + (size_t)P * (size_t)E : NULL;
+        posr = ep_alloc((size_t)E, 2 * sizeof(int64_t));
+        cstart = posr ? posr + E : NULL;
+        rt.far = ep_alloc((size_t)n, sizeof(int64_t));
+        if (st == QMOE_OK && (!pos_out || !posr || !rt.far))
+            st = ep_fail(QMOE_ERR_INNER, "out of memory for %lld rows to send", (long long)n);
+    }
     if (st == QMOE_OK &&
         (!send_e || !recv_e || !ucount || !start || !groups || !at || !req || !rt.scounts ||
          !rt.pcnt || !rt.blk_len || !rt.blk_chunk || !rt.blk_pos ||
@@ -194,6 +205,16 @@ qmoe_status ep_dispatch(qmoe_ep *ep, qmoe_status st, int64_t tokens, const void 
         urecs += urecv[s];
         upack += ucount[s];
     }
+    /* Shared memory: where each of this rank's remote rows will be in its owner's grouped rows
+     * (the owner's block of (this rank, expert e) starts at posr[e]). */
+    if (ep->shm) {
+        memset(pos_out, 0, (size_t)P * (size_t)E * sizeof *pos_out);
+        for (int s = 0; s < P; s++)
+            for (int64_t l = 0; l < nl; l++)
+                pos_out[(int64_t)s * E + ep->local_ids[l]] = rt.blk_pos[(int64_t)s * nl + l];
+        MPI_Alltoall(pos_out, (int)E, MPI_INT64_T, pos_in, (int)E, MPI_INT64_T, ep->comm);
+        for (int64_t e = 0; e < E; e++) posr[e] = pos_in[(int64_t)ep->owner[e] * E + e];
+    }
     if (to->capacity >= 0 && total > to->capacity)
         st = ep_fail(QMOE_ERR_PARAM_INVALID, "%lld rows arrive at rank %d: more than capacity %lld",
                      (long long)total, ep->rank, (long long)to->capacity);
@@ -230,6 +251,7 @@ qmoe_status ep_dispatch(qmoe_ep *ep, qmoe_status st, int64_t tokens, const void 
                       : acc - (p >= ep->pos_first[me + 1] ? rt.scounts[me] : 0);
         acc += len;
     }
+    if (ep->shm) memcpy(cstart, next, (size_t)E * sizeof *cstart);
     const unsigned char *xb = x;
     for (int64_t i = 0; i < n; i++) {
         int32_t e = expert_idx[i];
@@ -240,8 +262,10 @@ qmoe_status ep_dispatch(qmoe_ep *ep, qmoe_status st, int64_t tokens, const void 
             rt.src[i] = -1 - r;
         } else {
             rt.src[i] = r;
+            if (ep->shm) rt.far[i] = (posr[e] + r - cstart[ep->order[e]]) * P + ep->owner[e];
         }
     }
+
     MPI_Waitall(nreq, req, MPI_STATUSES_IGNORE);
     for (int64_t s = 0, off = 0; s < P; off += urecv[s++]) {
         if (s == me || !urecv[s]) continue;
@@ -264,5 +288,7 @@ done:
     free(groups);
     free(at);
     free(req);
+    free(pos_out);
+    free(posr);
     return st;
 }

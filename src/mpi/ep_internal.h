@@ -32,6 +32,9 @@ typedef struct ep_route {
     /* [tokens * K]: where token t's choice k is after the exchange: >= 0 a remote row (compact
      * send order, in the rows that come home); < 0: -1 - its row in this rank's grouped rows */
     int64_t *src;
+    /* shared memory only, [tokens * K]: a remote row's place in its owner's grouped rows g and
+     * the owner d as g * P + d (own rows: unused) */
+    int64_t *far;
 } ep_route;
 
 struct qmoe_ep {
@@ -52,6 +55,13 @@ struct qmoe_ep {
     MPI_Datatype x_rec;
     int dispatched;
     ep_route route;
+    /* Shared memory (every rank on one node, not refused by the config): rows come home by
+     * being read in place from the owner's segment of one MPI shared-memory window; segment r
+     * starts at shm_base[r] = shm_base[0] + r * shm_cap. */
+    int shm;
+    MPI_Win win;
+    void **shm_base;
+    size_t shm_cap;
     /* Kept between calls (no page faults per batch): dispatch's token records leaving and
      * arriving (source-major), the rows coming home in combine. */
     void *pack, *home, *stage;
@@ -91,6 +101,21 @@ typedef struct ep_sum_args {
  * summed into sum->out as soon as its rows are home. */
 qmoe_status ep_send_home(qmoe_ep *ep, qmoe_status st, qmoe_dtype y_dtype, const void *expert_y,
                          int64_t rows, void *home, const ep_sum_args *sum);
+
+/* Shared memory (ep_shm.c). Init: collective, at creation. Reserve: collective; agrees on `st`
+ * (returned, the same on every rank) and grows every segment to the largest `need` of any rank
+ * (may turn ep->shm off, on every rank, if the window is not contiguous). Publish: every rank's
+ * writes to its segment are visible to all (and `st` agreed) before any rank goes on. Destroy:
+ * collective when a window exists. */
+void ep_shm_init(qmoe_ep *ep, int messages_only);
+qmoe_status ep_shm_reserve(qmoe_ep *ep, qmoe_status st, size_t need);
+qmoe_status ep_shm_publish(qmoe_ep *ep, qmoe_status st);
+void ep_shm_destroy(qmoe_ep *ep);
+/* Where remote row far (route.far) is, rows of `row` bytes. */
+static inline const unsigned char *ep_shm_row(const qmoe_ep *ep, int64_t far, size_t row)
+{
+    return (const unsigned char *)ep->shm_base[far % ep->size] + (size_t)(far / ep->size) * row;
+}
 
 /* Every rank's values equal? (One MPI_Allreduce; scratch holds 2n.) */
 int ep_same_values(MPI_Comm comm, const int64_t *v, int64_t n, int64_t *scratch);

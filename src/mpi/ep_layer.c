@@ -142,16 +142,19 @@ static qmoe_status run_experts(qmoe_ep *ep, const qmoe_moe_layer *layer, qmoe_dt
                                const int64_t *groups, int64_t total, int64_t T, int64_t m)
 {
     const int64_t H = ep->H, nh = qmoe_moe_layer_held_experts(layer), A = total + m * T;
-    const int64_t all = A + ep->route.nremote;
+    /* shared memory: the outputs in this rank's segment (reserved), nothing comes home */
+    const int64_t all = A + (ep->shm ? 0 : ep->route.nremote);
     size_t ys = ep_dtype_size(yd);
+    void *ty = ep->shm ? ep->shm_base[ep->rank] : NULL;
     for (int64_t k = 0; k < m && T > 0; k++) {
         memcpy((int8_t *)ep->rx + (size_t)(total + k * T) * (size_t)H, ep->tq, (size_t)(T * H));
         memcpy((float *)ep->rxs + total + k * T, ep->tqs, (size_t)T * sizeof(float));
     }
     uint64_t wsz = 0;
     int64_t *cum = ep_alloc((size_t)(nh + m), sizeof *cum);
-    if (!cum || !ep_reserve_aligned(&ep->ty, &ep->ty_cap, (size_t)all, (size_t)H * ys))
+    if (!cum || (!ty && !ep_reserve_aligned(&ep->ty, &ep->ty_cap, (size_t)all, (size_t)H * ys)))
         return free(cum), ep_fail(QMOE_ERR_INNER, "out of memory for %lld expert rows", (long long)all);
+    if (!ty) ty = ep->ty;
     for (int64_t i = 0, l = 0, at = 0; i < nh + m; i++) {
         if (i >= nh) at += T;
         else if (l < ep->nlocal && qmoe_moe_layer_held_expert_id(layer, i) == ep->local_ids[l])
@@ -159,16 +162,16 @@ static qmoe_status run_experts(qmoe_ep *ep, const qmoe_moe_layer *layer, qmoe_dt
         cum[i] = at;
     }
     int64_t xs[2] = {A, H}, gn = nh + m;
-    qmoe_tensor *tx = NULL, *ts = NULL, *tg = NULL, *ty = NULL;
+    qmoe_tensor *tx = NULL, *ts = NULL, *tg = NULL, *tyt = NULL;
     qmoe_status st = qmoe_moe_layer_experts_workspace_size(layer, A, yd, &wsz);
     if (!st && !ep_reserve_aligned(&ep->tws, &ep->tws_cap, (size_t)wsz, 1)) st = QMOE_ERR_INNER;
     if (!st) st = qmoe_tensor_create(xs, 2, NULL, QMOE_DTYPE_INT8, QMOE_FORMAT_ND, ep->rx, &tx);
     if (!st) st = qmoe_tensor_create(&A, 1, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, ep->rxs, &ts);
     if (!st) st = qmoe_tensor_create(&gn, 1, NULL, QMOE_DTYPE_INT64, QMOE_FORMAT_ND, cum, &tg);
-    if (!st) st = qmoe_tensor_create(xs, 2, NULL, yd, QMOE_FORMAT_ND, ep->ty, &ty);
-    if (!st) st = qmoe_moe_layer_experts(layer, tx, ts, tg, ty, ep->tws, wsz);
+    if (!st) st = qmoe_tensor_create(xs, 2, NULL, yd, QMOE_FORMAT_ND, ty, &tyt);
+    if (!st) st = qmoe_moe_layer_experts(layer, tx, ts, tg, tyt, ep->tws, wsz);
     if (st) st = ep_fail(st, "%s", st == QMOE_ERR_INNER && !qmoe_last_error()[0] ? "out of memory" : qmoe_last_error());
-    qmoe_tensor_destroy(tx), qmoe_tensor_destroy(ts), qmoe_tensor_destroy(tg), qmoe_tensor_destroy(ty);
+    qmoe_tensor_destroy(tx), qmoe_tensor_destroy(ts), qmoe_tensor_destroy(tg), qmoe_tensor_destroy(tyt);
     free(cum);
     return st;
 }
@@ -197,8 +200,12 @@ static qmoe_status plan_finish(qmoe_ep *ep, int threads, int64_t T, int64_t m, q
                                qmoe_dtype ld, const qmoe_tensor *out, finish *f)
 {
     const int64_t K = ep->K, K2 = K + m, H = ep->H, A = T * K2;
-    const int64_t own = ep->route.recv_total + m * T, rows = own + ep->route.nremote;
-    const size_t ls = ld == QMOE_DTYPE_FLOAT32 ? 4 : 2;
+    const size_t ls = ld == QMOE_DTYPE_FLOAT32 ? 4 : 2, row = (size_t)H * ep_dtype_size(hd);
+    /* the rows finalize reads: messages: this rank's, then the remote ones come home; shared
+     * memory: every rank's segment (segment d's rows from d * seg on) */
+    const int64_t seg = ep->shm ? (int64_t)(ep->shm_cap / row) : 0, base = seg * ep->rank;
+    const int64_t own = ep->route.recv_total + m * T;
+    const int64_t rows = ep->shm ? seg * ep->size : own + ep->route.nremote;
     if (rows > INT32_MAX) /* row indices are int32 */
         return ep_fail(QMOE_ERR_PARAM_INVALID, "%lld expert rows at rank %d: over INT32_MAX",
                        (long long)rows, ep->rank);
@@ -209,10 +216,12 @@ static qmoe_status plan_finish(qmoe_ep *ep, int threads, int64_t T, int64_t m, q
     for (int64_t t = 0; t < T; t++)
         for (int64_t j = 0; j < K2; j++) {
             int64_t at = t * K2 + j;
-            int64_t s = j < K ? ep->route.src[t * K + j] : 0;
-            f->ridx[at] = (int32_t)(j >= K ? ep->route.recv_total + (j - K) * T + t
-                                    : s >= 0 ? own + s
-                                             : -1 - s);
+            int64_t s = j < K ? ep->route.src[t * K + j] : 0, far = 0;
+            if (j < K && s >= 0 && ep->shm) far = ep->route.far[t * K + j];
+            f->ridx[at] = (int32_t)(j >= K    ? base + ep->route.recv_total + (j - K) * T + t
+                                    : s < 0   ? base - 1 - s
+                                    : ep->shm ? (far % ep->size) * seg + far / ep->size
+                                              : own + s);
             memcpy((char *)f->w2 + (size_t)at * ls,
                    j < K ? (const char *)ep->tw + (size_t)(t * K + j) * ls
                          : ls == 4 ? (const void *)&one32 : (const void *)&one16,
@@ -221,7 +230,8 @@ static qmoe_status plan_finish(qmoe_ep *ep, int threads, int64_t T, int64_t m, q
     int64_t xs[2] = {rows, H}, ws[2] = {T, K2};
     qmoe_moe_options mo = QMOE_MOE_OPTIONS_INIT;
     mo.threads = threads;
-    qmoe_status st = qmoe_tensor_create(xs, 2, NULL, hd, QMOE_FORMAT_ND, ep->ty, &f->t[0]);
+    qmoe_status st = qmoe_tensor_create(xs, 2, NULL, hd, QMOE_FORMAT_ND,
+                                        ep->shm ? ep->shm_base[0] : ep->ty, &f->t[0]);
     if (!st) st = qmoe_tensor_create(&A, 1, NULL, QMOE_DTYPE_INT32, QMOE_FORMAT_ND, f->ridx, &f->t[1]);
     if (!st) st = qmoe_tensor_create(ws, 2, NULL, ld, QMOE_FORMAT_ND, f->w2, &f->t[2]);
     if (!st)
@@ -258,10 +268,16 @@ qmoe_status qmoe_ep_layer_forward(qmoe_ep *ep, const qmoe_moe_layer *layer,
     ep_recv to = {.capacity = -1, .extra = m * T};
     st = ep_dispatch(ep, st, T, ep->tq, ep->tqs, ep->tids, &to, groups, &total);
     if (st) goto done;
+    /* shared memory: the expert outputs go to this rank's segment, where the other ranks'
+     * finalize reads them once all are written */
+    if (ep->shm && (st = ep_shm_reserve(ep, QMOE_OK, (size_t)(total + m * T) * row))) goto done;
     st = run_experts(ep, layer, hd, groups, total, T, m);
     if (!st && T > 0) st = plan_finish(ep, c.threads, T, m, hd, ld, out, &f);
-    st = ep_send_home(ep, st, hd, ep->ty, total,
-                      st ? NULL : (char *)ep->ty + (size_t)(total + m * T) * row, NULL);
+    if (ep->shm)
+        st = ep_shm_publish(ep, st);
+    else
+        st = ep_send_home(ep, st, hd, ep->ty, total,
+                          st ? NULL : (char *)ep->ty + (size_t)(total + m * T) * row, NULL);
     if (st || T == 0) goto done;
     st = qmoe_moe_finalize_routing(f.ws, f.wsz, f.fin, NULL);
     if (st) st = ep_fail(st, "%s", qmoe_last_error()); /* not reached: checked when planned */

@@ -35,23 +35,26 @@ static void add_row(float *restrict acc, float w, qmoe_dtype y_dtype,
     }
 }
 
-static const unsigned char *row_at(const sum_part *a, int64_t s, size_t row)
+/* Row i = t * K + j: the rank's own in expert_y, a remote one in home (messages) or read in
+ * place in its owner's segment (shared memory). */
+static const unsigned char *row_at(const sum_part *a, int64_t i, size_t row)
 {
-    return s >= 0 ? a->home + (size_t)s * row : a->y + (size_t)(-1 - s) * row;
+    int64_t s = a->ep->route.src[i];
+    if (s < 0) return a->y + (size_t)(-1 - s) * row;
+    return a->ep->shm ? ep_shm_row(a->ep, a->ep->route.far[i], row) : a->home + (size_t)s * row;
 }
 
 static void *sum_tokens(void *arg)
 {
     const sum_part *a = arg;
     const int64_t H = a->ep->H, K = a->ep->K;
-    const int64_t *src = a->ep->route.src;
     const size_t row = (size_t)H * ep_dtype_size(a->y_dtype);
     float *acc = a->acc;
     for (int64_t t = a->t0; t < a->t1; t++) {
         memset(acc, 0, (size_t)H * sizeof *acc);
         for (int64_t j = 0; j < K; j++)
             add_row(acc, a->weights ? a->weights[t * K + j] : 1.0f, a->y_dtype,
-                    row_at(a, src[t * K + j], row), H);
+                    row_at(a, t * K + j, row), H);
         if (a->out_dtype == QMOE_DTYPE_FLOAT32) {
             memcpy((float *)a->out + t * H, acc, (size_t)H * sizeof *acc);
         } else if (a->out_dtype == QMOE_DTYPE_FLOAT16) {

@@ -103,17 +103,23 @@ static int owner_of(const mpi_case *c, int64_t e)
     return c->map ? c->map[e] : (int)(e * P / c->E);
 }
 
+/* messages_only: the last rank asks for MPI messages only, so every rank uses them (agreed);
+ * otherwise the ranks (all on this machine) read rows home in place from shared memory. */
 static void run_case(const char *name, const mpi_case *c, qmoe_dtype ydt, int extra_capacity,
-                     int threads)
+                     int threads, int messages_only)
 {
     qmoe_ep_config cfg = QMOE_EP_CONFIG_INIT;
     cfg.threads = threads;
+    cfg.messages_only = messages_only && me == P - 1;
     cfg.num_experts = c->E, cfg.hidden = c->H, cfg.top_k = c->K, cfg.x_dtype = c->x_dtype;
     cfg.expert_rank = c->map;
     qmoe_ep *ep = NULL;
     qmoe_status st = qmoe_ep_create(MPI_COMM_WORLD, &cfg, &ep);
     CHECK_MSG(st == QMOE_OK, "%s: create: %s", name, qmoe_mpi_last_error());
     if (st != QMOE_OK) return;
+    /* the tests' ranks all run on this machine */
+    CHECK_MSG(qmoe_ep_shared_memory(ep) == !messages_only, "%s: shared memory %d, messages_only %d",
+              name, qmoe_ep_shared_memory(ep), messages_only);
     const int64_t H = c->H, K = c->K, t0 = c->first[me], T = c->first[me + 1] - t0;
     const size_t xs = mc_size(c->x_dtype), ys = mc_size(ydt);
 
@@ -283,7 +289,7 @@ int main(int argc, char **argv)
             mpi_case c;
             build(&c, seed * 7919 + i, cases[i].E, cases[i].H, cases[i].K, cases[i].N, cases[i].x,
                   cases[i].tok, cases[i].route, cases[i].map);
-            run_case(cases[i].name, &c, cases[i].y, cases[i].extra, cases[i].threads);
+            run_case(cases[i].name, &c, cases[i].y, cases[i].extra, cases[i].threads, seed == 2);
             mc_free(&c);
         }
     return mc_finish("test_mpi_dispatch", me, P);
