@@ -56,8 +56,9 @@ struct qmoe_ep {
     int dispatched;
     ep_route route;
     /* Shared memory (every rank on one node, not refused by the config): rows come home by
-     * being read in place from the owner's segment of one MPI shared-memory window; segment r
-     * starts at shm_base[r] = shm_base[0] + r * shm_cap. */
+     * being read in place from the owner's segment of one MPI shared-memory window; segment r's
+     * rows start at shm_base[r] = shm_base[0] + r * shm_cap (64-byte aligned), shm_cap - 64
+     * bytes each. */
     int shm;
     MPI_Win win;
     void **shm_base;

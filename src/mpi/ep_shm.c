@@ -71,6 +71,11 @@ static int shm_alloc(qmoe_ep *ep, size_t cap)
         if ((unsigned char *)ep->shm_base[r] != (unsigned char *)ep->shm_base[0] + (size_t)r * cap)
             ok = 0;
     }
+    /* Rows start 64-byte aligned (the kernels stream whole cache lines only to aligned rows; the
+     * window's own base need not be): every segment moves by the same pad (cap % 64 == 0), so
+     * they stay cap apart, and each keeps cap - 64 bytes. */
+    size_t pad = (64 - (uintptr_t)ep->shm_base[0] % 64) % 64;
+    for (int r = 0; r < ep->size; r++) ep->shm_base[r] = (unsigned char *)ep->shm_base[r] + pad;
     ep->shm_cap = cap;
     return ok;
 }
@@ -84,9 +89,10 @@ qmoe_status ep_shm_reserve(qmoe_ep *ep, qmoe_status st, size_t need)
     MPI_Allreduce(v, m, 2, MPI_INT64_T, MPI_MAX, ep->comm);
     if (m[0] != QMOE_OK)
         return st != QMOE_OK ? st : ep_fail((qmoe_status)m[0], "another rank failed with %lld", (long long)m[0]);
-    if (ep->win != MPI_WIN_NULL && (uint64_t)m[1] <= ep->shm_cap) return QMOE_OK;
-    /* a multiple of 64 float32 rows: a row of any dtype starts at a segment's row boundary */
-    uint64_t unit = (uint64_t)ep->H * 4u * 64u, want = (uint64_t)m[1] + (uint64_t)m[1] / 4;
+    if (ep->win != MPI_WIN_NULL && (uint64_t)m[1] + 64 <= ep->shm_cap) return QMOE_OK;
+    /* a multiple of 64 float32 rows: a row of any dtype starts at a segment's row boundary;
+     * 64 bytes more for the alignment of the rows */
+    uint64_t unit = (uint64_t)ep->H * 4u * 64u, want = (uint64_t)m[1] + (uint64_t)m[1] / 4 + 64;
     if (want / unit > (uint64_t)INT64_MAX / unit / (uint64_t)ep->size - 1)
         return ep_fail(QMOE_ERR_PARAM_INVALID, "%lld bytes of rows per rank: too many",
                        (long long)m[1]);
