@@ -95,11 +95,24 @@ QMOE_API qmoe_status qmoe_moe_dispatch(qmoe_ep *ep, int64_t tokens, const void *
  *   out[t] = sum over j = 0..K-1 of weights[t, j] * y(t, j)
  * is accumulated in float32 from 0 in that order (weights float32 [tokens, K]; NULL: 1) and
  * stored as out_dtype (FLOAT32, FLOAT16 or BFLOAT16, round to nearest even) into out [tokens, H]
- * — the arithmetic of qmoe_moe_finalize_routing, so results do not depend on P. Errors as for dispatch
- * (also: no dispatch before, rows differing from it), the same on every rank, nothing written. */
+ * — the arithmetic of qmoe_moe_finalize_routing, so results do not depend on P. expert_y may be
+ * the buffer of qmoe_ep_expert_rows (read in place, no copy). Errors as for dispatch (also: no
+ * dispatch before, rows differing from it, expert_y the buffer of qmoe_ep_expert_rows for a
+ * smaller y_dtype), the same on every rank, nothing written. */
 QMOE_API qmoe_status qmoe_moe_combine(qmoe_ep *ep, qmoe_dtype y_dtype, const void *expert_y,
                                       int64_t rows, const float *weights, qmoe_dtype out_dtype,
                                       void *out);
+
+/* Collective, after a qmoe_moe_dispatch of this context and before the local experts write their
+ * outputs: *buffer gets room for expert_y of that dispatch (its *recv_rows rows of H y_dtype
+ * elements, 64-byte aligned). With shared memory (qmoe_ep_shared_memory) it lies in this rank's
+ * part of the window: experts that write their outputs there, passed as expert_y to
+ * qmoe_moe_combine with the same y_dtype, save combine a copy of every row the other ranks read
+ * in place. Otherwise a buffer of the context. Valid until the next call of this function,
+ * qmoe_ep_layer_forward or qmoe_ep_destroy. Errors, the same on every rank, *buffer untouched:
+ * NULL buffer (QMOE_ERR_PARAM_NULLPTR); no dispatch before, y_dtype not FLOAT32, FLOAT16 or
+ * BFLOAT16 (QMOE_ERR_PARAM_INVALID); out of memory (QMOE_ERR_INNER). */
+QMOE_API qmoe_status qmoe_ep_expert_rows(qmoe_ep *ep, qmoe_dtype y_dtype, void **buffer);
 
 /* Collective. The MoE layer (qmoe/moe_layer.h) with its experts spread over the ranks: each rank
  * passes its own tokens, hidden [T, H] float32/float16/bfloat16 and router_logits [T, E]

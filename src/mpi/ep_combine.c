@@ -1,5 +1,6 @@
 /* qmoe_moe_combine: processed rows back to their tokens' ranks, weighted sum over k. */
 #include <limits.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -78,6 +79,15 @@ static int post_home(qmoe_ep *ep, int c, size_t row, MPI_Datatype y_row, unsigne
     return n;
 }
 
+/* Bytes qmoe_ep_expert_rows' buffer holds when p is it (SIZE_MAX for any other pointer). */
+static size_t expert_rows_room(const qmoe_ep *ep, const void *p)
+{
+    if (!p) return SIZE_MAX;
+    if (ep->shm && ep->win != MPI_WIN_NULL && p == ep->shm_base[ep->rank]) return ep->shm_cap - 64;
+    if (p == ep->ybuf) return ep->ybuf_cap;
+    return SIZE_MAX;
+}
+
 /* Shared memory: each rank puts the other ranks' rows of expert_y in its segment at their
  * grouped places (route.far's numbering), and once all have, sums its tokens reading every
  * remote row in place: a row crosses once. */
@@ -85,10 +95,15 @@ static qmoe_status shm_combine(qmoe_ep *ep, qmoe_status st, qmoe_dtype y_dtype,
                                const void *expert_y, size_t row, const ep_sum_args *sum)
 {
     const ep_route *rt = &ep->route;
-    if ((st = ep_shm_reserve(ep, st, (size_t)rt->recv_total * row)) != QMOE_OK) return st;
-    if (!ep->shm) return QMOE_OK; /* the window was not contiguous: messages (the caller) */
+    const size_t need = (size_t)rt->recv_total * row; /* <= INT_MAX rows of <= INT_MAX bytes */
+    /* the rows already in the segment (qmoe_ep_expert_rows): no copy (its room was checked, so
+     * the reserve does not regrow the window under them) */
     unsigned char *seg = ep->shm_base[ep->rank];
-    for (int s = 0; s < ep->size; s++)
+    int in_place = expert_y && (const void *)seg == expert_y;
+    if ((st = ep_shm_reserve(ep, st, need)) != QMOE_OK) return st;
+    if (!ep->shm) return QMOE_OK; /* the window was not contiguous: messages (the caller) */
+    seg = ep->shm_base[ep->rank];
+    for (int s = 0; s < ep->size && !in_place; s++)
         for (int64_t l = 0; l < ep->nlocal && s != ep->rank; l++) {
             int64_t b = (int64_t)s * ep->nlocal + l;
             memcpy(seg + (size_t)rt->blk_pos[b] * row,
@@ -118,6 +133,10 @@ qmoe_status ep_send_home(qmoe_ep *ep, qmoe_status st, qmoe_dtype y_dtype, const 
                      (long long)rows, (long long)rt->recv_total);
     } else if (rows > 0 && !expert_y) {
         st = ep_fail(QMOE_ERR_PARAM_NULLPTR, "expert_y is NULL with %lld rows", (long long)rows);
+    } else if ((size_t)rows * row > expert_rows_room(ep, expert_y)) {
+        st = ep_fail(QMOE_ERR_PARAM_INVALID,
+                     "expert_y is qmoe_ep_expert_rows' buffer, smaller than %lld rows of y_dtype %d",
+                     (long long)rows, (int)y_dtype);
     }
     if (ep->shm && sum) {
         st = shm_combine(ep, st, y_dtype, expert_y, row, sum);
@@ -159,5 +178,37 @@ qmoe_status ep_send_home(qmoe_ep *ep, qmoe_status st, qmoe_dtype y_dtype, const 
     MPI_Waitall(ns, req, MPI_STATUSES_IGNORE);
     MPI_Type_free(&y_row);
     free(req), free(at);
+    return QMOE_OK;
+}
+
+qmoe_status qmoe_ep_expert_rows(qmoe_ep *ep, qmoe_dtype y_dtype, void **buffer)
+{
+    if (!ep) return ep_fail(QMOE_ERR_PARAM_NULLPTR, "ep is NULL"); /* no communicator to agree on */
+    size_t row = (size_t)ep->H * ep_dtype_size(y_dtype), need = 0;
+    qmoe_status st = QMOE_OK;
+    if (!buffer)
+        st = ep_fail(QMOE_ERR_PARAM_NULLPTR, "buffer is NULL");
+    else if (!ep->dispatched)
+        st = ep_fail(QMOE_ERR_PARAM_INVALID, "no dispatch before qmoe_ep_expert_rows");
+    else if (!row || y_dtype == QMOE_DTYPE_INT8)
+        st = ep_fail(QMOE_ERR_PARAM_INVALID, "y_dtype %d is not FLOAT32, FLOAT16 or BFLOAT16",
+                     (int)y_dtype);
+    else
+        need = (size_t)ep->route.recv_total * row;
+    if (ep->shm) {
+        /* the reserve's agreement is the barrier: every rank is past its last read of the
+         * segments before anyone writes its own again */
+        if ((st = ep_shm_reserve(ep, st, need)) != QMOE_OK) return st;
+        if (ep->shm) {
+            *buffer = ep->shm_base[ep->rank];
+            ep_clear_error();
+            return QMOE_OK;
+        }
+    }
+    if (st == QMOE_OK && !ep_reserve_aligned(&ep->ybuf, &ep->ybuf_cap, need, 1))
+        st = ep_fail(QMOE_ERR_INNER, "out of memory for %lld rows", (long long)ep->route.recv_total);
+    if ((st = ep_agree(ep->comm, st)) != QMOE_OK) return st;
+    *buffer = ep->ybuf;
+    ep_clear_error();
     return QMOE_OK;
 }

@@ -186,6 +186,7 @@ void qmoe_ep_destroy(qmoe_ep *ep)
     free(ep->pack);
     free(ep->home);
     free(ep->stage);
+    free(ep->ybuf);
     void *own[] = {ep->rx, ep->rxs, ep->tq, ep->tqs, ep->tids, ep->tw, ep->twf, ep->ty, ep->tws};
     for (size_t i = 0; i < sizeof own / sizeof own[0]; i++) free(own[i]);
     MPI_Type_free(&ep->x_rec);

@@ -65,8 +65,8 @@ struct qmoe_ep {
     size_t shm_cap;
     /* Kept between calls (no page faults per batch): dispatch's token records leaving and
      * arriving (source-major), the rows coming home in combine. */
-    void *pack, *home, *stage;
-    size_t pack_cap, home_cap, stage_cap;
+    void *pack, *home, *stage, *ybuf; /* ybuf: qmoe_ep_expert_rows without shared memory */
+    size_t pack_cap, home_cap, stage_cap, ybuf_cap;
     /* The layer forward's (ep_layer.c), kept too, 64-byte aligned: the rank's quantized tokens
      * and routing, the rows its experts run (received + shared), their outputs, the experts'
      * workspace. */

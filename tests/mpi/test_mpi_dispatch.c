@@ -104,9 +104,11 @@ static int owner_of(const mpi_case *c, int64_t e)
 }
 
 /* messages_only: the last rank asks for MPI messages only, so every rank uses them (agreed);
- * otherwise the ranks (all on this machine) read rows home in place from shared memory. */
+ * otherwise the ranks (all on this machine) read rows home in place from shared memory.
+ * expert_rows: the experts write into qmoe_ep_expert_rows' buffer (read in place by combine
+ * with shared memory), else into a buffer of the test's own. */
 static void run_case(const char *name, const mpi_case *c, qmoe_dtype ydt, int extra_capacity,
-                     int threads, int messages_only)
+                     int threads, int messages_only, int expert_rows)
 {
     qmoe_ep_config cfg = QMOE_EP_CONFIG_INIT;
     cfg.threads = threads;
@@ -161,7 +163,15 @@ static void run_case(const char *name, const mpi_case *c, qmoe_dtype ydt, int ex
         CHECK_MSG(bad == 0, "%s: rank %d: %d received rows or groups differ", name, me, bad);
     }
     /* The experts, then combine. */
-    unsigned char *y = malloc((size_t)(rows > 0 ? rows : 0) * H * ys + 1);
+    unsigned char *y = NULL, *own_y = NULL;
+    if (expert_rows) {
+        void *b = NULL;
+        st = qmoe_ep_expert_rows(ep, ydt, &b);
+        CHECK_MSG(st == QMOE_OK && b && (uintptr_t)b % 64 == 0, "%s: expert rows: %s", name,
+                  qmoe_mpi_last_error());
+        y = b;
+    }
+    if (!y) y = own_y = malloc((size_t)(rows > 0 ? rows : 0) * H * ys + 1);
     for (int64_t g = 0; g < rows && rows == expect; g++)
         expert_row(exp_e[g], rx + (size_t)g * H * xs, rs[g], c, ydt, y + (size_t)g * H * ys);
     /* out is y's dtype, except float16 rows (combine writes float32 or bfloat16): float32 */
@@ -237,7 +247,7 @@ static void run_case(const char *name, const mpi_case *c, qmoe_dtype ydt, int ex
     }
     free(out);
     free(ref);
-    free(y);
+    free(own_y);
     free(rx);
     free(rs);
     free(groups);
@@ -289,7 +299,8 @@ int main(int argc, char **argv)
             mpi_case c;
             build(&c, seed * 7919 + i, cases[i].E, cases[i].H, cases[i].K, cases[i].N, cases[i].x,
                   cases[i].tok, cases[i].route, cases[i].map);
-            run_case(cases[i].name, &c, cases[i].y, cases[i].extra, cases[i].threads, seed == 2);
+            run_case(cases[i].name, &c, cases[i].y, cases[i].extra, cases[i].threads, seed == 2,
+                     seed >= 2);
             mc_free(&c);
         }
     return mc_finish("test_mpi_dispatch", me, P);

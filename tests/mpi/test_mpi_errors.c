@@ -136,6 +136,11 @@ int main(int argc, char **argv)
     ep = make(H, NULL);
     if (!ep) return qt_finish("test_mpi_errors");
     bufs b;
+    /* the experts' output buffer before any dispatch: refused, *buffer untouched */
+    void *eb = &b;
+    st = qmoe_ep_expert_rows(ep, QMOE_DTYPE_FLOAT32, &eb);
+    agreed("expert rows before dispatch", st, QMOE_ERR_PARAM_INVALID);
+    CHECK(eb == (void *)&b);
     /* expert id out of range on the last rank only */
     fill(&b);
     if (me == last) b.ids[T * K - 1] = E;
@@ -191,6 +196,13 @@ int main(int argc, char **argv)
                           QMOE_DTYPE_FLOAT32, out);
     agreed("combine int8 y", st, QMOE_ERR_PARAM_INVALID);
     CHECK(!memcmp(out, snap, sizeof out));
+    /* the experts' output buffer: NULL on rank 0, an int8 dtype on the last rank */
+    st = qmoe_ep_expert_rows(ep, QMOE_DTYPE_FLOAT32, me == 0 ? NULL : &eb);
+    agreed("expert rows into NULL", st, QMOE_ERR_PARAM_NULLPTR);
+    CHECK(eb == (void *)&b);
+    st = qmoe_ep_expert_rows(ep, me == last ? QMOE_DTYPE_INT8 : QMOE_DTYPE_FLOAT32, &eb);
+    agreed("expert rows of int8", st, QMOE_ERR_PARAM_INVALID);
+    CHECK(eb == (void *)&b);
     good_round(ep, "after the combine errors");
     qmoe_ep_destroy(ep);
 
