@@ -1,12 +1,8 @@
 # Installs BUILD_DIR into PREFIX, configures, builds and runs the consumer project (which needs
 # find_package(qmoe 0.2 CONFIG) and refuses 0.1, 0.3 and 1.0), then moves the prefix elsewhere and
 # does it all again from a fresh build folder: the installed package files hold no absolute path.
-file(REMOVE_RECURSE ${PREFIX} ${PREFIX}-moved ${PREFIX}-build ${PREFIX}-moved-build)
-execute_process(COMMAND ${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${PREFIX}
-  RESULT_VARIABLE rc OUTPUT_QUIET)
-if(rc)
-  message(FATAL_ERROR "cmake --install failed: ${rc}")
-endif()
+include(${CMAKE_CURRENT_LIST_DIR}/prefix.cmake)
+qmoe_install_into(${BUILD_DIR} ${PREFIX} ${PREFIX}-build ${PREFIX}-moved-build)
 
 function(build_and_run prefix)
   set(bin ${prefix}-build)

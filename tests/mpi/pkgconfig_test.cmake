@@ -2,27 +2,15 @@
 #   mpicc consumer_mpi.c $(pkg-config --cflags --libs qmoe-mpi) -o consumer
 # builds and runs; then the prefix is moved and it is done again (the .pc files find their prefix
 # from their own location). Arguments: BUILD_DIR PREFIX SOURCE MPICC.
-file(REMOVE_RECURSE ${PREFIX} ${PREFIX}-moved)
-execute_process(COMMAND ${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${PREFIX}
-  RESULT_VARIABLE rc OUTPUT_QUIET)
-if(rc)
-  message(FATAL_ERROR "cmake --install failed: ${rc}")
-endif()
+cmake_policy(SET CMP0057 NEW) # if(IN_LIST) in a -P script
+include(${CMAKE_CURRENT_LIST_DIR}/../install/prefix.cmake)
+qmoe_install_into(${BUILD_DIR} ${PREFIX})
 
 function(build_and_run prefix)
-  file(GLOB_RECURSE pc ${prefix}/*/qmoe-mpi.pc)
-  if(NOT pc)
-    message(FATAL_ERROR "qmoe-mpi.pc was not installed under ${prefix}")
+  qmoe_pkg_flags(${prefix} qmoe-mpi flags)
+  if(NOT "-lqmoe_mpi" IN_LIST flags OR NOT "-lqmoe" IN_LIST flags)
+    message(FATAL_ERROR "qmoe-mpi.pc must give -lqmoe_mpi and (through qmoe) -lqmoe: ${flags}")
   endif()
-  get_filename_component(pcdir ${pc} DIRECTORY)
-  set(ENV{PKG_CONFIG_PATH} ${pcdir})
-  execute_process(COMMAND pkg-config --cflags --libs qmoe-mpi
-    OUTPUT_VARIABLE flags OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE rc)
-  if(rc OR NOT flags MATCHES "-I${prefix}/" OR NOT flags MATCHES "-lqmoe_mpi" OR NOT flags MATCHES "-lqmoe( |$)")
-    message(FATAL_ERROR "pkg-config --cflags --libs qmoe-mpi: \"${flags}\" (rc ${rc}): not into ${prefix}")
-  endif()
-  message(STATUS "pkg-config --cflags --libs qmoe-mpi: ${flags}")
-  separate_arguments(flags UNIX_COMMAND "${flags}")
   execute_process(COMMAND ${MPICC} ${SOURCE} ${flags} -o ${prefix}/consumer_mpi RESULT_VARIABLE rc)
   if(rc)
     message(FATAL_ERROR "building with the pkg-config flags failed")
