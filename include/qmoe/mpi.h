@@ -2,8 +2,8 @@
  *
  * P ranks of a communicator each own some of a layer's E experts and hold their own tokens.
  * qmoe_moe_dispatch moves every token row to the ranks that own its top-k experts (MPI_Alltoall
- * of the counts, then one message per rank carrying each token once with its scale and expert
- * ids, however many of its experts that rank owns), where they arrive grouped by local expert
+ * of the counts, then one MPI_Ialltoallv carrying each token once per rank with its scale and
+ * expert ids, however many of its experts that rank owns), where they arrive grouped by local expert
  * (the owner copies a row once per choice); qmoe_moe_combine brings the processed rows back
  * (ranks on one machine read them in place from an MPI shared-memory window; otherwise one
  * message per block) and finishes each token's weighted sum over its k choices in the order of a single-process

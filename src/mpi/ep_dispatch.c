@@ -120,11 +120,11 @@ qmoe_status ep_dispatch(qmoe_ep *ep, qmoe_status st, int64_t tokens, const void 
     const int64_t EC = E * EP_CHUNKS, EC1 = EC + 1;
     int *send_e = ep_alloc((size_t)P, (size_t)EC1 * sizeof(int));
     int *recv_e = ep_alloc((size_t)P, (size_t)EC1 * sizeof(int));
-    int *ucount = ep_alloc((size_t)P, 2 * sizeof(int)), *urecv = NULL; /* records to, from */
+    /* records to and from each rank, and their displacements (MPI_Ialltoallv) */
+    int *ucount = ep_alloc((size_t)P, 4 * sizeof(int)), *urecv = NULL, *udis = NULL, *rdis = NULL;
     int64_t *start = ep_alloc((size_t)E, sizeof(int64_t));
     int64_t *groups = ep_alloc((size_t)nl, sizeof(int64_t));
     int64_t *at = ep_alloc((size_t)nl, sizeof(int64_t));
-    MPI_Request *req = ep_alloc(2 * (size_t)P, sizeof *req);
     rt.scounts = ep_alloc((size_t)P, sizeof(int));
     rt.pcnt = ep_alloc((size_t)EC, sizeof(int));
     rt.blk_len = ep_alloc((size_t)P, (size_t)nl * sizeof(int));
@@ -143,12 +143,12 @@ qmoe_status ep_dispatch(qmoe_ep *ep, qmoe_status st, int64_t tokens, const void 
             st = ep_fail(QMOE_ERR_INNER, "out of memory for %lld rows to send", (long long)n);
     }
     if (st == QMOE_OK &&
-        (!send_e || !recv_e || !ucount || !start || !groups || !at || !req || !rt.scounts ||
+        (!send_e || !recv_e || !ucount || !start || !groups || !at || !rt.scounts ||
          !rt.pcnt || !rt.blk_len || !rt.blk_chunk || !rt.blk_pos ||
          !rt.src))
         st = ep_fail(QMOE_ERR_INNER, "out of memory for %lld rows to send", (long long)n);
     if ((st = ep_agree(ep->comm, st)) != QMOE_OK) goto done;
-    urecv = ucount + P;
+    urecv = ucount + P, udis = ucount + 2 * P, rdis = ucount + 3 * P;
 
     /* Send order: by (owner, local expert) = order[e], then token, then k (a stable counting
      * sort), so each rank receives its rows grouped by its experts from every source. */
@@ -202,6 +202,7 @@ qmoe_status ep_dispatch(qmoe_ep *ep, qmoe_status st, int64_t tokens, const void 
     rt.recv_total = total;
     for (int s = 0; s < P; s++) {
         urecv[s] = recv_e[(int64_t)s * EC1 + EC];
+        rdis[s] = (int)(urecs < INT_MAX ? urecs : INT_MAX), udis[s] = (int)(upack < INT_MAX ? upack : INT_MAX);
         urecs += urecv[s];
         upack += ucount[s];
     }
@@ -218,7 +219,7 @@ qmoe_status ep_dispatch(qmoe_ep *ep, qmoe_status st, int64_t tokens, const void 
     if (to->capacity >= 0 && total > to->capacity)
         st = ep_fail(QMOE_ERR_PARAM_INVALID, "%lld rows arrive at rank %d: more than capacity %lld",
                      (long long)total, ep->rank, (long long)to->capacity);
-    else if (total > INT_MAX)
+    else if (total > INT_MAX || urecs > INT_MAX || upack > INT_MAX) /* MPI counts are ints */
         st = ep_fail(QMOE_ERR_PARAM_INVALID, "%lld rows arrive at rank %d: over INT_MAX",
                      (long long)total, ep->rank);
     else if (!ep_reserve(&ep->pack, &ep->pack_cap, (size_t)upack, rec) ||
@@ -229,20 +230,14 @@ qmoe_status ep_dispatch(qmoe_ep *ep, qmoe_status st, int64_t tokens, const void 
         st = reserve_own(ep, to, total, row);
     if ((st = ep_agree(ep->comm, st)) != QMOE_OK) goto done;
 
-    /* The records travel while this rank places its own rows (straight to their grouped places)
-     * and notes where every row will be (route.src: compact send order for remote rows, in which
-     * combine brings them home). next[p]: the next row of expert position p. */
+    /* The records travel (one non-blocking MPI_Ialltoallv, source-major on arrival) while this
+     * rank places its own rows (straight to their grouped places) and notes where every row will
+     * be (route.src: compact send order for remote rows, in which combine brings them home).
+     * next[p]: the next row of expert position p. */
     unsigned char *pack = ep->pack, *stage = ep->stage, *grouped = to->x;
     pack_records(ep, tokens, x, x_scale, n ? expert_idx : NULL, ucount, pack);
-    int nreq = 0;
-    for (int64_t s = 0, off = 0; s < P; off += urecv[s++])
-        if (urecv[s])
-            MPI_Irecv(stage + (size_t)off * rec, urecv[s], ep->x_rec, s, EP_TAG_DISPATCH, ep->comm,
-                      &req[nreq++]);
-    for (int64_t d = 0, off = 0; d < P; off += ucount[d++])
-        if (ucount[d])
-            MPI_Isend(pack + (size_t)off * rec, ucount[d], ep->x_rec, d, EP_TAG_DISPATCH, ep->comm,
-                      &req[nreq++]);
+    MPI_Request req;
+    MPI_Ialltoallv(pack, ucount, udis, ep->x_rec, stage, urecv, rdis, ep->x_rec, ep->comm, &req);
     int64_t *next = start;
     for (int64_t p = 0, acc = 0; p < E; p++) {
         int own = p >= ep->pos_first[me] && p < ep->pos_first[me + 1];
@@ -266,11 +261,11 @@ qmoe_status ep_dispatch(qmoe_ep *ep, qmoe_status st, int64_t tokens, const void 
         }
     }
 
-    MPI_Waitall(nreq, req, MPI_STATUSES_IGNORE);
-    for (int64_t s = 0, off = 0; s < P; off += urecv[s++]) {
+    MPI_Wait(&req, MPI_STATUS_IGNORE);
+    for (int s = 0; s < P; s++) {
         if (s == me || !urecv[s]) continue;
         for (int64_t l = 0; l < nl; l++) at[l] = rt.blk_pos[(int64_t)s * nl + l];
-        unpack_records(ep, stage + (size_t)off * rec, urecv[s], at, to);
+        unpack_records(ep, stage + (size_t)rdis[s] * rec, urecv[s], at, to);
     }
     if (nl > 0) memcpy(group_list, groups, (size_t)nl * sizeof *groups);
     *recv_rows = total;
@@ -287,7 +282,6 @@ done:
     free(start);
     free(groups);
     free(at);
-    free(req);
     free(pos_out);
     free(posr);
     return st;

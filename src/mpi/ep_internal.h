@@ -143,9 +143,9 @@ int ep_reserve(void **buf, size_t *cap, size_t a, size_t b);
 int ep_reserve_aligned(void **buf, size_t *cap, size_t a, size_t b);
 
 
-/* Tags of the messages: dispatch's records (one message per peer), rows home in whole (peer,
- * expert) blocks (the layer), or in chunks (combine: EP_TAG_COMBINE + chunk). */
-enum { EP_TAG_DISPATCH = 1, EP_TAG_HOME = 2, EP_TAG_COMBINE = 3 }; /* combine: + chunk */
+/* Tags of the messages of the rows coming home (messages transport): in whole (peer, expert)
+ * blocks (the layer), or in chunks (combine: EP_TAG_COMBINE + chunk). */
+enum { EP_TAG_HOME = 2, EP_TAG_COMBINE = 3 };
 
 enum { EP_SUM_MAX_THREADS = 64 }; /* more are not started */
 
