@@ -358,7 +358,7 @@ static void check_ragged_columns(pcase *c, qmoe_kernel kernel, qt_rng *r)
     CHECK(qmoe_gmm_swiglu_quant_workspace_size(c->tx, view, NULL, NULL, NULL, c->txs, c->tgl, to,
                                                tos, NULL, &o, &wsb, &ex) == QMOE_OK);
     if (ex) {
-        const qmoe_gmm_params *p = &ex->plan;
+        const qmoe_gmm_params *p = qmoe_executor_params(ex);
         const qmoe_kernel_ops *k = qmoe_kernel_lookup(kernel);
         int64_t N2 = c->N2;
         float *whole = malloc(sizeof(float) * (size_t)(M * N2 + 1));

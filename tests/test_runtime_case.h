@@ -141,7 +141,7 @@ static void rt_expected(rt_case *c, qmoe_kernel kernel, int8_t *out, float *scal
     qmoe_executor *ex = NULL;
     uint64_t wsb = 0;
     if (rt_case_plan(c, 1, 1, kernel, &ex, &wsb)) abort();
-    qmoe_gmm_params p = ex->plan;
+    qmoe_gmm_params p = *qmoe_executor_params(ex);
     const qmoe_kernel_ops *k = qmoe_kernel_lookup(p.kernel);
     p.out = out;
     p.out_scale = scale;

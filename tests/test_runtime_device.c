@@ -25,14 +25,14 @@ int main(void)
     qmoe_executor *ex = NULL;
     uint64_t wsb = 0;
     CHECK(rt_case_plan(&c, 3, 1, QMOE_KERNEL_AUTO, &ex, &wsb) == QMOE_OK);
-    CHECK(ex->plan.thread_scratch_bytes > 4096);
+    CHECK(qmoe_executor_params(ex)->thread_scratch_bytes > 4096);
     qmoe_stream *s = NULL;
     CHECK(qmoe_stream_create(dev, &s) == QMOE_OK);
     void *ws = wsb ? rt_alloc((size_t)wsb) : NULL;
     CHECK(qmoe_gmm_swiglu_quant(ws, wsb, ex, s) == QMOE_OK);
     CHECK(qmoe_stream_synchronize(s) == QMOE_OK);
     CHECK(rt_same_outputs(&c, eo, es));
-    CHECK(qmoe_device_scratch_bytes(dev) >= 3 * ex->plan.thread_scratch_bytes);
+    CHECK(qmoe_device_scratch_bytes(dev) >= 3 * qmoe_executor_params(ex)->thread_scratch_bytes);
     free(ws);
     qmoe_executor_destroy(ex);
 

@@ -27,7 +27,7 @@ static char *traced_run(rt_case *c, int threads, int devices, int edit, qmoe_dev
     qmoe_executor *ex = NULL;
     uint64_t wsb = 0;
     CHECK(rt_case_plan(c, threads, devices, QMOE_KERNEL_REFERENCE, &ex, &wsb) == QMOE_OK);
-    qmoe_gmm_params *p = &ex->plan;
+    qmoe_gmm_params *p = qmoe_executor_params(ex);
     if (edit == EDIT_ONE_BLOCK) {
         p->row_block = (int32_t)c->M;
         p->row_block_div = qmoe_fastdiv_init((uint32_t)p->row_block);

@@ -11,7 +11,9 @@
 void compat_executor_free(aclOpExecutor *executor)
 {
     if (!executor) return;
-    if (executor->op == COMPAT_OP_GMM_SWIGLU_QUANT) qmoe_executor_destroy(executor->native);
+    qmoe_executor_destroy(executor->native);
+    qmoe_moe_executor_destroy(executor->moe);
+    qmoe_grouped_matmul_executor_destroy(executor->gmm);
     free(executor);
 }
 
@@ -65,7 +67,7 @@ aclnnStatus compat_executor_finish(const char *api, aclOpExecutor *executor, acl
                                    aclrtStream stream, qmoe_stream *native)
 {
     if (st) compat_fail(st, "%s: %s", api, qmoe_last_error());
-    /* The queued operator holds its own copy of the plan: the executor can go now. */
+    /* The queued operator holds its own bound copy of the plan: the executor can go now. */
     compat_executor_free(executor);
     if (!st && !stream && (st = (aclnnStatus)qmoe_stream_synchronize(native)))
         compat_fail(st, "%s: %s", api, qmoe_last_error()); /* the default stream is synchronous */

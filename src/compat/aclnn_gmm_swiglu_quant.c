@@ -70,7 +70,7 @@ static aclnnStatus plan(const char *api, int weight_nz, const aclTensor *const i
 
     aclOpExecutor *ex = malloc(sizeof *ex);
     if (!ex) qmoe_executor_destroy(native);
-    else *ex = (aclOpExecutor){COMPAT_OP_GMM_SWIGLU_QUANT, native};
+    else *ex = (aclOpExecutor){.op = COMPAT_OP_GMM_SWIGLU_QUANT, .native = native};
     return compat_executor_publish(api, ex, size, workspace_size, executor);
 }
 

@@ -142,7 +142,7 @@ done_lists:
 
     aclOpExecutor *ex = malloc(sizeof *ex);
     if (!ex) qmoe_executor_destroy(native);
-    else *ex = (aclOpExecutor){COMPAT_OP_GMM_SWIGLU_QUANT, native};
+    else *ex = (aclOpExecutor){.op = COMPAT_OP_GMM_SWIGLU_QUANT, .native = native};
     return compat_executor_publish(API, ex, size, workspaceSize, executor);
 }
 

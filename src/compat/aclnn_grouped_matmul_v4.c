@@ -2,26 +2,19 @@
  * aclnnGroupedMatmulV4 (the MoE subset) over the native qmoe_grouped_matmul of
  * qmoe/grouped_matmul.h. Phase one checks the vendor-only arguments (list lengths, splitItem,
  * groupType, actType, the unsupported optional lists), translates the tensors and lets the native
- * planner check the rest. The executor is one block: the common aclOpExecutor head (compat.h: its
- * operator tag makes every other operator's phase two refuse it), then a copy of the native
- * executor.
+ * planner check the rest. The vendor's executor holds the native one (compat.h: its operator
+ * tag makes every other operator's phase two refuse it).
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "aclnnop/aclnn_grouped_matmul_v4.h"
 #include "compat/compat.h"
-#include "ops/grouped_matmul_exec.h"
 #include "qmoe/grouped_matmul.h"
 #include "qmoe/runtime.h"
 
 #define API1 "aclnnGroupedMatmulV4GetWorkspaceSize"
 #define API2 "aclnnGroupedMatmulV4"
-
-typedef struct gmm_acl_executor {
-    aclOpExecutor head; /* op COMPAT_OP_GROUPED_MATMUL */
-    qmoe_grouped_matmul_executor gmm;
-} gmm_acl_executor;
 
 /* One-tensor list -> its tensor; NULL list -> NULL. */
 static aclnnStatus single(const char *name, const aclTensorList *list, int required,
@@ -114,13 +107,10 @@ aclnnStatus aclnnGroupedMatmulV4GetWorkspaceSize(
     }
     for (int i = 0; i < N; i++) qmoe_tensor_destroy(t[i]); /* the plan keeps only the memory */
     if (st) return st;
-    gmm_acl_executor *ex = malloc(sizeof *ex);
-    if (ex) {
-        ex->head = (aclOpExecutor){COMPAT_OP_GROUPED_MATMUL, NULL};
-        ex->gmm = *native;
-    }
-    qmoe_grouped_matmul_executor_destroy(native);
-    return compat_executor_publish(API1, ex ? &ex->head : NULL, size, workspaceSize, executor);
+    aclOpExecutor *ex = calloc(1, sizeof *ex);
+    if (ex) *ex = (aclOpExecutor){.op = COMPAT_OP_GROUPED_MATMUL, .gmm = native};
+    else qmoe_grouped_matmul_executor_destroy(native);
+    return compat_executor_publish(API1, ex, size, workspaceSize, executor);
 }
 
 aclnnStatus aclnnGroupedMatmulV4(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
@@ -129,7 +119,6 @@ aclnnStatus aclnnGroupedMatmulV4(void *workspace, uint64_t workspaceSize, aclOpE
     qmoe_stream *native;
     aclnnStatus st = compat_executor_claim(API2, executor, COMPAT_OP_GROUPED_MATMUL, stream, &native);
     if (st) return st;
-    st = (aclnnStatus)qmoe_grouped_matmul(workspace, workspaceSize,
-                                          &((gmm_acl_executor *)executor)->gmm, native);
+    st = (aclnnStatus)qmoe_grouped_matmul(workspace, workspaceSize, executor->gmm, native);
     return compat_executor_finish(API2, executor, st, stream, native);
 }

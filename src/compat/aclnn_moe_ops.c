@@ -18,14 +18,8 @@
 #include "aclnnop/aclnn_moe_init_routing_v2.h"
 #include "aclnnop/aclnn_swi_glu.h"
 #include "compat/compat.h"
-#include "ops/moe_exec.h"
 #include "qmoe/moe_ops.h"
 #include "qmoe/runtime.h"
-
-typedef struct moe_acl_executor {
-    aclOpExecutor head; /* op COMPAT_OP_MOE */
-    qmoe_moe_executor moe;
-} moe_acl_executor;
 
 typedef qmoe_status (*moe_run_fn)(void *, uint64_t, qmoe_moe_executor *, qmoe_stream *);
 
@@ -72,13 +66,10 @@ static aclnnStatus finish(moe_args *a, qmoe_status ns, qmoe_moe_executor *native
 {
     release(a);
     if (ns) return compat_fail((aclnnStatus)ns, "%s: %s", a->api, qmoe_last_error());
-    moe_acl_executor *ex = malloc(sizeof *ex);
-    if (ex) {
-        ex->head = (aclOpExecutor){COMPAT_OP_MOE, NULL};
-        ex->moe = *native;
-    }
-    qmoe_moe_executor_destroy(native);
-    return compat_executor_publish(a->api, ex ? &ex->head : NULL, size, workspace_size, executor);
+    aclOpExecutor *ex = calloc(1, sizeof *ex);
+    if (ex) *ex = (aclOpExecutor){.op = COMPAT_OP_MOE, .moe = native};
+    else qmoe_moe_executor_destroy(native);
+    return compat_executor_publish(a->api, ex, size, workspace_size, executor);
 }
 
 static aclnnStatus execute(const char *api, moe_run_fn run, void *workspace,
@@ -87,7 +78,7 @@ static aclnnStatus execute(const char *api, moe_run_fn run, void *workspace,
     qmoe_stream *native;
     aclnnStatus st = compat_executor_claim(api, executor, COMPAT_OP_MOE, stream, &native);
     if (st) return st;
-    st = (aclnnStatus)run(workspace, workspace_size, &((moe_acl_executor *)executor)->moe, native);
+    st = (aclnnStatus)run(workspace, workspace_size, executor->moe, native);
     return compat_executor_finish(api, executor, st, stream, native);
 }
 

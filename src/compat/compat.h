@@ -8,6 +8,8 @@
 
 #include "acl/acl.h"
 #include "aclnnop/aclnn_base.h"
+#include "qmoe/grouped_matmul.h"
+#include "qmoe/moe_ops.h"
 #include "qmoe/qmoe.h"
 
 #if defined(__GNUC__)
@@ -79,11 +81,13 @@ typedef enum compat_op {
     COMPAT_OP_GROUPED_MATMUL = 3,   /* aclnnGroupedMatmulV4 (aclnn_grouped_matmul_v4.c) */
 } compat_op;
 
-/* The head of every executor; operators other than the fused one allocate a larger block that
- * starts with it. */
+/* The vendor's executor: the operator's native two-phase executor (public API, qmoe/op.h's model
+ * underneath), one of the three by `op`. */
 struct aclOpExecutor {
     compat_op op;
-    qmoe_executor *native; /* COMPAT_OP_GMM_SWIGLU_QUANT only */
+    qmoe_executor *native;             /* COMPAT_OP_GMM_SWIGLU_QUANT */
+    qmoe_moe_executor *moe;            /* COMPAT_OP_MOE */
+    qmoe_grouped_matmul_executor *gmm; /* COMPAT_OP_GROUPED_MATMUL */
 };
 
 void compat_executor_free(aclOpExecutor *executor); /* NULL is a no-op */

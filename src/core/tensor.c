@@ -45,9 +45,10 @@ const char *qmoe_format_name(qmoe_format format)
     return "unknown";
 }
 
-qmoe_status qmoe_tensor_create(const int64_t *shape, int ndim, const int64_t *strides,
-                               qmoe_dtype dtype, qmoe_format format, void *data,
-                               qmoe_tensor **out)
+/* A view (data required for elements) or a descriptor (desc: no data). */
+static qmoe_status tensor_new(const int64_t *shape, int ndim, const int64_t *strides,
+                              qmoe_dtype dtype, qmoe_format format, void *data, int desc,
+                              qmoe_tensor **out)
 {
     if (!out) return qmoe_fail(QMOE_ERR_PARAM_NULLPTR, "tensor_create: out is NULL");
     if (ndim < 0 || ndim > QMOE_MAX_DIMS)
@@ -91,7 +92,7 @@ qmoe_status qmoe_tensor_create(const int64_t *shape, int ndim, const int64_t *st
         if (!qmoe_add_i64(last, 1, &last) ||
             !qmoe_mul_i64(last, qmoe_dtype_bits(dtype), &extent_bits) || extent_bits > INT64_MAX / 2)
             return qmoe_fail(QMOE_ERR_PARAM_INVALID, "tensor_create: byte extent overflows");
-        if (!data)
+        if (!data && !desc)
             return qmoe_fail(QMOE_ERR_PARAM_NULLPTR,
                              "tensor_create: data is NULL for a tensor of %lld elements",
                              (long long)numel);
@@ -104,6 +105,19 @@ qmoe_status qmoe_tensor_create(const int64_t *shape, int ndim, const int64_t *st
     *out = heap;
     qmoe_clear_error();
     return QMOE_OK;
+}
+
+qmoe_status qmoe_tensor_create(const int64_t *shape, int ndim, const int64_t *strides,
+                               qmoe_dtype dtype, qmoe_format format, void *data,
+                               qmoe_tensor **out)
+{
+    return tensor_new(shape, ndim, strides, dtype, format, data, 0, out);
+}
+
+qmoe_status qmoe_tensor_desc_create(const int64_t *shape, int ndim, const int64_t *strides,
+                                    qmoe_dtype dtype, qmoe_format format, qmoe_tensor **out)
+{
+    return tensor_new(shape, ndim, strides, dtype, format, NULL, 1, out);
 }
 
 void qmoe_tensor_destroy(qmoe_tensor *tensor) { free(tensor); }
@@ -133,18 +147,24 @@ int qmoe_tensor_is_contiguous(const qmoe_tensor *t)
     return 1;
 }
 
-static void byte_span(const qmoe_tensor *t, uintptr_t *lo, uintptr_t *hi)
+uint64_t qmoe_tensor_span_bytes(const qmoe_tensor *t)
 {
+    if (t->numel == 0) return 0;
     int64_t last = 0;
     for (int i = 0; i < t->ndim; i++) last += (t->shape[i] - 1) * t->strides[i];
-    int64_t bytes = ((last + 1) * qmoe_dtype_bits(t->dtype) + 7) / 8;
+    return (uint64_t)(((last + 1) * qmoe_dtype_bits(t->dtype) + 7) / 8);
+}
+
+static void byte_span(const qmoe_tensor *t, uintptr_t *lo, uintptr_t *hi)
+{
     *lo = (uintptr_t)t->data;
-    *hi = *lo + (uintptr_t)bytes; /* one past the last byte */
+    *hi = *lo + (uintptr_t)qmoe_tensor_span_bytes(t); /* one past the last byte */
 }
 
 int qmoe_tensor_overlaps(const qmoe_tensor *a, const qmoe_tensor *b)
 {
-    if (a->numel == 0 || b->numel == 0) return 0;
+    /* a descriptor has no memory yet: its run checks the addresses (ops/op.c) */
+    if (a->numel == 0 || b->numel == 0 || !a->data || !b->data) return 0;
     uintptr_t alo, ahi, blo, bhi;
     byte_span(a, &alo, &ahi);
     byte_span(b, &blo, &bhi);

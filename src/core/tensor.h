@@ -2,6 +2,7 @@
 #ifndef QMOE_CORE_TENSOR_H
 #define QMOE_CORE_TENSOR_H
 
+#include "qmoe/op.h"
 #include "qmoe/qmoe.h"
 
 struct qmoe_tensor {
@@ -19,6 +20,10 @@ struct qmoe_tensor {
 int qmoe_dtype_bits(qmoe_dtype dtype);
 const char *qmoe_dtype_name(qmoe_dtype dtype);
 const char *qmoe_format_name(qmoe_format format);
+
+/* Bytes from the first to the last byte the view addresses (0 when empty); bounded by
+ * qmoe_tensor_create. */
+uint64_t qmoe_tensor_span_bytes(const qmoe_tensor *t);
 
 /* Whether the memory spans of two views (first to last byte they can address) intersect; an
  * empty view spans nothing. Extents are bounded by qmoe_tensor_create, so this cannot overflow. */

@@ -3,6 +3,7 @@
 #define QMOE_HOST_GMM_PLAN_H
 
 #include "core/gmm_params.h"
+#include "ops/op.h"
 #include "qmoe/qmoe.h"
 
 /* Validates every argument that does not need device data and fills *plan. Allocates nothing;
@@ -14,9 +15,16 @@ qmoe_status qmoe_gmm_plan(const qmoe_tensor *x, const qmoe_tensor *weight,
                           const qmoe_tensor *output_scale, const qmoe_tensor *output_offset,
                           const qmoe_op_options *options, qmoe_gmm_params *plan);
 
-struct qmoe_executor {
-    qmoe_gmm_params plan;
-    int one_shot; /* vendor executors are destroyed by their execution */
-};
+/* The op of a filled plan (devices, kernel, workspace and scratch from it), nargs entries. */
+qmoe_status qmoe_gmm_op_new(const op_desc *desc, const qmoe_gmm_params *plan, int nargs,
+                            qmoe_op **out);
+/* The descriptors' data check: the groupList rules (ops/gmm_groups.c). */
+qmoe_status qmoe_gmm_check(const void *plan, void *workspace);
+/* A two-phase executor over op bound to tensors (the create function's order); takes op. */
+qmoe_status qmoe_gmm_executor_new(qmoe_op *op, const qmoe_tensor *const *tensors,
+                                  uint64_t *workspace_size, qmoe_executor **executor);
+
+/* The plan of a two-phase executor (the tests inspect and edit it). */
+qmoe_gmm_params *qmoe_executor_params(qmoe_executor *executor);
 
 #endif

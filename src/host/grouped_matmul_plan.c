@@ -102,25 +102,46 @@ static qmoe_status plan_scale(const qmoe_tensor *t, qmoe_gmm_params *p)
     return QMOE_OK;
 }
 
-qmoe_status qmoe_grouped_matmul_workspace_size(
+enum { A_X, A_WEIGHT, A_BIAS, A_SCALE, A_PTS, A_GROUPS, A_OUT, A_COUNT };
+
+static void bind(void *plan, const qmoe_op *op, void *const *args, void *workspace)
+{
+    (void)op;
+    (void)workspace;
+    grouped_matmul_plan *ex = plan;
+    qmoe_gmm_params *p = &ex->p;
+    if (args[A_X]) p->x = args[A_X], ex->x.data = args[A_X];
+    if (!p->pp) { /* prepacked weights hold weight and scale: part of the plan */
+        if (args[A_WEIGHT]) p->w = args[A_WEIGHT], ex->w.data = args[A_WEIGHT];
+        if (args[A_SCALE]) p->ws = args[A_SCALE];
+    }
+    if (args[A_BIAS]) ex->o.bias.data = args[A_BIAS];
+    if (args[A_PTS]) p->xs = args[A_PTS];
+    if (args[A_GROUPS]) ex->gl.data = args[A_GROUPS];
+    if (args[A_OUT]) ex->o.out.data = args[A_OUT];
+}
+
+static const op_desc desc = {QMOE_OP_GROUPED_MATMUL, OP, bind, qmoe_grouped_matmul_check,
+                             qmoe_grouped_matmul_run};
+
+qmoe_status qmoe_op_create_grouped_matmul(
     const qmoe_tensor *x, const qmoe_tensor *weight, const qmoe_tensor *bias,
     const qmoe_tensor *scale, const qmoe_tensor *per_token_scale, const qmoe_tensor *group_list,
     int64_t group_list_type, const qmoe_tensor *out, const qmoe_grouped_matmul_options *options,
-    uint64_t *workspace_size, qmoe_grouped_matmul_executor **executor)
+    qmoe_op **op)
 {
     if (!x) return NULLPTR("x");
     if (!weight) return NULLPTR("weight");
     if (!group_list) return NULLPTR("groupList");
     if (!out) return NULLPTR("out");
-    if (!workspace_size) return NULLPTR("workspaceSize");
-    if (!executor) return NULLPTR("executor");
+    if (!op) return NULLPTR("op");
     qmoe_grouped_matmul_options o;
     qmoe_status st = qmoe_read_options(options, &o, sizeof o, sizeof o, "options");
     if (st) return st;
     if (o.threads < 0 || o.threads > 4096)
         return INVALID(OPTION, "options", OP ": options.threads = %d; expected 0 to 4096", o.threads);
 
-    qmoe_grouped_matmul_executor ex;
+    grouped_matmul_plan ex;
     memset(&ex, 0, sizeof ex);
     qmoe_gmm_params *p = &ex.p;
     int fx = is_float(x->dtype);
@@ -262,13 +283,39 @@ qmoe_status qmoe_grouped_matmul_workspace_size(
     /* the driver's scratch for a block of rb rows (its column panels are at most 64 wide) */
     if (ex.path == GMM_PATH_INT8)
         ex.slice_bytes = qmoe_gemm_scratch_bytes(ex.isa, p, ex.rb < p->M ? ex.rb : (p->M ? p->M : 1), 64);
-    qmoe_grouped_matmul_executor *h = malloc(sizeof *h);
-    if (!h) return qmoe_fail(QMOE_ERR_INNER, OP ": out of memory for the executor");
-    *h = ex;
-    *workspace_size = ex.workspace_bytes;
-    *executor = h;
+    qmoe_op *h;
+    if ((st = op_new(&desc, &ex, sizeof ex, A_COUNT, &h))) return st;
+    h->kernel = p->kernel;
+    h->workspace_bytes = ex.workspace_bytes;
+    h->slice_bytes = ex.slice_bytes;
+    op_arg_set(h, A_X, "x", x, OP_IN);
+    op_arg_set(h, A_WEIGHT, "weight", weight, OP_IN);
+    op_arg_set(h, A_BIAS, "bias", bias, OP_IN);
+    op_arg_set(h, A_SCALE, "scale", scale, OP_IN);
+    if (pp && scale) op_arg_planned(h, A_SCALE, scale->data);
+    op_arg_set(h, A_PTS, "perTokenScale", per_token_scale, OP_IN);
+    op_arg_set(h, A_GROUPS, "groupList", group_list, OP_IN);
+    op_arg_set(h, A_OUT, "out", out, OP_OUT);
+    *op = h;
     qmoe_clear_error();
     return QMOE_OK;
 }
 
-void qmoe_grouped_matmul_executor_destroy(qmoe_grouped_matmul_executor *executor) { free(executor); }
+qmoe_status qmoe_grouped_matmul_workspace_size(
+    const qmoe_tensor *x, const qmoe_tensor *weight, const qmoe_tensor *bias,
+    const qmoe_tensor *scale, const qmoe_tensor *per_token_scale, const qmoe_tensor *group_list,
+    int64_t group_list_type, const qmoe_tensor *out, const qmoe_grouped_matmul_options *options,
+    uint64_t *workspace_size, qmoe_grouped_matmul_executor **executor)
+{
+    if (!workspace_size) return NULLPTR("workspaceSize");
+    if (!executor) return NULLPTR("executor");
+    qmoe_op *op;
+    qmoe_status st = qmoe_op_create_grouped_matmul(x, weight, bias, scale, per_token_scale,
+                                                   group_list, group_list_type, out, options, &op);
+    if (st) return st;
+    const qmoe_tensor *t[A_COUNT] = {x, weight, bias, scale, per_token_scale, group_list, out};
+    void *ex;
+    st = op_executor_new(sizeof(qmoe_grouped_matmul_executor), op, t, workspace_size, &ex);
+    if (!st) *executor = ex;
+    return st;
+}

@@ -109,17 +109,3 @@ qmoe_status moe_threads(const char *op, const qmoe_moe_options *options, int32_t
     *threads = t > 0 ? t : 1;
     return QMOE_OK;
 }
-
-qmoe_status moe_finish_plan(const qmoe_moe_executor *plan, uint64_t *workspace_size,
-                            qmoe_moe_executor **executor)
-{
-    qmoe_moe_executor *ex = malloc(sizeof *ex);
-    if (!ex) return qmoe_fail(QMOE_ERR_INNER, "out of memory for the executor");
-    *ex = *plan;
-    *workspace_size = plan->workspace_bytes;
-    *executor = ex;
-    qmoe_clear_error();
-    return QMOE_OK;
-}
-
-void qmoe_moe_executor_destroy(qmoe_moe_executor *executor) { free(executor); }

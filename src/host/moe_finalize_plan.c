@@ -10,20 +10,19 @@
 #define OP "MoeFinalizeRoutingV2"
 #define INVALID(...) qmoe_fail(QMOE_ERR_PARAM_INVALID, OP ": " __VA_ARGS__)
 
-qmoe_status qmoe_moe_finalize_routing_workspace_size(
+qmoe_status qmoe_op_create_moe_finalize_routing(
     const qmoe_tensor *expanded_x, const qmoe_tensor *expanded_row_idx, const qmoe_tensor *x1,
     const qmoe_tensor *x2, const qmoe_tensor *bias, const qmoe_tensor *scales,
     const qmoe_tensor *expert_idx, int64_t drop_pad_mode, const qmoe_tensor *out,
-    const qmoe_moe_options *options, uint64_t *workspace_size, qmoe_moe_executor **executor)
+    const qmoe_moe_options *options, qmoe_op **op_out)
 {
+    if (!op_out) return moe_op_pointer(OP, op_out);
     if (!expanded_x) return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "expandedX", OP ": expandedX is a null pointer");
     if (!expanded_row_idx)
         return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "expandedRowIdx", OP ": expandedRowIdx is a null pointer");
     if (!out) return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "out", OP ": out is a null pointer");
     if (bias && !expert_idx)
         return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "expertIdx", OP ": expertIdx is a null pointer; bias needs it");
-    if (!workspace_size) return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "workspaceSize", OP ": workspaceSize is a null pointer");
-    if (!executor) return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "executor", OP ": executor is a null pointer");
     if (drop_pad_mode != 0 && drop_pad_mode != 2)
         return INVALID("dropPadMode = %lld; expected 0 or 2 (dropless; drop/pad modes 1 and 3 are "
                        "not supported)", (long long)drop_pad_mode);
@@ -83,7 +82,7 @@ qmoe_status qmoe_moe_finalize_routing_workspace_size(
     if ((st = moe_check_aliasing(OP, outs, onames, 1, ins, inames, 7))) return st;
     int64_t hb;
     if (!qmoe_mul_i64(H, 3 * (int64_t)sizeof(float), &hb)) return INVALID("H = %lld is too large", (long long)H);
-    qmoe_moe_executor ex;
+    moe_plan ex;
     memset(&ex, 0, sizeof ex);
     if ((st = moe_threads(OP, options, &ex.threads))) return st;
     ex.kind = MOE_FINALIZE;
@@ -104,5 +103,21 @@ qmoe_status qmoe_moe_finalize_routing_workspace_size(
     p->E = E;
     p->mode = drop_pad_mode;
     p->avx512 = qmoe_cpu_features_get().avx512;
-    return moe_finish_plan(&ex, workspace_size, executor);
+    return moe_finish_plan(&ex, op_out);
+}
+
+qmoe_status qmoe_moe_finalize_routing_workspace_size(
+    const qmoe_tensor *expanded_x, const qmoe_tensor *expanded_row_idx, const qmoe_tensor *x1,
+    const qmoe_tensor *x2, const qmoe_tensor *bias, const qmoe_tensor *scales,
+    const qmoe_tensor *expert_idx, int64_t drop_pad_mode, const qmoe_tensor *out,
+    const qmoe_moe_options *options, uint64_t *workspace_size, qmoe_moe_executor **executor)
+{
+    qmoe_op *op;
+    qmoe_status st = moe_out_pointers(OP, workspace_size, executor);
+    if (!st)
+        st = qmoe_op_create_moe_finalize_routing(expanded_x, expanded_row_idx, x1, x2, bias, scales,
+                                                 expert_idx, drop_pad_mode, out, options, &op);
+    if (st) return st;
+    const qmoe_tensor *t[] = {expanded_x, expanded_row_idx, x1, x2, bias, scales, expert_idx, out};
+    return moe_executor_new(op, t, workspace_size, executor);
 }

@@ -7,26 +7,17 @@
 #include "core/tensor.h"
 #include "ops/moe_exec.h"
 
-static qmoe_status out_pointers(const char *op, uint64_t *workspace_size,
-                                qmoe_moe_executor **executor)
-{
-    if (!workspace_size)
-        return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "workspaceSize", "%s: workspaceSize is a null pointer", op);
-    if (!executor) return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "executor", "%s: executor is a null pointer", op);
-    return QMOE_OK;
-}
-
-qmoe_status qmoe_moe_gating_top_k_softmax_workspace_size(
+qmoe_status qmoe_op_create_moe_gating_top_k_softmax(
     const qmoe_tensor *x, const qmoe_tensor *finished, int64_t k, const qmoe_tensor *y,
     const qmoe_tensor *expert_idx, const qmoe_tensor *row_idx, const qmoe_moe_options *options,
-    uint64_t *workspace_size, qmoe_moe_executor **executor)
+    qmoe_op **op_out)
 {
     static const char *op = "MoeGatingTopKSoftmax";
     if (!x) return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "x", "%s: x is a null pointer", op);
     if (!y) return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "yOut", "%s: yOut is a null pointer", op);
     if (!expert_idx) return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "expertIdxOut", "%s: expertIdxOut is a null pointer", op);
     if (!row_idx) return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "rowIdxOut", "%s: rowIdxOut is a null pointer", op);
-    qmoe_status st = out_pointers(op, workspace_size, executor);
+    qmoe_status st = moe_op_pointer(op, op_out);
     if (st || (st = moe_check_float(op, "x", x))) return st;
     int nd = x->ndim;
     if (nd != 2 && nd != 3)
@@ -62,7 +53,7 @@ qmoe_status qmoe_moe_gating_top_k_softmax_workspace_size(
     const qmoe_tensor *ins[] = {x, finished};
     const char *inames[] = {"x", "finishedOptional"};
     if ((st = moe_check_aliasing(op, outs, onames, 3, ins, inames, 2))) return st;
-    qmoe_moe_executor ex;
+    moe_plan ex;
     memset(&ex, 0, sizeof ex);
     if ((st = moe_threads(op, options, &ex.threads))) return st;
     ex.kind = MOE_GATING_SOFTMAX;
@@ -76,13 +67,13 @@ qmoe_status qmoe_moe_gating_top_k_softmax_workspace_size(
     p->rows = rows;
     p->E = E;
     p->k = k;
-    return moe_finish_plan(&ex, workspace_size, executor);
+    return moe_finish_plan(&ex, op_out);
 }
 
-qmoe_status qmoe_moe_gating_top_k_workspace_size(
+qmoe_status qmoe_op_create_moe_gating_top_k(
     const qmoe_tensor *x, const qmoe_tensor *bias, const qmoe_moe_gating_attrs *attrs,
     const qmoe_tensor *y, const qmoe_tensor *expert_idx, const qmoe_tensor *out,
-    const qmoe_moe_options *options, uint64_t *workspace_size, qmoe_moe_executor **executor)
+    const qmoe_moe_options *options, qmoe_op **op_out)
 {
     static const char *op = "MoeGatingTopK";
     if (!x) return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "x", "%s: x is a null pointer", op);
@@ -91,7 +82,7 @@ qmoe_status qmoe_moe_gating_top_k_workspace_size(
     if (!expert_idx) return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "expertIdxOut", "%s: expertIdxOut is a null pointer", op);
     if (attrs->out_flag && !out)
         return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "outOut", "%s: outOut is a null pointer with outFlag set", op);
-    qmoe_status st = out_pointers(op, workspace_size, executor);
+    qmoe_status st = moe_op_pointer(op, op_out);
     if (st || (st = moe_check_float(op, "x", x))) return st;
     int64_t any2[2] = {-1, -1};
     if ((st = moe_check_shape(op, "x", x, 2, any2))) return st;
@@ -148,7 +139,7 @@ qmoe_status qmoe_moe_gating_top_k_workspace_size(
     const qmoe_tensor *ins[] = {x, bias};
     const char *inames[] = {"x", "bias"};
     if ((st = moe_check_aliasing(op, outs, onames, 3, ins, inames, 2))) return st;
-    qmoe_moe_executor ex;
+    moe_plan ex;
     memset(&ex, 0, sizeof ex);
     if ((st = moe_threads(op, options, &ex.threads))) return st;
     ex.kind = MOE_GATING_TOPK;
@@ -166,5 +157,33 @@ qmoe_status qmoe_moe_gating_top_k_workspace_size(
     p->E = E;
     p->k = a->k;
     p->a = *a;
-    return moe_finish_plan(&ex, workspace_size, executor);
+    return moe_finish_plan(&ex, op_out);
+}
+
+qmoe_status qmoe_moe_gating_top_k_softmax_workspace_size(
+    const qmoe_tensor *x, const qmoe_tensor *finished, int64_t k, const qmoe_tensor *y,
+    const qmoe_tensor *expert_idx, const qmoe_tensor *row_idx, const qmoe_moe_options *options,
+    uint64_t *workspace_size, qmoe_moe_executor **executor)
+{
+    qmoe_op *op;
+    qmoe_status st = moe_out_pointers("MoeGatingTopKSoftmax", workspace_size, executor);
+    if (!st)
+        st = qmoe_op_create_moe_gating_top_k_softmax(x, finished, k, y, expert_idx, row_idx,
+                                                     options, &op);
+    if (st) return st;
+    const qmoe_tensor *t[] = {x, finished, y, expert_idx, row_idx};
+    return moe_executor_new(op, t, workspace_size, executor);
+}
+
+qmoe_status qmoe_moe_gating_top_k_workspace_size(
+    const qmoe_tensor *x, const qmoe_tensor *bias, const qmoe_moe_gating_attrs *attrs,
+    const qmoe_tensor *y, const qmoe_tensor *expert_idx, const qmoe_tensor *out,
+    const qmoe_moe_options *options, uint64_t *workspace_size, qmoe_moe_executor **executor)
+{
+    qmoe_op *op;
+    qmoe_status st = moe_out_pointers("MoeGatingTopK", workspace_size, executor);
+    if (!st) st = qmoe_op_create_moe_gating_top_k(x, bias, attrs, y, expert_idx, out, options, &op);
+    if (st) return st;
+    const qmoe_tensor *t[] = {x, bias, y, expert_idx, out};
+    return moe_executor_new(op, t, workspace_size, executor);
 }

@@ -8,29 +8,26 @@
 
 #define OP "DynamicQuant"
 
-qmoe_status qmoe_dynamic_quant_workspace_size(const qmoe_tensor *x, const qmoe_tensor *smooth,
+qmoe_status qmoe_op_create_dynamic_quant(const qmoe_tensor *x, const qmoe_tensor *smooth,
                                               const qmoe_tensor *y, const qmoe_tensor *scale,
                                               const qmoe_moe_options *options,
-                                              uint64_t *workspace_size,
-                                              qmoe_moe_executor **executor)
+                                              qmoe_op **op_out)
 {
+    if (!op_out) return moe_op_pointer(OP, op_out);
     if (!x) return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "x", OP ": x is a null pointer");
     if (!y) return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "y", OP ": y is a null pointer");
     if (!scale) return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "scale", OP ": scale is a null pointer");
-    if (!workspace_size)
-        return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "workspaceSize", OP ": workspaceSize is a null pointer");
-    if (!executor) return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "executor", OP ": executor is a null pointer");
-    qmoe_moe_executor ex;
+    moe_plan ex;
     memset(&ex, 0, sizeof ex);
     qmoe_status st = moe_threads(OP, options, &ex.threads);
     if (!st) st = moe_plan_dynamic_quant(x, smooth, y, scale, &ex);
     if (st) return st;
-    return moe_finish_plan(&ex, workspace_size, executor);
+    return moe_finish_plan(&ex, op_out);
 }
 
 qmoe_status moe_plan_dynamic_quant(const qmoe_tensor *x, const qmoe_tensor *smooth,
                                    const qmoe_tensor *y, const qmoe_tensor *scale,
-                                   qmoe_moe_executor *ex)
+                                   moe_plan *ex)
 {
     qmoe_status st = moe_check_float(OP, "x", x);
     if (st) return st;
@@ -74,4 +71,18 @@ qmoe_status moe_plan_dynamic_quant(const qmoe_tensor *x, const qmoe_tensor *smoo
     moe_swiglu_fn unused;
     moe_pick_kernels(&p->qrow, &unused);
     return QMOE_OK;
+}
+
+qmoe_status qmoe_dynamic_quant_workspace_size(const qmoe_tensor *x, const qmoe_tensor *smooth,
+                                              const qmoe_tensor *y, const qmoe_tensor *scale,
+                                              const qmoe_moe_options *options,
+                                              uint64_t *workspace_size,
+                                              qmoe_moe_executor **executor)
+{
+    qmoe_op *op;
+    qmoe_status st = moe_out_pointers(OP, workspace_size, executor);
+    if (!st) st = qmoe_op_create_dynamic_quant(x, smooth, y, scale, options, &op);
+    if (st) return st;
+    const qmoe_tensor *t[] = {x, smooth, y, scale};
+    return moe_executor_new(op, t, workspace_size, executor);
 }

@@ -34,13 +34,13 @@ static qmoe_status check_attrs(const qmoe_moe_routing_attrs *a, int64_t *start, 
     return QMOE_OK;
 }
 
-qmoe_status qmoe_moe_init_routing_workspace_size(
+qmoe_status qmoe_op_create_moe_init_routing(
     const qmoe_tensor *x, const qmoe_tensor *expert_idx, const qmoe_tensor *scale,
     const qmoe_tensor *offset, const qmoe_moe_routing_attrs *attrs, const qmoe_tensor *expanded_x,
     const qmoe_tensor *expanded_row_idx, const qmoe_tensor *expert_tokens,
-    const qmoe_tensor *expanded_scale, const qmoe_moe_options *options, uint64_t *workspace_size,
-    qmoe_moe_executor **executor)
+    const qmoe_tensor *expanded_scale, const qmoe_moe_options *options, qmoe_op **op_out)
 {
+    if (!op_out) return moe_op_pointer(OP, op_out);
     if (!x) return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "x", OP ": x is a null pointer");
     if (!expert_idx) return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "expertIdx", OP ": expertIdx is a null pointer");
     if (!attrs) return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "attrs", OP ": attrs is a null pointer");
@@ -53,8 +53,6 @@ qmoe_status qmoe_moe_init_routing_workspace_size(
     if (attrs->quant_mode == QMOE_MOE_QUANT_DYNAMIC && !expanded_scale)
         return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "expandedScaleOut",
                          OP ": expandedScaleOut is a null pointer; dynamic quant writes it");
-    if (!workspace_size) return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "workspaceSize", OP ": workspaceSize is a null pointer");
-    if (!executor) return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "executor", OP ": executor is a null pointer");
     if (offset) return INVALID("offset is for static quant, which is not supported; pass NULL");
     int64_t start = 0, end = 0;
     qmoe_status st = check_attrs(attrs, &start, &end);
@@ -120,7 +118,7 @@ qmoe_status qmoe_moe_init_routing_workspace_size(
         (quant_once && (!qmoe_mul_i64(N, H, &qbytes) || !qmoe_add_i64(qbytes, (N + 1) / 2 * 8, &qbytes) ||
                         !qmoe_add_i64(bytes, qbytes, &qbytes))))
         return INVALID("sizes overflow");
-    qmoe_moe_executor ex;
+    moe_plan ex;
     memset(&ex, 0, sizeof ex);
     if ((st = moe_threads(OP, options, &ex.threads))) return st;
     ex.kind = MOE_INIT_ROUTING;
@@ -147,5 +145,24 @@ qmoe_status qmoe_moe_init_routing_workspace_size(
     p->q_offset = (uint64_t)bytes;
     moe_swiglu_fn unused;
     moe_pick_kernels(&p->qrow, &unused);
-    return moe_finish_plan(&ex, workspace_size, executor);
+    return moe_finish_plan(&ex, op_out);
+}
+
+qmoe_status qmoe_moe_init_routing_workspace_size(
+    const qmoe_tensor *x, const qmoe_tensor *expert_idx, const qmoe_tensor *scale,
+    const qmoe_tensor *offset, const qmoe_moe_routing_attrs *attrs, const qmoe_tensor *expanded_x,
+    const qmoe_tensor *expanded_row_idx, const qmoe_tensor *expert_tokens,
+    const qmoe_tensor *expanded_scale, const qmoe_moe_options *options, uint64_t *workspace_size,
+    qmoe_moe_executor **executor)
+{
+    qmoe_op *op;
+    qmoe_status st = moe_out_pointers(OP, workspace_size, executor);
+    if (!st)
+        st = qmoe_op_create_moe_init_routing(x, expert_idx, scale, offset, attrs, expanded_x,
+                                             expanded_row_idx, expert_tokens, expanded_scale,
+                                             options, &op);
+    if (st) return st;
+    const qmoe_tensor *t[] = {x, expert_idx, scale, offset, expanded_x, expanded_row_idx,
+                              expert_tokens, expanded_scale};
+    return moe_executor_new(op, t, workspace_size, executor);
 }

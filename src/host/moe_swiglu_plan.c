@@ -7,14 +7,12 @@
 
 #define OP "SwiGlu"
 
-qmoe_status qmoe_swiglu_workspace_size(const qmoe_tensor *x, int64_t dim, const qmoe_tensor *out,
-                                       const qmoe_moe_options *options, uint64_t *workspace_size,
-                                       qmoe_moe_executor **executor)
+qmoe_status qmoe_op_create_swiglu(const qmoe_tensor *x, int64_t dim, const qmoe_tensor *out,
+                                       const qmoe_moe_options *options, qmoe_op **op_out)
 {
+    if (!op_out) return moe_op_pointer(OP, op_out);
     if (!x) return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "x", OP ": x is a null pointer");
     if (!out) return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "out", OP ": out is a null pointer");
-    if (!workspace_size) return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "workspaceSize", OP ": workspaceSize is a null pointer");
-    if (!executor) return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "executor", OP ": executor is a null pointer");
     qmoe_status st = moe_check_float(OP, "x", x);
     if (st) return st;
     int nd = x->ndim;
@@ -38,7 +36,7 @@ qmoe_status qmoe_swiglu_workspace_size(const qmoe_tensor *x, int64_t dim, const 
     const qmoe_tensor *ins[] = {x};
     const char *inames[] = {"x"};
     if ((st = moe_check_aliasing(OP, outs, onames, 1, ins, inames, 1))) return st;
-    qmoe_moe_executor ex;
+    moe_plan ex;
     memset(&ex, 0, sizeof ex);
     if ((st = moe_threads(OP, options, &ex.threads))) return st;
     ex.kind = MOE_SWIGLU;
@@ -55,5 +53,17 @@ qmoe_status qmoe_swiglu_workspace_size(const qmoe_tensor *x, int64_t dim, const 
         if (os[d] > INT64_MAX / 20) return qmoe_fail(QMOE_ERR_PARAM_INVALID, OP ": x is too wide");
         ex.slice_bytes = (uint64_t)os[d] * 5 * sizeof(float);
     }
-    return moe_finish_plan(&ex, workspace_size, executor);
+    return moe_finish_plan(&ex, op_out);
+}
+
+qmoe_status qmoe_swiglu_workspace_size(const qmoe_tensor *x, int64_t dim, const qmoe_tensor *out,
+                                       const qmoe_moe_options *options, uint64_t *workspace_size,
+                                       qmoe_moe_executor **executor)
+{
+    qmoe_op *op;
+    qmoe_status st = moe_out_pointers(OP, workspace_size, executor);
+    if (!st) st = qmoe_op_create_swiglu(x, dim, out, options, &op);
+    if (st) return st;
+    const qmoe_tensor *t[] = {x, out};
+    return moe_executor_new(op, t, workspace_size, executor);
 }

@@ -2,8 +2,8 @@
  * Phase one of the per-expert weight-list operator (qmoe/gmm_list.h). The list is checked entry
  * by entry, then described to the ordinary planner as one stacked tensor with an expert stride
  * of 0 over expert 0's memory, so every other rule is the planner's. The plan then reads each
- * expert through a table of base pointers (qmoe_gmm_params.w_list / ws_list): the executor owns
- * the tables, and phase two copies them to the end of the workspace for the run.
+ * expert through a table of base pointers (qmoe_gmm_params.w_list / ws_list) that each run
+ * writes at the end of its workspace from its arguments (the experts' data).
  */
 #include <math.h>
 #include <stdalign.h>
@@ -14,7 +14,8 @@
 #include "core/status.h"
 #include "core/tensor.h"
 #include "host/gmm_plan.h"
-#include "ops/gmm_list.h"
+#include "ops/gmm_run.h"
+#include "ops/op.h"
 #include "qmoe/gmm_list.h"
 
 /* Argument errors with the structured info (rule, argument by the vendor's name). */
@@ -91,20 +92,40 @@ static qmoe_status check_outputs_apart(const qmoe_tensor *const *list, const cha
     return QMOE_OK;
 }
 
-qmoe_status qmoe_gmm_swiglu_quant_weight_list_workspace_size(
+/* Arguments: x, weights[0..E), weightScales[0..E), xScale, groupList, output, outputScale. */
+static int arg_xscale(int64_t E) { return (int)(1 + 2 * E); }
+
+static void list_bind(void *plan, const qmoe_op *op, void *const *args, void *workspace)
+{
+    (void)op;
+    qmoe_gmm_params *p = plan;
+    int64_t n = p->E;
+    uintptr_t at = (uintptr_t)workspace + p->list_table_offset;
+    at += (uintptr_t)(-(intptr_t)at) & (alignof(void *) - 1);
+    const void **table = (const void **)at;
+    for (int64_t e = 0; e < 2 * n; e++) table[e] = args[1 + e];
+    p->w_list = table;
+    p->ws_list = table + n;
+    int i = arg_xscale(n);
+    if (args[0]) p->x = args[0];
+    if (args[i]) p->xs = args[i];
+    if (args[i + 1]) p->gl = args[i + 1];
+    if (args[i + 2]) p->out = args[i + 2];
+    if (args[i + 3]) p->out_scale = args[i + 3];
+}
+
+static const op_desc list_desc = {QMOE_OP_GMM_SWIGLU_QUANT_WEIGHT_LIST,
+                                  "GroupedMatmulSwigluQuantWeightNzTensorList", list_bind,
+                                  qmoe_gmm_check, qmoe_gmm_device_run};
+
+qmoe_status qmoe_op_create_gmm_swiglu_quant_weight_list(
     const qmoe_tensor *x, const qmoe_tensor *const *weights,
     const qmoe_tensor *const *weight_scales, int64_t num_experts, const qmoe_tensor *x_scale,
     const qmoe_tensor *group_list, float swiglu_limit, const qmoe_tensor *output,
-    const qmoe_tensor *output_scale, const qmoe_op_options *options, uint64_t *workspace_size,
-    qmoe_executor **executor)
+    const qmoe_tensor *output_scale, const qmoe_op_options *options, qmoe_op **op)
 {
     qmoe_status st;
-    if (!workspace_size)
-        return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "workspaceSize",
-                             "workspaceSize is a null pointer");
-    if (!executor)
-        return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "executor",
-                             "executor is a null pointer");
+    if (!op) return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "op", "op is a null pointer");
     if (num_experts < 1 || num_experts > QMOE_GMM_LIST_MAX_EXPERTS)
         return INVALID(LIMIT, "weight", "num_experts = %lld, expected 1 to %d",
                        (long long)num_experts, QMOE_GMM_LIST_MAX_EXPERTS);
@@ -176,31 +197,60 @@ qmoe_status qmoe_gmm_swiglu_quant_weight_list_workspace_size(
     plan.workspace_bytes = offset + table_bytes + alignof(void *);
     plan.swiglu_limit = clamp ? swiglu_limit : 0.0f;
 
-    qmoe_executor *ex = calloc(1, sizeof *ex + (size_t)table_bytes);
-    if (!ex) return qmoe_fail(QMOE_ERR_INNER, "out of memory for the executor");
-    const void **table = (const void **)(void *)(ex + 1);
+    plan.w_list = NULL; /* bound per run, from the arguments (list_bind) */
+    plan.ws_list = NULL;
+    if (num_experts > (INT32_MAX - 8) / 2)
+        return INVALID(LIMIT, "weight", "num_experts = %lld is too many arguments",
+                       (long long)num_experts);
+    int nargs = arg_xscale(num_experts) + 4;
+    qmoe_op *h;
+    if ((st = qmoe_gmm_op_new(&list_desc, &plan, nargs, &h))) return st;
+    op_arg_set(h, 0, "x", x, OP_IN);
     for (int64_t e = 0; e < num_experts; e++) {
-        table[e] = weights[e]->data;
-        table[num_experts + e] = weight_scales[e]->data;
+        op_arg_set(h, (int)(1 + e), "weights", weights[e], OP_IN);
+        op_arg_set(h, (int)(1 + num_experts + e), "weightScales", weight_scales[e], OP_IN);
     }
-    plan.w_list = table;
-    plan.ws_list = table + num_experts;
-    ex->plan = plan;
-    *workspace_size = plan.workspace_bytes;
-    *executor = ex;
+    int i = arg_xscale(num_experts);
+    op_arg_set(h, i, "xScale", x_scale, OP_IN);
+    op_arg_set(h, i + 1, "groupList", group_list, OP_IN);
+    op_arg_set(h, i + 2, "output", output, OP_OUT);
+    op_arg_set(h, i + 3, "outputScale", output_scale, OP_OUT);
+    *op = h;
     qmoe_clear_error();
     return QMOE_OK;
 }
 
-void qmoe_gmm_list_bind(qmoe_gmm_params *run, void *workspace)
+qmoe_status qmoe_gmm_swiglu_quant_weight_list_workspace_size(
+    const qmoe_tensor *x, const qmoe_tensor *const *weights,
+    const qmoe_tensor *const *weight_scales, int64_t num_experts, const qmoe_tensor *x_scale,
+    const qmoe_tensor *group_list, float swiglu_limit, const qmoe_tensor *output,
+    const qmoe_tensor *output_scale, const qmoe_op_options *options, uint64_t *workspace_size,
+    qmoe_executor **executor)
 {
-    if (!run->w_list) return;
-    int64_t n = run->E;
-    uintptr_t at = (uintptr_t)workspace + run->list_table_offset;
-    at += (uintptr_t)(-(intptr_t)at) & (alignof(void *) - 1);
-    const void **table = (const void **)at;
-    memcpy(table, run->w_list, (size_t)n * sizeof *table);
-    memcpy(table + n, run->ws_list, (size_t)n * sizeof *table);
-    run->w_list = table;
-    run->ws_list = table + n;
+    if (!workspace_size)
+        return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "workspaceSize",
+                             "workspaceSize is a null pointer");
+    if (!executor)
+        return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "executor",
+                             "executor is a null pointer");
+    qmoe_op *op;
+    qmoe_status st = qmoe_op_create_gmm_swiglu_quant_weight_list(
+        x, weights, weight_scales, num_experts, x_scale, group_list, swiglu_limit, output,
+        output_scale, options, &op);
+    if (st) return st;
+    int n = op->nargs, i = arg_xscale(num_experts);
+    const qmoe_tensor **t = malloc((size_t)n * sizeof *t);
+    if (!t) {
+        qmoe_op_destroy(op);
+        return qmoe_fail(QMOE_ERR_INNER, "out of memory for the executor");
+    }
+    t[0] = x;
+    for (int64_t e = 0; e < num_experts; e++) {
+        t[1 + e] = weights[e];
+        t[1 + num_experts + e] = weight_scales[e];
+    }
+    t[i] = x_scale, t[i + 1] = group_list, t[i + 2] = output, t[i + 3] = output_scale;
+    st = qmoe_gmm_executor_new(op, t, workspace_size, executor);
+    free(t);
+    return st;
 }

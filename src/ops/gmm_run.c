@@ -24,12 +24,6 @@ qmoe_gmm_fault qmoe_gmm_test_fault;
 #define FAULT(f) 0
 #endif
 
-/* What a queued operator holds: the plan (with the kernel phase one chose) and the workspace. */
-typedef struct gmm_op {
-    qmoe_gmm_params p;
-    void *workspace;
-} gmm_op;
-
 /* What the parts of one device share: a row range, never a device index. */
 typedef struct gmm_work {
     const qmoe_gmm_params *p;
@@ -265,16 +259,12 @@ static qmoe_status check_copy_queues(qmoe_device *dev)
     return st;
 }
 
-static qmoe_status gmm_device_run(const void *opdata, qmoe_device *dev, int index, int count)
+qmoe_status qmoe_gmm_device_run(const void *plan, void *workspace, qmoe_device *dev, int index,
+                                int count)
 {
     (void)count; /* the split was made for the plan's device count, which the stream runs */
-    const gmm_op *op = opdata;
-    const qmoe_gmm_params *p = &op->p;
-    /* groupList is read here, once the operators queued before this one on the stream (which may
-     * write it: init routing) have run on every device of the group, and checked before any
-     * output is written; every device reads the same values, so all refuse or none does. */
-    qmoe_status st = qmoe_gmm_check_groups(p);
-    if (st) return st;
+    const qmoe_gmm_params *p = plan;
+    /* groupList was checked before this (the descriptor's check, ops/op.c) */
     qmoe_trace_buf *tr = dev->ctx[0].trace;
     /* The split is the plan's rules applied to those rows (host/gmm_partition.h): the same pure
      * function of plan and groupList on every device, so the devices' shares tile the rows. */
@@ -293,7 +283,7 @@ static qmoe_status gmm_device_run(const void *opdata, qmoe_device *dev, int inde
     QMOE_TRACE_STOP(tr, QMOE_EV_PLAN, index);
     if (w.nrows == 0) return QMOE_OK;
     if (w.columns) {
-        w.s_rows = (float *)((char *)op->workspace + (uint64_t)index * p->device_ws_bytes);
+        w.s_rows = (float *)((char *)workspace + (uint64_t)index * p->device_ws_bytes);
         w.barrier = p->threads <= dev->threads; /* a barrier needs one thread per part */
         qmoe_device_run(dev, columns_part, &w, p->threads);
         if (!w.barrier) {
@@ -304,11 +294,4 @@ static qmoe_status gmm_device_run(const void *opdata, qmoe_device *dev, int inde
         qmoe_device_run(dev, rows_part, &w, p->threads);
     }
     return check_copy_queues(dev);
-}
-
-qmoe_status qmoe_gmm_run(const qmoe_gmm_params *p, void *workspace, qmoe_stream *stream)
-{
-    gmm_op op = {.p = *p, .workspace = workspace};
-    return qmoe_stream_submit(stream, p->devices, gmm_device_run, &op, sizeof op,
-                              p->thread_scratch_bytes);
 }

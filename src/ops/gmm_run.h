@@ -3,13 +3,11 @@
 #define QMOE_OPS_GMM_RUN_H
 
 #include "core/gmm_params.h"
-#include "qmoe/qmoe.h"
+#include "runtime/device.h"
 
-/* Runs the plan on the stream's devices (NULL: the default device group, synchronously). The
- * plan is copied into the queued operator. groupList is read and checked on the devices, after
- * the operators queued before this one: a bad one fails the operator (QMOE_ERR_PARAM_INVALID,
- * nothing written), reported by this call when synchronous, by qmoe_stream_synchronize() when
- * queued. */
-qmoe_status qmoe_gmm_run(const qmoe_gmm_params *p, void *workspace, qmoe_stream *stream);
+/* Device `index` of `count`'s share of a bound plan (its descriptor's run, ops/gmm_op.c): the
+ * groupList was checked first (qmoe_gmm_check_groups), on every device. */
+qmoe_status qmoe_gmm_device_run(const void *plan, void *workspace, qmoe_device *dev, int index,
+                                int count);
 
 #endif

@@ -14,13 +14,8 @@
 
 #define OP "GroupedMatmul"
 
-typedef struct gmm_op {
-    qmoe_grouped_matmul_executor ex;
-    void *workspace;
-} gmm_op;
-
 typedef struct gmm_work {
-    const qmoe_grouped_matmul_executor *ex;
+    const grouped_matmul_plan *ex;
     const int64_t *start; /* [E + 1]: segment e is rows [start[e], start[e + 1]) */
     const int64_t *pre;   /* [E + 1]: items before expert e */
     int64_t ncb, cb, ncols; /* column blocks per row block, their width, columns split */
@@ -29,7 +24,7 @@ typedef struct gmm_work {
 /* Exact int32 accumulators, then the fold's float formula element by element (int32 output:
  * acc + bias). The same float operations, in the same order, as the driver's fold and the
  * dequant epilogue. */
-static void exact_block(const qmoe_grouped_matmul_executor *ex, int64_t e, int64_t m0, int64_t m1,
+static void exact_block(const grouped_matmul_plan *ex, int64_t e, int64_t m0, int64_t m1,
                         int64_t n0, int64_t n1)
 {
     const qmoe_gmm_params *p = &ex->p;
@@ -62,7 +57,7 @@ static void exact_block(const qmoe_grouped_matmul_executor *ex, int64_t e, int64
 }
 
 /* float32 accumulation in k order, one rounding to the output dtype. */
-static void float_block(const qmoe_grouped_matmul_executor *ex, int64_t e, int64_t m0, int64_t m1,
+static void float_block(const grouped_matmul_plan *ex, int64_t e, int64_t m0, int64_t m1,
                         int64_t n0, int64_t n1)
 {
     const moe_view *x = &ex->x, *w = &ex->w, *b = &ex->o.bias, *out = &ex->o.out;
@@ -80,7 +75,7 @@ static void float_block(const qmoe_grouped_matmul_executor *ex, int64_t e, int64
 static void gmm_part(qmoe_thread_ctx *ctx, void *data, int part, int nparts)
 {
     const gmm_work *w = data;
-    const qmoe_grouped_matmul_executor *ex = w->ex;
+    const grouped_matmul_plan *ex = w->ex;
     int64_t total = w->pre[ex->E];
     int64_t i0 = total / nparts * part + (part < total % nparts ? part : total % nparts);
     int64_t i1 = i0 + total / nparts + (part < total % nparts ? 1 : 0);
@@ -103,23 +98,21 @@ static void gmm_part(qmoe_thread_ctx *ctx, void *data, int part, int nparts)
     }
 }
 
-static qmoe_status gmm_device_run(const void *opdata, qmoe_device *dev, int index, int count)
+qmoe_status qmoe_grouped_matmul_check(const void *plan, void *workspace)
 {
-    (void)index;
-    (void)count;
-    const gmm_op *op = opdata;
-    const qmoe_grouped_matmul_executor *ex = &op->ex;
-    int64_t *start = op->workspace, *pre = start + ex->E + 1;
-    /* The group list, checked before anything is written. */
+    const grouped_matmul_plan *ex = plan;
+    int64_t *start = workspace;
+    /* The group list, checked before anything is written; a count is range-checked before it is
+     * added, so the running total never overflows. */
     int64_t at = 0;
     start[0] = 0;
     for (int64_t e = 0; e < ex->E; e++) {
         int64_t v = moe_load_index(&ex->gl, e * ex->gl.st[0]);
-        int64_t end = ex->group_list_type == 0 ? v : at + v;
         if (ex->group_list_type == 1 && (v < 0 || v > ex->M))
             return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_VALUE, "groupList",
                                  OP ": groupList[%lld] = %lld; a count must be 0 to M = %lld",
                                  (long long)e, (long long)v, (long long)ex->M);
+        int64_t end = ex->group_list_type == 0 ? v : at + v; /* at, v <= M: no overflow */
         if (end < at || end > ex->M)
             return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_VALUE, "groupList",
                                  OP ": groupList[%lld] = %lld; %s must stay within %lld to M = %lld",
@@ -129,6 +122,16 @@ static qmoe_status gmm_device_run(const void *opdata, qmoe_device *dev, int inde
         at = end;
         start[e + 1] = end;
     }
+    return QMOE_OK;
+}
+
+qmoe_status qmoe_grouped_matmul_run(const void *plan, void *workspace, qmoe_device *dev,
+                                    int index, int count)
+{
+    (void)index;
+    (void)count;
+    const grouped_matmul_plan *ex = plan;
+    int64_t *start = workspace, *pre = start + ex->E + 1; /* start: written by the check */
     /* Column blocks: enough items for every part twice over, at least 64 columns each. */
     gmm_work w = {ex, start, pre, 1, 0, ex->path == GMM_PATH_INT8 ? ex->N / 2 : ex->N};
     int64_t rblocks = 0;
@@ -151,20 +154,10 @@ static qmoe_status gmm_device_run(const void *opdata, qmoe_device *dev, int inde
 qmoe_status qmoe_grouped_matmul(void *workspace, uint64_t workspace_size,
                                 qmoe_grouped_matmul_executor *executor, qmoe_stream *stream)
 {
-    if (!executor)
-        return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "executor", OP ": executor is a null pointer");
-    if (workspace_size < executor->workspace_bytes)
-        return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_WORKSPACE, "workspaceSize",
-                             OP ": workspaceSize = %llu is less than the %llu bytes phase one asked for",
-                             (unsigned long long)workspace_size,
-                             (unsigned long long)executor->workspace_bytes);
-    if (!workspace)
-        return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "workspace", OP ": workspace is a null pointer");
-    if ((uintptr_t)workspace % alignof(int64_t))
-        return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_WORKSPACE, "workspace",
-                             OP ": workspace %p is not aligned for int64", workspace);
-    gmm_op o = {*executor, workspace};
-    qmoe_status st = qmoe_stream_submit(stream, 1, gmm_device_run, &o, sizeof o, executor->slice_bytes);
-    if (st == QMOE_OK) qmoe_clear_error();
-    return st;
+    return op_executor_run(OP, executor ? &executor->b : NULL, workspace, workspace_size, stream);
+}
+
+void qmoe_grouped_matmul_executor_destroy(qmoe_grouped_matmul_executor *executor)
+{
+    op_executor_free(executor ? &executor->b : NULL);
 }

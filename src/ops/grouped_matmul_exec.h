@@ -1,7 +1,7 @@
 /*
  * Internals of GroupedMatmul (include/qmoe/grouped_matmul.h): the plan phase one fills
  * (src/host/grouped_matmul_plan.c) and phase two runs (src/ops/grouped_matmul.c). One plain
- * block: it is copied into the queued job and into the vendor layer's executor.
+ * block: an op holds it, each run binds its data into a copy.
  */
 #ifndef QMOE_OPS_GROUPED_MATMUL_EXEC_H
 #define QMOE_OPS_GROUPED_MATMUL_EXEC_H
@@ -10,6 +10,7 @@
 #include "kernels/gemm_driver.h"
 #include "ops/moe_exec.h"
 #include "qmoe/grouped_matmul.h"
+#include "runtime/device.h"
 
 typedef enum gmm_path {
     GMM_PATH_INT8 = 0,  /* quantized, float output: the shared GEMM driver + dequant epilogue */
@@ -23,7 +24,7 @@ typedef struct gmm_dequant_out {
     moe_view bias; /* [E, N] float32, or data NULL */
 } gmm_dequant_out;
 
-struct qmoe_grouped_matmul_executor {
+typedef struct grouped_matmul_plan {
     qmoe_gmm_params p; /* int8 paths: x, weight, scales, per-token scale, G (mode, layout) */
     const qmoe_gemm_isa *isa;
     int32_t path;      /* gmm_path */
@@ -36,7 +37,12 @@ struct qmoe_grouped_matmul_executor {
     gmm_dequant_out o;
     uint64_t workspace_bytes; /* segment starts and item prefix: 2 * (E + 1) int64 */
     uint64_t slice_bytes;     /* one thread's scratch */
-};
+} grouped_matmul_plan;
+
+/* The descriptor's data check (groupList, into the workspace's segment starts) and run. */
+qmoe_status qmoe_grouped_matmul_check(const void *plan, void *workspace);
+qmoe_status qmoe_grouped_matmul_run(const void *plan, void *workspace, qmoe_device *dev,
+                                    int index, int count);
 
 /* The epilogue of the driver for this operator (src/kernels/epilogue_dequant.c). */
 void qmoe_epilogue_dequant(const qmoe_gemm_block *B, const qmoe_gemm_tile *t);

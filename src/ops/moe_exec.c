@@ -1,14 +1,17 @@
-/* Phase two of the element-wise MoE operators: executor and workspace checks, the data rules,
- * and the device run that splits rows into the plan's parts on the device's work queue. */
-#include <stdalign.h>
+/* The element-wise MoE operators in the operator model (ops/op.h): their arguments (from the
+ * plan's views), the data binding, the data rules and the device run that splits rows into the
+ * plan's parts on the device's work queue. */
+#include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "core/status.h"
+#include "core/tensor.h"
 #include "ops/moe_exec.h"
 #include "runtime/device.h"
 
 typedef struct moe_op {
-    qmoe_moe_executor ex;
+    moe_plan ex;
     void *workspace;
 } moe_op;
 
@@ -28,7 +31,7 @@ static void part_range(int64_t rows, int part, int nparts, int64_t *r0, int64_t 
 static void moe_part(qmoe_thread_ctx *ctx, void *data, int part, int nparts)
 {
     const moe_work *w = data;
-    const qmoe_moe_executor *ex = &w->op->ex;
+    const moe_plan *ex = &w->op->ex;
     int64_t r0, r1;
     part_range(w->rows, part, nparts, &r0, &r1);
     if (r0 >= r1) return;
@@ -48,7 +51,7 @@ static void moe_part(qmoe_thread_ctx *ctx, void *data, int part, int nparts)
     }
 }
 
-static int64_t plan_rows(const qmoe_moe_executor *ex)
+static int64_t plan_rows(const moe_plan *ex)
 {
     switch (ex->kind) {
     case MOE_DYNAMIC_QUANT: return ex->u.quant.rows;
@@ -60,22 +63,26 @@ static int64_t plan_rows(const qmoe_moe_executor *ex)
     }
 }
 
-static qmoe_status moe_device_run(const void *opdata, qmoe_device *dev, int index, int count)
+/* Index data is checked on the device, when the operators queued before this one on the stream
+ * (gating, init routing) have written it; nothing is written on failure. */
+static qmoe_status moe_check(const void *plan, void *workspace)
+{
+    (void)workspace;
+    const moe_plan *ex = plan;
+    if (ex->kind == MOE_FINALIZE) return moe_finalize_check_data(&ex->u.finalize);
+    if (ex->kind == MOE_INIT_ROUTING) return moe_routing_check_data(&ex->u.routing);
+    return QMOE_OK;
+}
+
+static qmoe_status moe_run(const void *plan, void *workspace, qmoe_device *dev, int index,
+                           int count)
 {
     (void)index;
     (void)count;
-    const moe_op *op = opdata;
+    const moe_op o = {*(const moe_plan *)plan, workspace}, *op = &o;
     moe_work w = {op, plan_rows(&op->ex), 0};
-    /* Index data is checked here, on the device, when the operators queued before this one on
-     * the stream (gating, init routing) have written it; nothing is written on failure. */
-    if (op->ex.kind == MOE_FINALIZE) {
-        qmoe_status st = moe_finalize_check_data(&op->ex.u.finalize);
-        if (st) return st;
-    }
     if (op->ex.kind == MOE_INIT_ROUTING) {
         const moe_routing_plan *p = &op->ex.u.routing;
-        qmoe_status st = moe_routing_check_data(p);
-        if (st) return st;
         /* the sort is a counting pass over N*K ids: one thread, before the row copies */
         moe_routing_sort(p, op->workspace);
         w.rows = moe_routing_rows_written(p, op->workspace);
@@ -94,26 +101,167 @@ static qmoe_status moe_device_run(const void *opdata, qmoe_device *dev, int inde
     return QMOE_OK;
 }
 
+/* ---------------------------------------------------------------- arguments ------------------- */
+
+/* One argument: its vendor name, role, and the view of the plan it binds (offset in moe_plan;
+ * -1: reserved, never given). */
+typedef struct moe_slot {
+    const char *name;
+    int32_t role;
+    int32_t off;
+} moe_slot;
+
+#define V(f) (int32_t)offsetof(moe_plan, u.f)
+static const moe_slot quant_slots[] = {
+    {"x", OP_IN, V(quant.x)}, {"smoothScales", OP_IN, V(quant.smooth)},
+    {"y", OP_OUT, V(quant.y)}, {"scale", OP_OUT, V(quant.scale)}};
+static const moe_slot softmax_slots[] = {
+    {"x", OP_IN, V(gating.x)}, {"finishedOptional", OP_IN, V(gating.finished)},
+    {"yOut", OP_OUT, V(gating.y)}, {"expertIdxOut", OP_OUT, V(gating.idx)},
+    {"rowIdxOut", OP_OUT, V(gating.row_idx)}};
+static const moe_slot topk_slots[] = {
+    {"x", OP_IN, V(gating.x)}, {"biasOptional", OP_IN, V(gating.bias)},
+    {"yOut", OP_OUT, V(gating.y)}, {"expertIdxOut", OP_OUT, V(gating.idx)},
+    {"outOut", OP_OUT, V(gating.out)}};
+static const moe_slot routing_slots[] = {
+    {"x", OP_IN, V(routing.x)}, {"expertIdx", OP_IN, V(routing.idx)},
+    {"scaleOptional", OP_IN, V(routing.scale)}, {"offsetOptional", OP_IN, -1},
+    {"expandedXOut", OP_OUT, V(routing.ex)}, {"expandedRowIdxOut", OP_OUT, V(routing.row_idx)},
+    {"expertTokensCountOrCumsumOut", OP_OUT, V(routing.tokens)},
+    {"expandedScaleOut", OP_OUT, V(routing.escale)}};
+static const moe_slot finalize_slots[] = {
+    {"expandedX", OP_IN, V(finalize.ex)}, {"expandedRowIdx", OP_IN, V(finalize.row_idx)},
+    {"x1Optional", OP_IN, V(finalize.x1)}, {"x2Optional", OP_IN, V(finalize.x2)},
+    {"biasOptional", OP_IN, V(finalize.bias)}, {"scalesOptional", OP_IN, V(finalize.scales)},
+    {"expertIdxOptional", OP_IN, V(finalize.idx)}, {"out", OP_OUT, V(finalize.out)}};
+static const moe_slot swiglu_slots[] = {
+    {"x", OP_IN, V(swiglu.x)}, {"out", OP_OUT, V(swiglu.out)}};
+#undef V
+
+static const moe_slot *slots_of(int32_t kind, int *n)
+{
+#define SLOTS(a) (*n = (int)(sizeof a / sizeof a[0]), a)
+    switch (kind) {
+    case MOE_DYNAMIC_QUANT: return SLOTS(quant_slots);
+    case MOE_GATING_SOFTMAX: return SLOTS(softmax_slots);
+    case MOE_GATING_TOPK: return SLOTS(topk_slots);
+    case MOE_INIT_ROUTING: return SLOTS(routing_slots);
+    case MOE_FINALIZE: return SLOTS(finalize_slots);
+    default: return SLOTS(swiglu_slots);
+    }
+#undef SLOTS
+}
+
+static moe_view *view_at(void *plan, int32_t off) { return (moe_view *)(void *)((char *)plan + off); }
+
+static void moe_bind(void *plan, const qmoe_op *op, void *const *args, void *workspace)
+{
+    (void)op;
+    (void)workspace;
+    int n;
+    const moe_slot *sl = slots_of(((moe_plan *)plan)->kind, &n);
+    for (int i = 0; i < n; i++)
+        if (sl[i].off >= 0 && args[i]) view_at(plan, sl[i].off)->data = args[i];
+}
+
+#define DESC(sym, t, vendor) \
+    static const op_desc sym = {t, vendor, moe_bind, moe_check, moe_run}
+DESC(desc_quant, QMOE_OP_DYNAMIC_QUANT, "DynamicQuant");
+DESC(desc_softmax, QMOE_OP_MOE_GATING_TOP_K_SOFTMAX, "MoeGatingTopKSoftmax");
+DESC(desc_topk, QMOE_OP_MOE_GATING_TOP_K, "MoeGatingTopK");
+DESC(desc_routing, QMOE_OP_MOE_INIT_ROUTING, "MoeInitRouting");
+DESC(desc_finalize, QMOE_OP_MOE_FINALIZE_ROUTING, "MoeFinalizeRouting");
+DESC(desc_swiglu, QMOE_OP_SWIGLU, "SwiGlu");
+#undef DESC
+
+static const op_desc *desc_of(int32_t kind)
+{
+    switch (kind) {
+    case MOE_DYNAMIC_QUANT: return &desc_quant;
+    case MOE_GATING_SOFTMAX: return &desc_softmax;
+    case MOE_GATING_TOPK: return &desc_topk;
+    case MOE_INIT_ROUTING: return &desc_routing;
+    case MOE_FINALIZE: return &desc_finalize;
+    default: return &desc_swiglu;
+    }
+}
+
+/* Bytes from a view's first to its last element (0: empty); bounded by its tensor's checks. */
+static uint64_t view_bytes(const moe_view *v)
+{
+    int64_t last = 0;
+    for (int d = 0; d < v->nd; d++) {
+        if (v->shape[d] == 0) return 0;
+        last += (v->shape[d] - 1) * v->st[d];
+    }
+    return (uint64_t)((last + 1) * qmoe_dtype_bits((qmoe_dtype)v->dtype) / 8);
+}
+
+qmoe_status moe_finish_plan(const moe_plan *plan, qmoe_op **out)
+{
+    int n;
+    const moe_slot *sl = slots_of(plan->kind, &n);
+    qmoe_op *op;
+    qmoe_status st = op_new(desc_of(plan->kind), plan, sizeof *plan, n, &op);
+    if (st) return st;
+    for (int i = 0; i < n; i++) {
+        op_arg *a = &op->args[i];
+        a->name = sl[i].name;
+        const moe_view *v = sl[i].off >= 0 ? view_at(op->plan, sl[i].off) : NULL;
+        if (!v || !v->data) continue; /* absent */
+        a->role = sl[i].role;
+        a->bytes = view_bytes(v);
+        a->empty = a->bytes == 0;
+    }
+    op->workspace_bytes = plan->workspace_bytes;
+    op->slice_bytes = plan->slice_bytes;
+    *out = op;
+    qmoe_clear_error();
+    return QMOE_OK;
+}
+
+qmoe_status moe_executor_new(qmoe_op *op, const qmoe_tensor *const *tensors,
+                             uint64_t *workspace_size, qmoe_moe_executor **executor)
+{
+    void *ex;
+    qmoe_status st = op_executor_new(sizeof(qmoe_moe_executor), op, tensors, workspace_size, &ex);
+    if (!st) *executor = ex;
+    return st;
+}
+
+qmoe_status moe_out_pointers(const char *op, uint64_t *workspace_size,
+                             qmoe_moe_executor **executor)
+{
+    if (!workspace_size)
+        return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "workspaceSize",
+                             "%s: workspaceSize is a null pointer", op);
+    if (!executor)
+        return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "executor",
+                             "%s: executor is a null pointer", op);
+    return QMOE_OK;
+}
+
+qmoe_status moe_op_pointer(const char *name, qmoe_op **op)
+{
+    if (!op)
+        return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "op",
+                             "%s: op is a null pointer", name);
+    return QMOE_OK;
+}
+
+void qmoe_moe_executor_destroy(qmoe_moe_executor *executor)
+{
+    op_executor_free(executor ? &executor->b : NULL);
+}
+
 qmoe_status moe_execute(const char *op, int32_t kind, void *workspace, uint64_t workspace_size,
                         qmoe_moe_executor *executor, qmoe_stream *stream)
 {
-    if (!executor) return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "executor", "%s: executor is a null pointer", op);
-    if (executor->kind != kind)
+    if (!executor)
+        return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "executor",
+                             "%s: executor is a null pointer", op);
+    if (executor->b.op->desc != desc_of(kind))
         return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_VALUE, "executor",
                              "%s: the executor was planned for another operator", op);
-    if (workspace_size < executor->workspace_bytes)
-        return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_WORKSPACE, "workspaceSize",
-                         "%s: workspaceSize = %llu is less than the %llu bytes phase one asked for",
-                         op, (unsigned long long)workspace_size,
-                         (unsigned long long)executor->workspace_bytes);
-    if (!workspace && executor->workspace_bytes)
-        return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "workspace", "%s: workspace is a null pointer", op);
-    if (executor->workspace_bytes && (uintptr_t)workspace % alignof(int64_t))
-        return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_WORKSPACE, "workspace",
-                             "%s: workspace %p is not aligned for int64", op,
-                         workspace);
-    moe_op o = {*executor, workspace};
-    qmoe_status st = qmoe_stream_submit(stream, 1, moe_device_run, &o, sizeof o, executor->slice_bytes);
-    if (st == QMOE_OK) qmoe_clear_error();
-    return st;
+    return op_executor_run(op, &executor->b, workspace, workspace_size, stream);
 }

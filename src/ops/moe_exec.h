@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "core/halfconv.h"
+#include "ops/op.h"
 #include "qmoe/moe_ops.h"
 
 typedef enum moe_kind {
@@ -75,7 +76,9 @@ typedef struct moe_swiglu_plan {
     moe_swiglu_fn sw;   /* rows split on the last axis: a vector SwiGLU over float rows */
 } moe_swiglu_plan;
 
-struct qmoe_moe_executor {
+/* The plan of every element-wise operator: one plain block (an op holds a copy, a run binds its
+ * data into another). */
+typedef struct moe_plan {
     int32_t kind;
     int32_t threads;         /* parts of the row split */
     uint64_t workspace_bytes;
@@ -87,7 +90,7 @@ struct qmoe_moe_executor {
         moe_finalize_plan finalize;
         moe_swiglu_plan swiglu;
     } u;
-};
+} moe_plan;
 
 /* ---------------------------------------------------------------- phase one helpers ----------- */
 
@@ -109,17 +112,26 @@ qmoe_status moe_check_aliasing(const char *op, const qmoe_tensor *const *outs,
 void moe_pick_kernels(moe_qrow_fn *qrow, moe_swiglu_fn *sw);
 /* The plan's thread count from options (validated) or the online cores. */
 qmoe_status moe_threads(const char *op, const qmoe_moe_options *options, int32_t *threads);
-/* Allocates the executor from a filled plan and hands it out. */
-qmoe_status moe_finish_plan(const qmoe_moe_executor *plan, uint64_t *workspace_size,
-                            qmoe_moe_executor **executor);
+/* The op of a filled plan (its arguments from the plan's views, in the create function's order;
+ * ops/moe_exec.c). */
+qmoe_status moe_finish_plan(const moe_plan *plan, qmoe_op **op);
+/* A two-phase executor over `op` bound to `tensors` (the create function's tensor arguments in
+ * order); takes op. */
+qmoe_status moe_executor_new(qmoe_op *op, const qmoe_tensor *const *tensors,
+                             uint64_t *workspace_size, qmoe_moe_executor **executor);
+/* Fails naming `op` unless both pointers of a two-phase phase one are given. */
+qmoe_status moe_out_pointers(const char *op, uint64_t *workspace_size,
+                             qmoe_moe_executor **executor);
+/* Fails naming `name` unless the op out-pointer is given. */
+qmoe_status moe_op_pointer(const char *name, qmoe_op **op);
 
 qmoe_status moe_plan_dynamic_quant(const qmoe_tensor *x, const qmoe_tensor *smooth,
                                    const qmoe_tensor *y, const qmoe_tensor *scale,
-                                   qmoe_moe_executor *ex);
+                                   moe_plan *ex);
 
 /* ---------------------------------------------------------------- phase two ------------------- */
 
-/* Checks the executor's kind and workspace, the data rules, then runs it on the stream. */
+/* Phase two of a two-phase executor: refuses one planned for another operator, then runs it. */
 qmoe_status moe_execute(const char *op, int32_t kind, void *workspace, uint64_t workspace_size,
                         qmoe_moe_executor *executor, qmoe_stream *stream);
 

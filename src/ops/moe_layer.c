@@ -321,11 +321,11 @@ done:
 
 static void plan_free(layer_plan *p)
 {
-    qmoe_moe_executor_destroy(p->gate);
-    qmoe_moe_executor_destroy(p->route);
-    qmoe_moe_executor_destroy(p->fin);
-    qmoe_executor_destroy(p->gu);
-    qmoe_grouped_matmul_executor_destroy(p->down);
+    qmoe_op_destroy(p->gate);
+    qmoe_op_destroy(p->route);
+    qmoe_op_destroy(p->gu);
+    qmoe_op_destroy(p->down);
+    qmoe_op_destroy(p->fin);
 }
 
 qmoe_status moe_layer_tensor_at(uintptr_t base, uint64_t off, qmoe_dtype d, int nd, const int64_t *shape,
@@ -334,92 +334,109 @@ qmoe_status moe_layer_tensor_at(uintptr_t base, uint64_t off, qmoe_dtype d, int 
     return qmoe_tensor_create(shape, nd, NULL, d, QMOE_FORMAT_ND, (void *)(base + (uintptr_t)off), t);
 }
 
+/* A descriptor with t's shape, strides and dtype (NULL for NULL). */
+static qmoe_status desc_of(const qmoe_tensor *t, qmoe_tensor **d)
+{
+    *d = NULL;
+    if (!t) return QMOE_OK;
+    int64_t sh[2] = {qmoe_tensor_dim(t, 0), qmoe_tensor_dim(t, 1)},
+            st[2] = {qmoe_tensor_stride(t, 0), qmoe_tensor_stride(t, 1)};
+    return qmoe_tensor_desc_create(sh, 2, st, qmoe_tensor_dtype(t), QMOE_FORMAT_ND, d);
+}
+
+static qmoe_status desc_at(qmoe_dtype d, int nd, const int64_t *shape, qmoe_tensor **t)
+{
+    return qmoe_tensor_desc_create(shape, nd, NULL, d, QMOE_FORMAT_ND, t);
+}
+
 static void keep_max(uint64_t *m, uint64_t v)
 {
     if (v > *m) *m = v;
 }
 
-/* Plans the five operators for hidden [T, H] and either logits or (ids, weights), with the
- * intermediates at `ws` (an address: the size query plans at a made-up one and never runs). */
+/* Whether the forward gates with the softmax operator (else MoeGatingTopK). */
+static int plain_softmax(const qmoe_moe_layer_config *c)
+{
+    return c->gating == QMOE_MOE_GATING_SOFTMAX && !c->renormalize;
+}
+
+/* Plans the five operators once for the shapes of hidden [T, H] and either logits or (ids,
+ * weights): every tensor is a descriptor, the intermediates' addresses are bound per forward. */
 static qmoe_status plan_layer(const qmoe_moe_layer *L, const qmoe_tensor *hidden, const qmoe_tensor *logits,
                               const qmoe_tensor *ids_in, const qmoe_tensor *w_in, const qmoe_tensor *out,
-                              uintptr_t ws, layer_plan *p)
+                              layer_plan *p)
 {
     const qmoe_moe_layer_config *c = &L->cfg;
+    memset(p, 0, sizeof *p);
     int64_t T = qmoe_tensor_dim(hidden, 0), K = c->top_k, E = c->num_experts, H = c->hidden_size,
             I = c->intermediate_size;
     qmoe_dtype hd = qmoe_tensor_dtype(hidden);
-    uint64_t off[B_COUNT];
-    if (!layout(c, T, hd, off))
-        return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_LIMIT, "hidden", OP ": %lld tokens overflow the workspace size", (long long)T);
     int64_t m = moe_layer_n_shared(c), K2 = K + m;
     int64_t A = T * K2, tk[2] = {T, K}, tk2[2] = {T, K2}, vs[2] = {K2, 1}, xq[2] = {A, H}, hq[2] = {A, I},
             e1 = E + m, bias_sh = E;
-    qmoe_tensor *t[12] = {0}, *tb = NULL;
+    enum { Y, IDS, ROWIDX, XQ, RI, CUM, XS, HQ, HS, DOWN, YV, IDSV, HID, LOG, IDIN, WIN, OUT, NT };
+    qmoe_tensor *t[NT] = {0}, *tb = NULL;
     qmoe_status st = QMOE_OK;
-    enum { Y, IDS, ROWIDX, XQ, RI, CUM, XS, HQ, HS, DOWN, YV, IDSV };
     qmoe_dtype yd = qmoe_tensor_dtype(logits ? logits : w_in);
     int own = logits || m; /* the routing lives in the workspace ([T, K + m]: shared columns) */
     if (own) {
-        st = moe_layer_tensor_at(ws, off[B_Y], yd, 2, tk2, &t[Y]);
-        if (!st) st = moe_layer_tensor_at(ws, off[B_IDS], QMOE_DTYPE_INT32, 2, tk2, &t[IDS]);
+        st = desc_at(yd, 2, tk2, &t[Y]);
+        if (!st) st = desc_at(QMOE_DTYPE_INT32, 2, tk2, &t[IDS]);
         /* the gating writes the first K columns */
-        if (!st) st = qmoe_tensor_create(tk, 2, vs, yd, QMOE_FORMAT_ND, (void *)(ws + (uintptr_t)off[B_Y]), &t[YV]);
-        if (!st)
-            st = qmoe_tensor_create(tk, 2, vs, QMOE_DTYPE_INT32, QMOE_FORMAT_ND, (void *)(ws + (uintptr_t)off[B_IDS]),
-                                    &t[IDSV]);
-        if (!st) st = moe_layer_tensor_at(ws, off[B_ROWIDX], QMOE_DTYPE_INT32, 2, tk, &t[ROWIDX]);
+        if (!st) st = qmoe_tensor_desc_create(tk, 2, vs, yd, QMOE_FORMAT_ND, &t[YV]);
+        if (!st) st = qmoe_tensor_desc_create(tk, 2, vs, QMOE_DTYPE_INT32, QMOE_FORMAT_ND, &t[IDSV]);
+        if (!st) st = desc_at(QMOE_DTYPE_INT32, 2, tk, &t[ROWIDX]);
     }
-    if (!st) st = moe_layer_tensor_at(ws, off[B_XQ], QMOE_DTYPE_INT8, 2, xq, &t[XQ]);
-    if (!st) st = moe_layer_tensor_at(ws, off[B_RI], QMOE_DTYPE_INT32, 1, &A, &t[RI]);
-    if (!st) st = moe_layer_tensor_at(ws, off[B_CUM], QMOE_DTYPE_INT64, 1, &e1, &t[CUM]);
-    if (!st) st = moe_layer_tensor_at(ws, off[B_XS], QMOE_DTYPE_FLOAT32, 1, &A, &t[XS]);
-    if (!st) st = moe_layer_tensor_at(ws, off[B_HQ], QMOE_DTYPE_INT8, 2, hq, &t[HQ]);
-    if (!st) st = moe_layer_tensor_at(ws, off[B_HS], QMOE_DTYPE_FLOAT32, 1, &A, &t[HS]);
-    if (!st) st = moe_layer_tensor_at(ws, off[B_DOWN], hd, 2, xq, &t[DOWN]);
+    if (!st) st = desc_at(QMOE_DTYPE_INT8, 2, xq, &t[XQ]);
+    if (!st) st = desc_at(QMOE_DTYPE_INT32, 1, &A, &t[RI]);
+    if (!st) st = desc_at(QMOE_DTYPE_INT64, 1, &e1, &t[CUM]);
+    if (!st) st = desc_at(QMOE_DTYPE_FLOAT32, 1, &A, &t[XS]);
+    if (!st) st = desc_at(QMOE_DTYPE_INT8, 2, hq, &t[HQ]);
+    if (!st) st = desc_at(QMOE_DTYPE_FLOAT32, 1, &A, &t[HS]);
+    if (!st) st = desc_at(hd, 2, xq, &t[DOWN]);
+    if (!st) st = desc_of(hidden, &t[HID]);
+    if (!st) st = desc_of(logits, &t[LOG]);
+    if (!st) st = desc_of(ids_in, &t[IDIN]);
+    if (!st) st = desc_of(w_in, &t[WIN]);
+    if (!st) st = desc_of(out, &t[OUT]);
     if (!st && L->bias)
         st = qmoe_tensor_create(&bias_sh, 1, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, L->bias, &tb);
     if (st) goto done;
-    const qmoe_tensor *ids = own ? t[IDS] : ids_in, *wts = own ? t[Y] : w_in;
+    const qmoe_tensor *ids = own ? t[IDS] : t[IDIN], *wts = own ? t[Y] : t[WIN];
     qmoe_moe_options mo = {sizeof mo, c->threads};
-    uint64_t w = 0;
-    p->ops_bytes = 0;
-    if (logits && c->gating == QMOE_MOE_GATING_SOFTMAX && !c->renormalize) {
-        st = qmoe_moe_gating_top_k_softmax_workspace_size(logits, NULL, K, t[YV], t[IDSV], t[ROWIDX], &mo, &w,
-                                                          &p->gate);
+    if (logits && plain_softmax(c)) {
+        st = qmoe_op_create_moe_gating_top_k_softmax(t[LOG], NULL, K, t[YV], t[IDSV], t[ROWIDX], &mo, &p->gate);
     } else if (logits) {
         int sig = c->gating == QMOE_MOE_GATING_SIGMOID;
         qmoe_moe_gating_attrs ga = {.k = K, .k_group = c->k_group, .group_count = c->group_count,
                                     .group_select_mode = sig, .renorm = 0, .norm_type = sig,
                                     .routed_scaling_factor = c->routed_scaling_factor, .eps = 1e-20};
-        st = qmoe_moe_gating_top_k_workspace_size(logits, tb, &ga, t[YV], t[IDSV], NULL, &mo, &w, &p->gate);
+        st = qmoe_op_create_moe_gating_top_k(t[LOG], tb, &ga, t[YV], t[IDSV], NULL, &mo, &p->gate);
     }
     if (st) goto done;
-    keep_max(&p->ops_bytes, w);
     qmoe_moe_routing_attrs ra = {.expert_num = E + m, .tokens_mode = QMOE_MOE_TOKENS_CUMSUM,
                                  .quant_mode = QMOE_MOE_QUANT_DYNAMIC};
-    st = qmoe_moe_init_routing_workspace_size(hidden, ids, NULL, NULL, &ra, t[XQ], t[RI], t[CUM], t[XS], &mo,
-                                              &w, &p->route);
+    st = qmoe_op_create_moe_init_routing(t[HID], ids, NULL, NULL, &ra, t[XQ], t[RI], t[CUM], t[XS], &mo,
+                                         &p->route);
     if (st) goto done;
-    keep_max(&p->ops_bytes, w);
     qmoe_op_options oo = QMOE_OP_OPTIONS_INIT;
     oo.threads = c->threads;
-    st = qmoe_gmm_swiglu_quant_workspace_size(t[XQ], L->t13, NULL, NULL, NULL, t[XS], t[CUM], t[HQ], t[HS],
-                                              NULL, &oo, &w, &p->gu);
+    st = qmoe_op_create_gmm_swiglu_quant(t[XQ], L->t13, NULL, NULL, NULL, t[XS], t[CUM], t[HQ], t[HS],
+                                         NULL, &oo, &p->gu);
     if (st) goto done;
-    keep_max(&p->ops_bytes, w);
     qmoe_grouped_matmul_options go = QMOE_GROUPED_MATMUL_OPTIONS_INIT;
     go.threads = c->threads;
-    st = qmoe_grouped_matmul_workspace_size(t[HQ], L->t2, NULL, NULL, t[HS], t[CUM], 0, t[DOWN], &go, &w,
-                                            &p->down);
+    st = qmoe_op_create_grouped_matmul(t[HQ], L->t2, NULL, NULL, t[HS], t[CUM], 0, t[DOWN], &go,
+                                       &p->down);
     if (st) goto done;
-    keep_max(&p->ops_bytes, w);
-    st = qmoe_moe_finalize_routing_workspace_size(t[DOWN], t[RI], NULL, NULL, NULL, wts, NULL, 2, out, &mo,
-                                                  &w, &p->fin);
+    st = qmoe_op_create_moe_finalize_routing(t[DOWN], t[RI], NULL, NULL, NULL, wts, NULL, 2, t[OUT], &mo,
+                                             &p->fin);
     if (st) goto done;
-    keep_max(&p->ops_bytes, w);
+    p->ops_bytes = 0;
+    qmoe_op *ops[5] = {p->gate, p->route, p->gu, p->down, p->fin};
+    for (int i = 0; i < 5; i++) keep_max(&p->ops_bytes, qmoe_op_workspace_size(ops[i]));
 done:
-    for (int i = 0; i < 12; i++) qmoe_tensor_destroy(t[i]);
+    for (int i = 0; i < NT; i++) qmoe_tensor_destroy(t[i]);
     qmoe_tensor_destroy(tb);
     if (st) {
         plan_free(p);
@@ -512,43 +529,25 @@ static void span(const qmoe_tensor *t, uintptr_t *lo, uintptr_t *hi)
     *hi = (uintptr_t)qmoe_tensor_data(t) + (uintptr_t)b + (uintptr_t)item;
 }
 
-/* The kept plan serves a forward whose tensors differ from its own only in where their data
- * lies (same shapes, strides, dtypes and workspace): the element-wise operators' views of the
- * caller's tensors are pointed at the new data, no allocation (the matmuls read and write the
- * workspace and the weights only). False when a tensor is NULL-based or the output overlaps an
- * input or the workspace, or an input overlaps the workspace: that forward plans afresh, and the
- * operators' own checks decide as they would have. */
-static int repoint(qmoe_moe_layer *M, const plan_key *key, const qmoe_tensor *const io[4], void *workspace,
-                   uint64_t workspace_size)
+/* out may share memory with hidden: init routing reads hidden in full before finalize writes out
+ * (in place, as engines run a residual stream). out must not overlap the routing tensors or the
+ * workspace, and no input may overlap the workspace. */
+static qmoe_status check_apart(const qmoe_tensor *const io[4], const void *workspace, uint64_t size)
 {
-    plan_key a = M->key, b = *key;
-    for (int i = 0; i < 4; i++) {
-        if ((a.t[i].data == NULL) != (b.t[i].data == NULL)) return 0;
-        a.t[i].data = b.t[i].data = NULL;
-    }
-    if (memcmp(&a, &b, sizeof a)) return 0;
-    uintptr_t lo[5], hi[5];
-    for (int i = 0; i < 4; i++) {
-        lo[i] = hi[i] = 0;
-        if (!io[i]) continue;
-        if (!qmoe_tensor_data(io[i])) return 0;
-        span(io[i], &lo[i], &hi[i]);
-    }
-    lo[4] = (uintptr_t)workspace, hi[4] = lo[4] + (uintptr_t)workspace_size;
-    for (int i = 0; i < 5; i++) /* out (3) against everything; the inputs against the workspace */
-        for (int j = i + 1; j < 5; j++)
-            if ((i == 3 || j == 3 || j == 4) && lo[i] < hi[j] && lo[j] < hi[i]) return 0;
-    const qmoe_tensor *hidden = io[0], *route = io[1], *wts = io[2], *out = io[3];
-    layer_plan *p = &M->plan;
-    p->route->u.routing.x.data = qmoe_tensor_data(hidden);
-    p->fin->u.finalize.out.data = qmoe_tensor_data(out);
-    if (!wts) p->gate->u.gating.x.data = qmoe_tensor_data(route); /* router logits */
-    else if (!moe_layer_n_shared(&M->cfg)) { /* the caller's routing, read in place */
-        p->route->u.routing.idx.data = qmoe_tensor_data(route);
-        p->fin->u.finalize.scales.data = qmoe_tensor_data(wts);
-    }
-    M->key = *key;
-    return 1;
+    const char *names[4] = {"hidden", io[2] ? "topk_ids" : "router_logits", "topk_weights", "out"};
+    uintptr_t lo[5] = {0}, hi[5] = {0};
+    for (int i = 0; i < 4; i++)
+        if (io[i]) span(io[i], &lo[i], &hi[i]);
+    lo[4] = (uintptr_t)workspace, hi[4] = lo[4] + (uintptr_t)size;
+    for (int i = 0; i < 4; i++)
+        for (int j = i + 1; j < 5; j++) {
+            if (!(j == 3 || j == 4) || (i == 0 && j == 3) || !io[i] || (j < 4 && !io[j])) continue;
+            if (lo[i] < hi[j] && lo[j] < hi[i])
+                return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_OVERLAP, j == 3 ? "out" : names[i],
+                                     OP ": %s shares memory with %s", j == 3 ? "out" : names[i],
+                                     j == 3 ? names[i] : "the workspace");
+        }
+    return QMOE_OK;
 }
 
 static double now_s(clockid_t clock)
@@ -580,25 +579,25 @@ static qmoe_status run(const qmoe_moe_layer *L, const qmoe_tensor *hidden, const
         return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_WORKSPACE, "workspaceSize",
                              OP ": workspaceSize = %llu; the intermediates alone need %llu",
                              (unsigned long long)workspace_size, (unsigned long long)off[B_OPS]);
+    const qmoe_tensor *kt[4] = {hidden, logits ? logits : ids, wts, out};
+    qmoe_status st = check_apart(kt, workspace, workspace_size);
+    if (st) return st;
     layer_plan p = {0};
     plan_key key;
-    const qmoe_tensor *kt[4] = {hidden, logits ? logits : ids, wts, out};
     memset(&key, 0, sizeof key);
     for (int i = 0; i < 4; i++)
         if (kt[i]) {
-            key.t[i].data = qmoe_tensor_data(kt[i]), key.t[i].dtype = qmoe_tensor_dtype(kt[i]);
+            key.t[i].dtype = qmoe_tensor_dtype(kt[i]);
             key.t[i].d0 = qmoe_tensor_dim(kt[i], 0), key.t[i].d1 = qmoe_tensor_dim(kt[i], 1);
             key.t[i].s0 = qmoe_tensor_stride(kt[i], 0), key.t[i].s1 = qmoe_tensor_stride(kt[i], 1);
         }
-    key.workspace = workspace;
+    key.routed = logits == NULL;
     qmoe_moe_layer *M = (qmoe_moe_layer *)L; /* the cache is not part of the layer's value */
     int mine = !pthread_mutex_trylock(&M->lock), hit = mine && M->cached && !memcmp(&M->key, &key, sizeof key);
-    if (mine && M->cached && !hit) hit = repoint(M, &key, kt, workspace, workspace_size);
-    qmoe_status st = QMOE_OK;
     if (hit) {
         p = M->plan;
     } else {
-        st = plan_layer(L, hidden, logits, ids, wts, out, (uintptr_t)workspace, &p);
+        st = plan_layer(L, hidden, logits, ids, wts, out, &p);
         if (st) {
             if (mine) pthread_mutex_unlock(&M->lock);
             return st;
@@ -624,26 +623,36 @@ static qmoe_status run(const qmoe_moe_layer *L, const qmoe_tensor *hidden, const
             phase[MOE_LAYER_PHASES + 1 + i] = now_s(CLOCK_PROCESS_CPUTIME_ID);                     \
         }                                                                                          \
     } while (0)
+    /* This forward's data: the caller's tensors and the intermediates in the workspace. */
+    uintptr_t w = (uintptr_t)workspace;
+#define AT(b) ((void *)(w + (uintptr_t)off[b]))
+    int own = logits || moe_layer_n_shared(&L->cfg);
+    void *hid = qmoe_tensor_data(hidden), *o = qmoe_tensor_data(out);
+    void *rid = own ? AT(B_IDS) : qmoe_tensor_data(ids), *rw = own ? AT(B_Y) : qmoe_tensor_data(wts);
+    void *gate_args[5] = {qmoe_tensor_data(logits), NULL, AT(B_Y), AT(B_IDS), NULL};
+    if (plain_softmax(&L->cfg)) gate_args[4] = AT(B_ROWIDX);
+    else gate_args[1] = L->bias;
+    void *route_args[8] = {hid, rid, NULL, NULL, AT(B_XQ), AT(B_RI), AT(B_CUM), AT(B_XS)};
+    void *gu_args[10] = {AT(B_XQ), NULL, NULL, NULL, NULL, AT(B_XS), AT(B_CUM), AT(B_HQ), AT(B_HS), NULL};
+    void *down_args[7] = {AT(B_HQ), NULL, NULL, NULL, AT(B_HS), AT(B_CUM), AT(B_DOWN)};
+    void *fin_args[8] = {AT(B_DOWN), AT(B_RI), NULL, NULL, NULL, rw, NULL, o};
+#undef AT
     PHASE(0);
-    if (p.gate) {
-        st = logits && L->cfg.gating == QMOE_MOE_GATING_SOFTMAX && !L->cfg.renormalize
-                 ? qmoe_moe_gating_top_k_softmax(ow, os, p.gate, stream)
-                 : qmoe_moe_gating_top_k(ow, os, p.gate, stream);
-    }
+    if (p.gate) st = qmoe_op_execute(p.gate, gate_args, 5, ow, os, stream);
     PHASE(1);
-    if (!st) st = qmoe_moe_init_routing(ow, os, p.route, stream);
+    if (!st) st = qmoe_op_execute(p.route, route_args, 8, ow, os, stream);
     PHASE(2);
-    if (!st) st = qmoe_gmm_swiglu_quant(ow, os, p.gu, stream);
+    if (!st) st = qmoe_op_execute(p.gu, gu_args, 10, ow, os, stream);
     PHASE(3);
-    if (!st) st = qmoe_grouped_matmul(ow, os, p.down, stream);
+    if (!st) st = qmoe_op_execute(p.down, down_args, 7, ow, os, stream);
     PHASE(4);
-    if (!st) st = qmoe_moe_finalize_routing(ow, os, p.fin, stream);
+    if (!st) st = qmoe_op_execute(p.fin, fin_args, 8, ow, os, stream);
     PHASE(5);
 #undef PHASE
     if (mine && !hit) { /* keep the new plan in place of the old one */
         if (M->cached) plan_free(&M->plan);
         M->plan = p, M->cached = 1;
-        memcpy(&M->key, &key, sizeof key);
+        M->key = key;
     } else if (!hit) {
         plan_free(&p);
     }
@@ -720,22 +729,14 @@ qmoe_status qmoe_moe_layer_workspace_size(const qmoe_moe_layer *L, int64_t token
         qmoe_clear_error();
         return QMOE_OK;
     }
-    /* Phase one reads no tensor data: plan at made-up, disjoint addresses to learn the
-     * operators' workspace sizes (they depend on shapes only). */
-    int64_t hb, lb;
-    if (!qmoe_mul_i64(tokens, L->cfg.hidden_size * 4, &hb) || !qmoe_mul_i64(tokens, L->cfg.num_experts * 4, &lb) ||
-        off[B_OPS] > (UINTPTR_MAX >> 3) || (uint64_t)hb > (UINTPTR_MAX >> 3) - off[B_OPS] ||
-        (uint64_t)lb > (UINTPTR_MAX >> 3) - off[B_OPS] - 2 * (uint64_t)hb)
-        return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_LIMIT, "tokens", OP ": %lld tokens overflow", (long long)tokens);
-    uintptr_t ws = 4096, hid = ws + (uintptr_t)off[B_OPS] + 64, lg = hid + (uintptr_t)hb + 64,
-              ou = lg + (uintptr_t)lb + 64;
+    /* Phase one reads shapes only: plan with descriptors to learn the operators' workspace. */
     int64_t hs[2] = {tokens, L->cfg.hidden_size}, ls[2] = {tokens, L->cfg.num_experts};
     qmoe_tensor *th = NULL, *tl = NULL, *to = NULL;
-    qmoe_status st = moe_layer_tensor_at(hid, 0, dtype, 2, hs, &th);
-    if (!st) st = moe_layer_tensor_at(lg, 0, QMOE_DTYPE_FLOAT32, 2, ls, &tl);
-    if (!st) st = moe_layer_tensor_at(ou, 0, dtype, 2, hs, &to);
+    qmoe_status st = desc_at(dtype, 2, hs, &th);
+    if (!st) st = desc_at(QMOE_DTYPE_FLOAT32, 2, ls, &tl);
+    if (!st) st = desc_at(dtype, 2, hs, &to);
     layer_plan p = {0};
-    if (!st) st = plan_layer(L, th, tl, NULL, NULL, to, ws, &p);
+    if (!st) st = plan_layer(L, th, tl, NULL, NULL, to, &p);
     qmoe_tensor_destroy(th), qmoe_tensor_destroy(tl), qmoe_tensor_destroy(to);
     if (st) return st;
     plan_free(&p);

@@ -10,23 +10,24 @@
 #include "qmoe/grouped_matmul.h"
 #include "qmoe/moe_layer.h"
 #include "qmoe/moe_ops.h"
+#include "qmoe/op.h"
 #include "qmoe/weights.h"
 
 #define MOE_LAYER_OP "MoeLayer"
 
-/* What a plan was made for: the forward's tensors (data, dtype, shape, strides) and workspace. */
+/* What a plan was made for: the shapes, strides and dtypes of the forward's tensors (hidden,
+ * logits or ids, weights, out) and which forward; never their data or the workspace. */
 typedef struct plan_key {
     struct {
-        const void *data;
         int64_t dtype, d0, d1, s0, s1;
     } t[4];
-    const void *workspace;
+    int64_t routed;
 } plan_key;
 
+/* The five operators of a forward, planned once for a plan_key (qmoe/op.h), each run with the
+ * forward's data. */
 typedef struct layer_plan {
-    qmoe_moe_executor *gate, *route, *fin;
-    qmoe_executor *gu;
-    qmoe_grouped_matmul_executor *down;
+    qmoe_op *gate, *route, *gu, *down, *fin;
     uint64_t ops_bytes; /* the largest operator workspace */
 } layer_plan;
 
@@ -35,8 +36,8 @@ struct qmoe_moe_layer {
     qmoe_weights *w13, *w2;
     qmoe_tensor *t13, *t2; /* views of the prepacked objects */
     float *bias;           /* [E] selection bias (sigmoid gating), or NULL */
-    /* The last forward's plan: a forward with the same tensors and workspace (an engine's
-     * steady state) reuses it and allocates nothing. Taken with trylock: a forward that finds it
+    /* The last forward's plan: a forward with the same shapes (an engine's steady state, any
+     * data and workspace) reuses it and allocates nothing. Taken with trylock: a forward that finds it
      * busy (another thread's) plans on its own. */
     pthread_mutex_t lock;
     int cached;
