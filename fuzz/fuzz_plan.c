@@ -99,7 +99,7 @@ static void check_plan(const qmoe_executor *ex, uint64_t size)
     const qmoe_gmm_params *p = &ex->plan;
     fz_require(qmoe_executor_kernel(ex) != QMOE_KERNEL_AUTO, "plan without a concrete kernel");
     fz_require(size == p->workspace_bytes, "workspace size differs from the plan's");
-    /* K = 0 and N = 0 are accepted (README, Reliability: zero sizes give the all-zero result) */
+    /* K = 0 and N = 0 are accepted (docs/testing.md: zero sizes give the all-zero result) */
     fz_require(p->M >= 0 && p->K >= 0 && p->N >= 0 && p->N == 2 * p->N2, "plan with bad M, K or N");
     fz_require(p->E_groups >= 0 && p->E_groups <= p->E, "plan with E' > E");
     fz_require(p->G > 0 && p->K % p->G == 0 && p->group_k * p->G == p->K, "plan with bad G");

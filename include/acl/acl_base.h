@@ -6,7 +6,7 @@
  *   - aclDataType:            hicann/runtime docs/api_docs/aclDataType.md
  *   - aclFormat:              hicann/runtime docs/api_docs/aclFormat.md
  *   - aclGetRecentErrMsg:     hicann/runtime docs/api_docs/aclGetRecentErrMsg.md
- * Only what qmoe implements is declared here (README: "Running vendor-API programs on a CPU").
+ * Only what qmoe implements is declared here (docs/vendor-api.md).
  */
 #ifndef QMOE_ACL_ACL_BASE_H
 #define QMOE_ACL_ACL_BASE_H

@@ -2,7 +2,7 @@
  * qmoe's source-compatible aclnnGroupedMatmulSwigluQuantWeightNZ: the fused MoE step (grouped
  * int8 x int8/int4 matmul per expert, dequantization, SwiGLU, per-token int8 quantization) with
  * the weight in FRACTAL_NZ. Written for qmoe from the vendor's page
- * (shared/seeds/003_3a525e8233a31528.txt); the contract is shared/spec/grouped-matmul-swiglu-quant.md.
+ * (shared/seeds/003_3a525e8233a31528.txt); the contract is docs/ops/grouped-matmul-swiglu-quant.md.
  *
  * Phase one validates every argument that needs no tensor data and returns the workspace size and
  * an executor; its codes are ACLNN_ERR_PARAM_NULLPTR (a required tensor is NULL: x, weight,

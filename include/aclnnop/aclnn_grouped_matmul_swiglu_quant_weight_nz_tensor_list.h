@@ -2,8 +2,8 @@
  * qmoe's source-compatible aclnnGroupedMatmulSwigluQuantWeightNzTensorList: the fused MoE step
  * with every expert's weight and weight scale its own tensor (an aclTensorList each), as
  * inference engines call it. Written for qmoe from the published interface; the operator is
- * shared/spec/grouped-matmul-swiglu-quant.md (A8W8) plus the swiglu_limit clamp
- * (docs/ops/gmm-swiglu-quant-weight-list.md), over the native qmoe/gmm_list.h.
+ * docs/ops/grouped-matmul-swiglu-quant.md (A8W8) plus the swiglu_limit clamp
+ * (docs/ops/grouped-matmul-swiglu-quant-weight-list.md), over the native qmoe/gmm_list.h.
  *
  * Phase one: x int8 [M, K]; weight a list of E int8 tensors, each FRACTAL_NZ with view
  * [N/32, K/16, 16, 32] (or ND [K, N]), all of one layout; bias and offset must be NULL (the list

@@ -1,5 +1,5 @@
 /*
- * qmoe's source-compatible aclnnMoeFinalizeRoutingV2 (dropless: dropPadMode 0 or 2) (contract: docs/ops/moe_finalize_routing_v2.md). Parameter list from the vendor's
+ * qmoe's source-compatible aclnnMoeFinalizeRoutingV2 (dropless: dropPadMode 0 or 2) (contract: docs/ops/moe-finalize-routing-v2.md). Parameter list from the vendor's
  * aclnn page; codes 161001/161002 as there, messages through aclGetRecentErrMsg(). Executors
  * are one-shot; the default stream (NULL) runs synchronously.
  */

@@ -1,5 +1,5 @@
 /*
- * qmoe's source-compatible aclnnMoeGatingTopKSoftmax (finishedOptional must be NULL here: see the contract) (contract: docs/ops/moe_gating_top_k_softmax.md). Parameter list from the vendor's
+ * qmoe's source-compatible aclnnMoeGatingTopKSoftmax (finishedOptional must be NULL here: see the contract) (contract: docs/ops/moe-gating-top-k-softmax.md). Parameter list from the vendor's
  * aclnn page; codes 161001/161002 as there, messages through aclGetRecentErrMsg(). Executors
  * are one-shot; the default stream (NULL) runs synchronously.
  */

@@ -4,8 +4,8 @@
  * reloaded one by one. The vendor's name is GroupedMatmulSwigluQuantWeightNzTensorList; qmoe
  * reads each expert where it lies (a table of per-expert base pointers, no copy of weights).
  *
- * The operator is GroupedMatmulSwigluQuant (shared/spec/grouped-matmul-swiglu-quant.md) with
- * one addition, the `swiglu_limit` clamp (docs/ops/gmm-swiglu-quant-weight-list.md): when
+ * The operator is GroupedMatmulSwigluQuant (docs/ops/grouped-matmul-swiglu-quant.md) with
+ * one addition, the `swiglu_limit` clamp (docs/ops/grouped-matmul-swiglu-quant-weight-list.md): when
  * swiglu_limit > 1e-8, C[m, j] (activated half, j < N/2) is clamped to at most swiglu_limit and
  * C[m, j + N/2] (linear half) to [-swiglu_limit, swiglu_limit] before SwiGLU; a NaN stays NaN.
  */

@@ -72,7 +72,7 @@ QMOE_API qmoe_status qmoe_moe_gating_top_k_softmax(void *workspace, uint64_t wor
                                                    qmoe_moe_executor *executor,
                                                    qmoe_stream *stream);
 
-/* The attributes of MoeGatingTopK (vendor names and defaults in docs/ops/moe_gating_top_k.md). */
+/* The attributes of MoeGatingTopK (vendor names and defaults in docs/ops/moe-gating-top-k.md). */
 typedef struct qmoe_moe_gating_attrs {
     int64_t k;                    /* experts per token, 1..32 and <= E / group_count * k_group */
     int64_t k_group;              /* groups kept, 1..group_count */

@@ -3,7 +3,7 @@
  *
  * Public C API: tensors over caller-owned memory, status codes with the vendor's numbers, the
  * two-phase operator (plan once, execute many), and the layout helpers needed to prepare weights.
- * The operator contract is shared/spec/grouped-matmul-swiglu-quant.md; this header documents
+ * The operator contract is docs/ops/grouped-matmul-swiglu-quant.md; this header documents
  * where qmoe's native API extends it.
  */
 #ifndef QMOE_QMOE_H

@@ -76,7 +76,7 @@ QMOE_API qmoe_status qmoe_stream_create(qmoe_device *device, qmoe_stream **strea
 
 /* A stream on a group of `count` (1..QMOE_MAX_DEVICES, distinct) devices: an operator planned for
  * D devices (options.devices) runs on the first D of them, split by output rows in chunks of
- * whole 128-byte lines (README: "Devices, streams and multi-device runs"); the devices meet at
+ * whole 128-byte lines (docs/runtime.md, "Multi-device runs"); the devices meet at
  * fences before and after each operator. Executing a plan for more devices than the stream has
  * is QMOE_ERR_PARAM_INVALID. */
 QMOE_API qmoe_status qmoe_stream_create_group(qmoe_device *const *devices, int count,

@@ -1,4 +1,4 @@
-/* Phase one of MoeFinalizeRoutingV2, dropless (docs/ops/moe_finalize_routing_v2.md). */
+/* Phase one of MoeFinalizeRoutingV2, dropless (docs/ops/moe-finalize-routing-v2.md). */
 #include <string.h>
 
 #include "core/checked.h"

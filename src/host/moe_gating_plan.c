@@ -1,5 +1,5 @@
-/* Phase one of MoeGatingTopKSoftmax and MoeGatingTopK (docs/ops/moe_gating_top_k_softmax.md,
- * docs/ops/moe_gating_top_k.md). */
+/* Phase one of MoeGatingTopKSoftmax and MoeGatingTopK (docs/ops/moe-gating-top-k-softmax.md,
+ * docs/ops/moe-gating-top-k.md). */
 #include <math.h>
 #include <string.h>
 

@@ -1,4 +1,4 @@
-/* Phase one of DynamicQuant (docs/ops/dynamic_quant.md). */
+/* Phase one of DynamicQuant (docs/ops/dynamic-quant.md). */
 #include <string.h>
 
 #include "core/checked.h"

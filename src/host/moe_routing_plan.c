@@ -1,5 +1,5 @@
 /* Phase one of MoeInitRoutingV2 with V3's dynamic quant and expert range
- * (docs/ops/moe_init_routing_v2.md). */
+ * (docs/ops/moe-init-routing-v2.md). */
 #include <string.h>
 
 #include "core/checked.h"

@@ -1,4 +1,4 @@
-# The README's pkg-config line for libqmoe_mpi, from an install into a scratch prefix:
+# docs/expert-parallel.md's pkg-config line for libqmoe_mpi, from an install into a scratch prefix:
 #   mpicc consumer_mpi.c $(pkg-config --cflags --libs qmoe-mpi) -o consumer
 # builds and runs; then the prefix is moved and it is done again (the .pc files find their prefix
 # from their own location). Arguments: BUILD_DIR PREFIX SOURCE MPICC.
