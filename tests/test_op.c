@@ -1,0 +1,327 @@
+/*
+ * The operator model (qmoe/op.h): a plan made from tensor descriptors only, executed many times
+ * with new data; each run must equal the two-phase call on the same data with the reference
+ * kernel (or a formula), on the default device, on a stream and from two threads at once; the
+ * run's argument checks refuse and write nothing.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qmoe/op.h"
+#include "qmoe/runtime.h"
+#include "support/testlib.h"
+
+enum { M = 40, K = 64, N = 64, N2 = N / 2, E = 3, RUNS = 3 };
+
+/* One run's data of the fused operator. */
+typedef struct gmm_data {
+    int8_t x[M * K];
+    int8_t w[E * K * N];
+    float ws[E * N], xs[M];
+    int64_t gl[E];
+    int8_t out[M * N2];
+    float oscale[M];
+} gmm_data;
+
+static void fill(gmm_data *d, uint64_t seed)
+{
+    qt_rng r = {seed};
+    for (int i = 0; i < M * K; i++) d->x[i] = (int8_t)qt_range(&r, -127, 127);
+    for (int i = 0; i < E * K * N; i++) d->w[i] = (int8_t)qt_range(&r, -127, 127);
+    for (int i = 0; i < E * N; i++) d->ws[i] = qt_uniform(&r, 0.001f, 0.01f);
+    for (int i = 0; i < M; i++) d->xs[i] = qt_uniform(&r, 0.01f, 0.1f);
+    int64_t a = qt_range(&r, 0, M / 2), b = qt_range(&r, a, M);
+    d->gl[0] = a, d->gl[1] = b, d->gl[2] = M; /* cumulative ends */
+    memset(d->out, 0x5A, sizeof d->out);
+    memset(d->oscale, 0x5A, sizeof d->oscale);
+}
+
+static void *const *gmm_args(gmm_data *d, void *a[10])
+{
+    void *v[10] = {d->x, d->w, NULL, NULL, d->ws, d->xs, d->gl, d->out, d->oscale, NULL};
+    memcpy(a, v, sizeof v);
+    return a;
+}
+
+/* The tensors of the fused operator over d (d NULL: descriptors). */
+static void gmm_tensors(gmm_data *d, qmoe_tensor *t[7])
+{
+    const int64_t sx[2] = {M, K}, sw[3] = {E, K, N}, sws[2] = {E, N}, sxs[1] = {M}, sgl[1] = {E},
+                  so[2] = {M, N2}, sos[1] = {M};
+    const struct { const int64_t *sh; int nd; qmoe_dtype dt; void *data; } spec[7] = {
+        {sx, 2, QMOE_DTYPE_INT8, d ? d->x : NULL},        {sw, 3, QMOE_DTYPE_INT8, d ? d->w : NULL},
+        {sws, 2, QMOE_DTYPE_FLOAT32, d ? d->ws : NULL},   {sxs, 1, QMOE_DTYPE_FLOAT32, d ? d->xs : NULL},
+        {sgl, 1, QMOE_DTYPE_INT64, d ? d->gl : NULL},     {so, 2, QMOE_DTYPE_INT8, d ? d->out : NULL},
+        {sos, 1, QMOE_DTYPE_FLOAT32, d ? d->oscale : NULL}};
+    for (int i = 0; i < 7; i++) {
+        qmoe_status st = d ? qmoe_tensor_create(spec[i].sh, spec[i].nd, NULL, spec[i].dt,
+                                                QMOE_FORMAT_ND, spec[i].data, &t[i])
+                           : qmoe_tensor_desc_create(spec[i].sh, spec[i].nd, NULL, spec[i].dt,
+                                                     QMOE_FORMAT_ND, &t[i]);
+        CHECK(st == QMOE_OK);
+    }
+}
+
+static void destroy_all(qmoe_tensor **t, int n)
+{
+    for (int i = 0; i < n; i++) qmoe_tensor_destroy(t[i]);
+}
+
+/* The expected outputs: the two-phase call with the reference kernel on the same data. */
+static void expected(gmm_data *d, int8_t *out, float *oscale)
+{
+    qmoe_tensor *t[7];
+    gmm_tensors(d, t);
+    qmoe_op_options o = QMOE_OP_OPTIONS_INIT;
+    o.kernel = QMOE_KERNEL_REFERENCE;
+    o.threads = 1;
+    qmoe_executor *ex = NULL;
+    uint64_t wsb = 0;
+    CHECK(qmoe_gmm_swiglu_quant_workspace_size(t[0], t[1], NULL, NULL, t[2], t[3], t[4], t[5], t[6],
+                                               NULL, &o, &wsb, &ex) == QMOE_OK);
+    void *ws = wsb ? aligned_alloc(64, (wsb + 63) / 64 * 64) : NULL;
+    CHECK(qmoe_gmm_swiglu_quant(ws, wsb, ex, NULL) == QMOE_OK);
+    memcpy(out, d->out, sizeof d->out);
+    memcpy(oscale, d->oscale, sizeof d->oscale);
+    memset(d->out, 0x5A, sizeof d->out);
+    memset(d->oscale, 0x5A, sizeof d->oscale);
+    free(ws);
+    qmoe_executor_destroy(ex);
+    destroy_all(t, 7);
+}
+
+static qmoe_op *plan_gmm(int threads)
+{
+    qmoe_tensor *t[7];
+    gmm_tensors(NULL, t);
+    qmoe_op_options o = QMOE_OP_OPTIONS_INIT;
+    o.threads = threads;
+    qmoe_op *op = NULL;
+    CHECK(qmoe_op_create_gmm_swiglu_quant(t[0], t[1], NULL, NULL, t[2], t[3], t[4], t[5], t[6], NULL,
+                                          &o, &op) == QMOE_OK);
+    destroy_all(t, 7); /* the plan keeps shapes only */
+    return op;
+}
+
+static int same(const gmm_data *d, const int8_t *out, const float *oscale)
+{
+    return !memcmp(d->out, out, sizeof d->out) && !memcmp(d->oscale, oscale, sizeof d->oscale);
+}
+
+static void test_runs(void)
+{
+    qmoe_op *op = plan_gmm(3);
+    CHECK(op != NULL);
+    if (!op) return;
+    CHECK(qmoe_op_type_of(op) == QMOE_OP_GMM_SWIGLU_QUANT);
+    CHECK(!strcmp(qmoe_op_name(op), "GroupedMatmulSwigluQuant"));
+    CHECK(qmoe_op_arg_count(op) == 10);
+    CHECK(!strcmp(qmoe_op_arg_name(op, 6), "groupList"));
+    CHECK(qmoe_op_arg_name(op, 10) == NULL && qmoe_op_arg_name(op, -1) == NULL);
+    CHECK(qmoe_op_kernel(op) != QMOE_KERNEL_AUTO);
+    uint64_t wsb = qmoe_op_workspace_size(op);
+    void *ws = wsb ? aligned_alloc(64, (wsb + 63) / 64 * 64) : NULL;
+    qmoe_stream *s = NULL;
+    CHECK(qmoe_stream_create(qmoe_default_device(), &s) == QMOE_OK);
+    /* every run has its own data at its own addresses; the plan never changes */
+    for (int run = 0; run < RUNS; run++) {
+        gmm_data *d = malloc(sizeof *d);
+        fill(d, 100 + (uint64_t)run);
+        int8_t eo[M * N2];
+        float es[M];
+        expected(d, eo, es);
+        void *a[10];
+        CHECK(qmoe_op_execute(op, gmm_args(d, a), 10, ws, wsb, NULL) == QMOE_OK);
+        CHECK_MSG(same(d, eo, es), "run %d on the default device", run);
+        memset(d->out, 0, sizeof d->out);
+        CHECK(qmoe_op_execute(op, gmm_args(d, a), 10, ws, wsb, s) == QMOE_OK);
+        CHECK(qmoe_stream_synchronize(s) == QMOE_OK);
+        CHECK_MSG(same(d, eo, es), "run %d on a stream", run);
+        free(d);
+    }
+    qmoe_stream_destroy(s);
+    free(ws);
+    qmoe_op_destroy(op);
+}
+
+/* ---------------------------------------------------------------- two threads, one op -------- */
+
+typedef struct worker {
+    const qmoe_op *op;
+    uint64_t seed;
+    int bad;
+} worker;
+
+static void *work(void *arg)
+{
+    worker *w = arg;
+    uint64_t wsb = qmoe_op_workspace_size(w->op);
+    void *ws = wsb ? aligned_alloc(64, (wsb + 63) / 64 * 64) : NULL;
+    gmm_data *d = malloc(sizeof *d);
+    for (int i = 0; i < 8; i++) {
+        fill(d, w->seed + (uint64_t)i);
+        int8_t eo[M * N2];
+        float es[M];
+        expected(d, eo, es);
+        void *a[10];
+        if (qmoe_op_execute(w->op, gmm_args(d, a), 10, ws, wsb, NULL) != QMOE_OK || !same(d, eo, es))
+            w->bad++;
+    }
+    free(d);
+    free(ws);
+    return NULL;
+}
+
+static void test_threads(void)
+{
+    qmoe_op *op = plan_gmm(2);
+    if (!op) return;
+    worker w[2] = {{op, 1000, 0}, {op, 2000, 0}};
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) CHECK(pthread_create(&th[i], NULL, work, &w[i]) == 0);
+    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    CHECK(w[0].bad == 0 && w[1].bad == 0);
+    qmoe_op_destroy(op);
+}
+
+/* ---------------------------------------------------------------- refusals -------------------- */
+
+static int untouched(const gmm_data *d)
+{
+    for (size_t i = 0; i < sizeof d->out; i++)
+        if ((uint8_t)d->out[i] != 0x5A) return 0;
+    const uint8_t *s = (const uint8_t *)d->oscale;
+    for (size_t i = 0; i < sizeof d->oscale; i++)
+        if (s[i] != 0x5A) return 0;
+    return 1;
+}
+
+static void expect_refused(const qmoe_op *op, void *const *a, int n, void *ws, uint64_t wsb,
+                           qmoe_status st, qmoe_error_rule rule, const char *arg, const gmm_data *d)
+{
+    CHECK(qmoe_op_execute(op, a, n, ws, wsb, NULL) == st);
+    const qmoe_error_info *e = qmoe_last_error_info();
+    CHECK_MSG(e->rule == rule && !strcmp(e->arg, arg), "rule %d arg '%s' (%s)", (int)e->rule, e->arg,
+              e->message);
+    CHECK(untouched(d));
+}
+
+static void test_refusals(void)
+{
+    qmoe_op *op = plan_gmm(1);
+    if (!op) return;
+    uint64_t wsb = qmoe_op_workspace_size(op);
+    char *ws = aligned_alloc(64, (wsb + 127) / 64 * 64 + 64);
+    gmm_data *d = malloc(sizeof *d);
+    fill(d, 7);
+    void *a[10];
+    gmm_args(d, a);
+    expect_refused(op, a, 9, ws, wsb, QMOE_ERR_PARAM_INVALID, QMOE_RULE_VALUE, "args", d);
+    expect_refused(op, NULL, 10, ws, wsb, QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "args", d);
+    a[3] = d->x; /* offset was absent at planning */
+    expect_refused(op, a, 10, ws, wsb, QMOE_ERR_PARAM_INVALID, QMOE_RULE_RESERVED, "offset", d);
+    gmm_args(d, a);
+    a[5] = NULL; /* xScale is required */
+    expect_refused(op, a, 10, ws, wsb, QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "xScale", d);
+    gmm_args(d, a);
+    a[8] = d->xs; /* outputScale over xScale: in place */
+    expect_refused(op, a, 10, ws, wsb, QMOE_ERR_PARAM_INVALID, QMOE_RULE_OVERLAP, "outputScale", d);
+    gmm_args(d, a);
+    a[7] = (int8_t *)d->x + 8; /* output over x */
+    expect_refused(op, a, 10, ws, wsb, QMOE_ERR_PARAM_INVALID, QMOE_RULE_OVERLAP, "output", d);
+    gmm_args(d, a);
+    if (wsb) {
+        expect_refused(op, a, 10, ws, wsb - 1, QMOE_ERR_PARAM_INVALID, QMOE_RULE_WORKSPACE,
+                       "workspaceSize", d);
+        expect_refused(op, a, 10, NULL, wsb, QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "workspace", d);
+        expect_refused(op, a, 10, ws + 4, wsb, QMOE_ERR_PARAM_INVALID, QMOE_RULE_WORKSPACE,
+                       "workspace", d);
+        a[8] = (void *)(ws + 8); /* outputScale inside the workspace */
+        expect_refused(op, a, 10, ws, wsb + 64, QMOE_ERR_PARAM_INVALID, QMOE_RULE_OVERLAP,
+                       "outputScale", d);
+        gmm_args(d, a);
+    }
+    /* a bad groupList is refused when the operator runs, outputs untouched */
+    d->gl[1] = M + 1;
+    expect_refused(op, a, 10, ws, wsb, QMOE_ERR_PARAM_INVALID, QMOE_RULE_VALUE, "groupList", d);
+    CHECK(qmoe_op_execute(NULL, a, 10, ws, wsb, NULL) == QMOE_ERR_PARAM_NULLPTR);
+    /* descriptors have no data: the two-phase call, which binds at phase one, refuses them */
+    qmoe_tensor *t[7];
+    gmm_tensors(NULL, t);
+    qmoe_executor *ex = NULL;
+    uint64_t n = 0;
+    CHECK(qmoe_gmm_swiglu_quant_workspace_size(t[0], t[1], NULL, NULL, t[2], t[3], t[4], t[5], t[6],
+                                               NULL, NULL, &n, &ex) == QMOE_ERR_PARAM_NULLPTR);
+    CHECK(ex == NULL && !strcmp(qmoe_last_error_info()->arg, "x"));
+    qmoe_op *none = NULL;
+    CHECK(qmoe_op_create_gmm_swiglu_quant(t[0], t[1], NULL, NULL, t[2], t[3], t[4], t[5], t[6], NULL,
+                                          NULL, NULL) == QMOE_ERR_PARAM_NULLPTR);
+    CHECK(qmoe_op_create_gmm_swiglu_quant(t[0], t[1], NULL, NULL, t[2], t[3], t[4], t[0], t[6], NULL,
+                                          NULL, &none) == QMOE_ERR_PARAM_INVALID && none == NULL);
+    destroy_all(t, 7);
+    CHECK(qmoe_op_workspace_size(NULL) == 0 && qmoe_op_arg_count(NULL) == -1 &&
+          qmoe_op_kernel(NULL) == QMOE_KERNEL_AUTO && !strcmp(qmoe_op_name(NULL), ""));
+    qmoe_op_destroy(NULL);
+    free(d);
+    free(ws);
+    qmoe_op_destroy(op);
+}
+
+/* ---------------------------------------------------------------- an element-wise op ---------- */
+
+/* round half to even, written here: the operator's rule stated independently */
+static int8_t q_even(double v)
+{
+    double r = nearbyint(v);
+    if (r > 127) r = 127;
+    if (r < -127) r = -127;
+    return (int8_t)r;
+}
+
+static void test_dynamic_quant(void)
+{
+    enum { R = 5, H = 48 };
+    int64_t sx[2] = {R, H}, ss[1] = {R};
+    qmoe_tensor *tx, *ty, *ts;
+    CHECK(qmoe_tensor_desc_create(sx, 2, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, &tx) == QMOE_OK);
+    CHECK(qmoe_tensor_desc_create(sx, 2, NULL, QMOE_DTYPE_INT8, QMOE_FORMAT_ND, &ty) == QMOE_OK);
+    CHECK(qmoe_tensor_desc_create(ss, 1, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, &ts) == QMOE_OK);
+    qmoe_op *op = NULL;
+    CHECK(qmoe_op_create_dynamic_quant(tx, NULL, ty, ts, NULL, &op) == QMOE_OK);
+    qmoe_tensor_destroy(tx), qmoe_tensor_destroy(ty), qmoe_tensor_destroy(ts);
+    if (!op) return;
+    CHECK(qmoe_op_type_of(op) == QMOE_OP_DYNAMIC_QUANT && qmoe_op_arg_count(op) == 4);
+    uint64_t wsb = qmoe_op_workspace_size(op);
+    void *ws = wsb ? aligned_alloc(64, (wsb + 63) / 64 * 64) : NULL;
+    for (int run = 0; run < RUNS; run++) {
+        float *x = malloc(sizeof(float) * R * H), *scale = malloc(sizeof(float) * R);
+        int8_t *y = malloc(R * H);
+        qt_rng r = {50 + (uint64_t)run};
+        for (int i = 0; i < R * H; i++) x[i] = qt_uniform(&r, -3.0f, 3.0f) * (float)(run + 1);
+        void *a[4] = {x, NULL, y, scale};
+        CHECK(qmoe_op_execute(op, a, 4, ws, wsb, NULL) == QMOE_OK);
+        for (int i = 0; i < R; i++) {
+            float amax = 0;
+            for (int j = 0; j < H; j++) amax = fmaxf(amax, fabsf(x[i * H + j]));
+            float sc = amax / 127.0f;
+            CHECK(scale[i] == sc);
+            for (int j = 0; j < H; j++) CHECK(y[i * H + j] == q_even((double)(x[i * H + j] / sc)));
+        }
+        a[1] = x; /* smoothScales was absent at planning */
+        CHECK(qmoe_op_execute(op, a, 4, ws, wsb, NULL) == QMOE_ERR_PARAM_INVALID);
+        free(x), free(y), free(scale);
+    }
+    free(ws);
+    qmoe_op_destroy(op);
+}
+
+int main(void)
+{
+    test_runs();
+    test_threads();
+    test_refusals();
+    test_dynamic_quant();
+    return qt_finish("op");
+}
