@@ -203,6 +203,7 @@ void qmoe_moe_layer_destroy(qmoe_moe_layer *L)
 {
     if (!L) return;
     if (L->cached) plan_free(&L->plan);
+    if (L->experts_cached) moe_experts_plan_free(&L->experts);
     pthread_mutex_destroy(&L->lock);
     qmoe_tensor_destroy(L->t13);
     qmoe_tensor_destroy(L->t2);

@@ -31,6 +31,18 @@ typedef struct layer_plan {
     uint64_t ops_bytes; /* the largest operator workspace */
 } layer_plan;
 
+/* The experts of a shard (qmoe_moe_layer_experts): gate/up and down for R rows. */
+typedef struct experts_key {
+    int64_t rows, y_dtype, x_s0, y_s0, xs_s0, gl_s0;
+} experts_key;
+
+typedef struct experts_plan {
+    qmoe_op *gu, *down;
+    uint64_t hs_off, ops_off, need; /* the workspace: int8 [R, I], float32 [R], the ops' scratch */
+} experts_plan;
+
+void moe_experts_plan_free(experts_plan *p);
+
 struct qmoe_moe_layer {
     qmoe_moe_layer_config cfg;
     qmoe_weights *w13, *w2;
@@ -43,6 +55,9 @@ struct qmoe_moe_layer {
     int cached;
     plan_key key;
     layer_plan plan;
+    int experts_cached; /* the same for the experts of a shard (expert parallelism) */
+    experts_key experts_key;
+    experts_plan experts;
     /* A shard (qmoe_moe_layer_create_shard*): the routed experts it holds, ascending; their
      * weights are experts 0 .. nheld - 1 of w13 / w2 (then the shared expert's chunks). */
     int64_t nheld;

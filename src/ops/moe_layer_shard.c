@@ -225,34 +225,56 @@ static int experts_layout(const qmoe_moe_layer_config *c, int64_t R, uint64_t *h
     return 1;
 }
 
-/* Plans gate/up and down for rows x grouped by group_list into y, intermediates at ws. */
+/* A descriptor with t's shape, strides and dtype. */
+static qmoe_status desc_like(const qmoe_tensor *t, qmoe_tensor **d)
+{
+    int n = qmoe_tensor_ndim(t);
+    int64_t sh[2] = {0, 0}, st[2] = {0, 0};
+    for (int i = 0; i < n && i < 2; i++) sh[i] = qmoe_tensor_dim(t, i), st[i] = qmoe_tensor_stride(t, i);
+    return qmoe_tensor_desc_create(sh, n, st, qmoe_tensor_dtype(t), QMOE_FORMAT_ND, d);
+}
+
+/* Plans gate/up and down once for the shapes of rows x grouped by group_list into y, the
+ * intermediates in the workspace (bound per run). */
 static qmoe_status plan_experts(const qmoe_moe_layer *L, const qmoe_tensor *x, const qmoe_tensor *xs,
-                                const qmoe_tensor *gl, const qmoe_tensor *y, uintptr_t ws, qmoe_executor **gu,
-                                qmoe_grouped_matmul_executor **down, uint64_t *ops_off, uint64_t *need)
+                                const qmoe_tensor *gl, const qmoe_tensor *y, experts_plan *p)
 {
     const qmoe_moe_layer_config *c = &L->cfg;
     int64_t R = qmoe_tensor_dim(x, 0), hq[2] = {R, c->intermediate_size};
-    uint64_t hs_off, w1 = 0, w2 = 0;
-    if (!experts_layout(c, R, &hs_off, ops_off))
+    memset(p, 0, sizeof *p);
+    if (!experts_layout(c, R, &p->hs_off, &p->ops_off))
         return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_LIMIT, "x", OP ": %lld rows overflow", (long long)R);
-    qmoe_tensor *th = NULL, *ts = NULL;
-    qmoe_status st = moe_layer_tensor_at(ws, 0, QMOE_DTYPE_INT8, 2, hq, &th);
-    if (!st) st = moe_layer_tensor_at(ws, hs_off, QMOE_DTYPE_FLOAT32, 1, &R, &ts);
+    enum { X, XS, GL, Y, HQ, HS, NT };
+    qmoe_tensor *t[NT] = {0};
+    qmoe_status st = desc_like(x, &t[X]);
+    if (!st) st = desc_like(xs, &t[XS]);
+    if (!st) st = desc_like(gl, &t[GL]);
+    if (!st) st = desc_like(y, &t[Y]);
+    if (!st) st = qmoe_tensor_desc_create(hq, 2, NULL, QMOE_DTYPE_INT8, QMOE_FORMAT_ND, &t[HQ]);
+    if (!st) st = qmoe_tensor_desc_create(&R, 1, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, &t[HS]);
     qmoe_op_options oo = QMOE_OP_OPTIONS_INIT;
     oo.threads = c->threads;
     if (!st)
-        st = qmoe_gmm_swiglu_quant_workspace_size(x, L->t13, NULL, NULL, NULL, xs, gl, th, ts, NULL, &oo, &w1, gu);
+        st = qmoe_op_create_gmm_swiglu_quant(t[X], L->t13, NULL, NULL, NULL, t[XS], t[GL], t[HQ], t[HS], NULL,
+                                             &oo, &p->gu);
     qmoe_grouped_matmul_options go = QMOE_GROUPED_MATMUL_OPTIONS_INIT;
     go.threads = c->threads;
-    if (!st) st = qmoe_grouped_matmul_workspace_size(th, L->t2, NULL, NULL, ts, gl, 0, y, &go, &w2, down);
-    qmoe_tensor_destroy(th), qmoe_tensor_destroy(ts);
+    if (!st) st = qmoe_op_create_grouped_matmul(t[HQ], L->t2, NULL, NULL, t[HS], t[GL], 0, t[Y], &go, &p->down);
+    for (int i = 0; i < NT; i++) qmoe_tensor_destroy(t[i]);
     if (st) {
-        qmoe_executor_destroy(*gu), qmoe_grouped_matmul_executor_destroy(*down);
-        *gu = NULL, *down = NULL;
+        moe_experts_plan_free(p);
         return st;
     }
-    *need = *ops_off + (w1 > w2 ? w1 : w2);
+    uint64_t w1 = qmoe_op_workspace_size(p->gu), w2 = qmoe_op_workspace_size(p->down);
+    p->need = p->ops_off + (w1 > w2 ? w1 : w2);
     return QMOE_OK;
+}
+
+void moe_experts_plan_free(experts_plan *p)
+{
+    qmoe_op_destroy(p->gu);
+    qmoe_op_destroy(p->down);
+    p->gu = p->down = NULL;
 }
 
 static qmoe_status check_experts(const qmoe_moe_layer *L, const qmoe_tensor *x, const qmoe_tensor *xs,
@@ -291,27 +313,18 @@ qmoe_status qmoe_moe_layer_experts_workspace_size(const qmoe_moe_layer *L, int64
         qmoe_clear_error();
         return QMOE_OK;
     }
-    /* Plan at made-up, disjoint addresses (sizes depend on shapes only), as the forward's query. */
-    const qmoe_moe_layer_config *c = &L->cfg;
-    int64_t H = c->hidden_size, xb, yb, g = qmoe_moe_layer_held_experts(L) + moe_layer_n_shared(c);
-    uint64_t hs_off, ops_off;
-    if (!experts_layout(c, rows, &hs_off, &ops_off) || !qmoe_mul_i64(rows, H * 4, &yb) ||
-        ops_off > (UINTPTR_MAX >> 3) || (uint64_t)yb > (UINTPTR_MAX >> 3) - ops_off)
-        return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_LIMIT, "rows", OP ": %lld rows overflow", (long long)rows);
-    xb = yb / 4;
-    uintptr_t ws = 4096, xa = ws + (uintptr_t)ops_off + 64, sa = xa + (uintptr_t)xb + 64,
-              ga = sa + (uintptr_t)rows * 4 + 64, ya = ga + (uintptr_t)g * 8 + 64;
+    /* Plan with descriptors (sizes depend on shapes only), as the forward plans. */
+    int64_t H = L->cfg.hidden_size, g = qmoe_moe_layer_held_experts(L) + moe_layer_n_shared(&L->cfg);
     int64_t xs2[2] = {rows, H};
     qmoe_tensor *tx = NULL, *ts = NULL, *tg = NULL, *ty = NULL;
-    qmoe_status st = moe_layer_tensor_at(xa, 0, QMOE_DTYPE_INT8, 2, xs2, &tx);
-    if (!st) st = moe_layer_tensor_at(sa, 0, QMOE_DTYPE_FLOAT32, 1, &rows, &ts);
-    if (!st) st = moe_layer_tensor_at(ga, 0, QMOE_DTYPE_INT64, 1, &g, &tg);
-    if (!st) st = moe_layer_tensor_at(ya, 0, y_dtype, 2, xs2, &ty);
-    qmoe_executor *gu = NULL;
-    qmoe_grouped_matmul_executor *down = NULL;
-    uint64_t need = 0;
-    if (!st) st = plan_experts(L, tx, ts, tg, ty, ws, &gu, &down, &ops_off, &need);
-    qmoe_executor_destroy(gu), qmoe_grouped_matmul_executor_destroy(down);
+    qmoe_status st = qmoe_tensor_desc_create(xs2, 2, NULL, QMOE_DTYPE_INT8, QMOE_FORMAT_ND, &tx);
+    if (!st) st = qmoe_tensor_desc_create(&rows, 1, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, &ts);
+    if (!st) st = qmoe_tensor_desc_create(&g, 1, NULL, QMOE_DTYPE_INT64, QMOE_FORMAT_ND, &tg);
+    if (!st) st = qmoe_tensor_desc_create(xs2, 2, NULL, y_dtype, QMOE_FORMAT_ND, &ty);
+    experts_plan p = {0};
+    if (!st) st = plan_experts(L, tx, ts, tg, ty, &p);
+    uint64_t need = p.need;
+    moe_experts_plan_free(&p);
     qmoe_tensor_destroy(tx), qmoe_tensor_destroy(ts), qmoe_tensor_destroy(tg), qmoe_tensor_destroy(ty);
     if (st) return st;
     *workspace_size = need;
@@ -336,21 +349,40 @@ qmoe_status qmoe_moe_layer_experts(const qmoe_moe_layer *L, const qmoe_tensor *x
     if (!workspace || (uintptr_t)workspace % 64)
         return qmoe_fail_arg(workspace ? QMOE_ERR_PARAM_INVALID : QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_WORKSPACE,
                              "workspace", OP ": workspace %p is null or not 64-byte aligned", workspace);
-    qmoe_executor *gu = NULL;
-    qmoe_grouped_matmul_executor *down = NULL;
-    uint64_t ops_off = 0, need = 0;
-    st = plan_experts(L, x, x_scale, group_list, y, (uintptr_t)workspace, &gu, &down, &ops_off, &need);
-    if (st) return st;
-    if (workspace_size < need) {
+    /* the plan of the last call's shapes is kept (trylock: a busy one is another thread's) */
+    experts_key key = {qmoe_tensor_dim(x, 0), qmoe_tensor_dtype(y), qmoe_tensor_stride(x, 0),
+                       qmoe_tensor_stride(y, 0), qmoe_tensor_stride(x_scale, 0),
+                       qmoe_tensor_stride(group_list, 0)};
+    qmoe_moe_layer *M = (qmoe_moe_layer *)L;
+    int mine = !pthread_mutex_trylock(&M->lock);
+    int hit = mine && M->experts_cached && !memcmp(&M->experts_key, &key, sizeof key);
+    experts_plan p;
+    if (hit) {
+        p = M->experts;
+    } else if ((st = plan_experts(L, x, x_scale, group_list, y, &p))) {
+        if (mine) pthread_mutex_unlock(&M->lock);
+        return st;
+    }
+    if (workspace_size < p.need) {
         st = qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_WORKSPACE, "workspaceSize",
                            OP ": workspaceSize = %llu is less than the %llu bytes needed",
-                           (unsigned long long)workspace_size, (unsigned long long)need);
+                           (unsigned long long)workspace_size, (unsigned long long)p.need);
     } else {
-        void *ow = (char *)workspace + ops_off;
-        uint64_t os = workspace_size - ops_off;
-        st = qmoe_gmm_swiglu_quant(ow, os, gu, NULL);
-        if (!st) st = qmoe_grouped_matmul(ow, os, down, NULL);
+        char *w = workspace, *ow = w + p.ops_off;
+        uint64_t os = workspace_size - p.ops_off;
+        void *gu_args[10] = {qmoe_tensor_data(x), NULL, NULL, NULL, NULL, qmoe_tensor_data(x_scale),
+                             qmoe_tensor_data(group_list), w, w + p.hs_off, NULL};
+        void *down_args[7] = {w, NULL, NULL, NULL, w + p.hs_off, qmoe_tensor_data(group_list),
+                              qmoe_tensor_data(y)};
+        st = qmoe_op_execute(p.gu, gu_args, 10, ow, os, NULL);
+        if (!st) st = qmoe_op_execute(p.down, down_args, 7, ow, os, NULL);
     }
-    qmoe_executor_destroy(gu), qmoe_grouped_matmul_executor_destroy(down);
+    if (mine && !hit) {
+        if (M->experts_cached) moe_experts_plan_free(&M->experts);
+        M->experts = p, M->experts_key = key, M->experts_cached = 1;
+    } else if (!hit) {
+        moe_experts_plan_free(&p);
+    }
+    if (mine) pthread_mutex_unlock(&M->lock);
     return st;
 }
