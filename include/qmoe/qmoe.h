@@ -74,6 +74,16 @@ typedef struct qmoe_error_info {
 /* Never NULL; valid (and unchanged) until the calling thread's next qmoe call. */
 QMOE_API const qmoe_error_info *qmoe_last_error_info(void);
 
+/* The one error channel: every face (the vendor API, libqmoe_mpi, the ggml backend) records its
+ * errors here too, so qmoe_last_error() and qmoe_last_error_info() answer for any call. Records
+ * `status`, `rule`, `arg` (a string that outlives the thread's next call, e.g. a literal; NULL:
+ * "") and a copy of `message` (NULL: "") as the calling thread's last error; returns status. */
+QMOE_API qmoe_status qmoe_error_set(qmoe_status status, qmoe_error_rule rule, const char *arg,
+                                    const char *message);
+
+/* Clears the calling thread's last error, as a call that succeeds does. */
+QMOE_API void qmoe_error_clear(void);
+
 /* A fixed name for a rule, e.g. "QMOE_RULE_SHAPE". */
 QMOE_API const char *qmoe_error_rule_name(qmoe_error_rule rule);
 

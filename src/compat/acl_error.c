@@ -1,27 +1,35 @@
-/* The thread's pending error message: set by every failing call, fetched and cleared by
- * aclGetRecentErrMsg (the vendor's "get and clear"). */
+/* The vendor face's errors go to the library's one error channel (qmoe_error_set): status,
+ * rule, argument and message; aclGetRecentErrMsg fetches and clears it (the vendor's "get and
+ * clear"). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "compat/compat.h"
 
-static _Thread_local char pending[1024];
 static _Thread_local char fetched[1024];
 
 int compat_fail(int code, const char *fmt, ...)
 {
+    /* a native error passed on keeps its rule and argument */
+    const qmoe_error_info *native = qmoe_last_error_info();
+    qmoe_error_rule rule = native->status == (qmoe_status)code ? native->rule
+                           : code == ACLNN_ERR_PARAM_NULLPTR ? QMOE_RULE_NULL
+                                                             : QMOE_RULE_NONE;
+    const char *arg = native->status == (qmoe_status)code ? native->arg : "";
+    char msg[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(pending, sizeof pending, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    qmoe_error_set((qmoe_status)code, rule, arg, msg);
     return code;
 }
 
 const char *aclGetRecentErrMsg(void)
 {
-    /* A second buffer keeps the returned text valid while new failures overwrite `pending`. */
-    memcpy(fetched, pending, sizeof fetched);
-    pending[0] = '\0';
+    /* A second buffer keeps the returned text valid while new failures overwrite the channel. */
+    snprintf(fetched, sizeof fetched, "%s", qmoe_last_error());
+    qmoe_error_clear();
     return fetched;
 }

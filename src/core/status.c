@@ -5,7 +5,7 @@
 
 /* The calling thread's last error: the message and, for argument errors, which argument broke
  * which rule (qmoe_last_error_info). */
-static _Thread_local char last_error[512];
+static _Thread_local char last_error[1024];
 static _Thread_local qmoe_error_info last_info;
 
 static qmoe_status record(qmoe_status status, qmoe_error_rule rule, const char *arg,
@@ -45,6 +45,14 @@ void qmoe_clear_error(void)
     last_info.rule = QMOE_RULE_NONE;
     last_info.arg = "";
 }
+
+qmoe_status qmoe_error_set(qmoe_status status, qmoe_error_rule rule, const char *arg,
+                           const char *message)
+{
+    return qmoe_fail_arg(status, rule, arg, "%s", message ? message : "");
+}
+
+void qmoe_error_clear(void) { qmoe_clear_error(); }
 
 const char *qmoe_last_error(void) { return last_error; }
 

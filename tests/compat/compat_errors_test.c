@@ -14,6 +14,7 @@
 #include "acl/acl.h"
 #include "aclnnop/aclnn_grouped_matmul_swiglu_quant.h"
 #include "aclnnop/aclnn_grouped_matmul_swiglu_quant_weight_nz.h"
+#include "qmoe/qmoe.h"
 #include "support/testlib.h"
 
 /* A failure with `code` whose message contains `word`; the message is then cleared. */
@@ -285,6 +286,25 @@ static void test_phase_one(void)
                      aclCreateTensor(wbad3, 3, ACL_INT8, NULL, 0, ACL_FORMAT_FRACTAL_NZ, sh_w8, 5, arena),
                      ACLNN_ERR_PARAM_INVALID, "does not match");
     EXPECT_PLAN_FAIL(0, w, mk(wbad5, 5, ACL_INT8, ACL_FORMAT_FRACTAL_NZ), ACLNN_ERR_PARAM_INVALID, "weight");
+
+    /* One error channel: the vendor call's failure is also qmoe's structured last error. */
+    {
+        args a = valid(0);
+        aclDestroyTensor(a.x);
+        a.x = mk(r3, 3, ACL_INT8, ACL_FORMAT_ND);
+        aclOpExecutor *ex = NULL;
+        uint64_t size;
+        CHECK(phase_one(&a, &size, &ex) == ACLNN_ERR_PARAM_INVALID);
+        const qmoe_error_info *e = qmoe_last_error_info();
+        CHECK_MSG(e->status == (qmoe_status)ACLNN_ERR_PARAM_INVALID && e->rule == QMOE_RULE_RANK &&
+                      !strcmp(e->arg, "x") && !strcmp(e->message, qmoe_last_error()) &&
+                      strstr(e->message, "aclnnGroupedMatmulSwigluQuant") != NULL,
+                  "status %d rule %d arg '%s' message '%s'", (int)e->status, (int)e->rule, e->arg,
+                  e->message);
+        CHECK(strstr(aclGetRecentErrMsg(), "rank") != NULL);
+        CHECK(qmoe_last_error()[0] == '\0' && qmoe_last_error_info()->status == QMOE_OK);
+        destroy(&a);
+    }
 
     /* Shapes and limits of the spec's table. */
     static const int64_t g3[] = {E + 1}, out_bad[] = {M, N}, os_bad[] = {M + 1}, ws_g3[] = {E, 3, N},
