@@ -317,8 +317,47 @@ static void test_dynamic_quant(void)
     qmoe_op_destroy(op);
 }
 
+/* A plan split over two devices assumed outputs on 128-byte lines: a run must give them so. */
+static void test_devices(void)
+{
+    qmoe_tensor *t[7];
+    gmm_tensors(NULL, t);
+    qmoe_op_options o = QMOE_OP_OPTIONS_INIT;
+    o.devices = 2;
+    o.threads = 1;
+    qmoe_op *op = NULL;
+    CHECK(qmoe_op_create_gmm_swiglu_quant(t[0], t[1], NULL, NULL, t[2], t[3], t[4], t[5], t[6], NULL,
+                                          &o, &op) == QMOE_OK);
+    destroy_all(t, 7);
+    if (!op) return;
+    gmm_data *d = malloc(sizeof *d);
+    fill(d, 77);
+    int8_t eo[M * N2];
+    float es[M];
+    expected(d, eo, es);
+    int8_t *out = aligned_alloc(128, 128 + sizeof d->out);
+    float *os = aligned_alloc(128, 128 + sizeof d->oscale);
+    uint64_t wsb = qmoe_op_workspace_size(op);
+    void *ws = wsb ? aligned_alloc(64, (wsb + 63) / 64 * 64) : NULL;
+    void *a[10];
+    gmm_args(d, a);
+    a[7] = out, a[8] = os;
+    CHECK(qmoe_op_execute(op, a, 10, ws, wsb, NULL) == QMOE_OK);
+    CHECK(!memcmp(out, eo, sizeof eo) && !memcmp(os, es, sizeof es));
+    memset(out + 64, 0x5A, sizeof d->out);
+    a[7] = out + 64; /* off the lines the split was cut at */
+    CHECK(qmoe_op_execute(op, a, 10, ws, wsb, NULL) == QMOE_ERR_PARAM_INVALID);
+    CHECK(!strcmp(qmoe_last_error_info()->arg, "output"));
+    int ok = 1;
+    for (size_t i = 0; i < sizeof d->out; i++) ok &= (uint8_t)out[64 + i] == 0x5A;
+    CHECK(ok);
+    free(out), free(os), free(ws), free(d);
+    qmoe_op_destroy(op);
+}
+
 int main(void)
 {
+    test_devices();
     test_runs();
     test_threads();
     test_refusals();

@@ -18,6 +18,8 @@ qmoe_status qmoe_gmm_plan(const qmoe_tensor *x, const qmoe_tensor *weight,
 /* The op of a filled plan (devices, kernel, workspace and scratch from it), nargs entries. */
 qmoe_status qmoe_gmm_op_new(const op_desc *desc, const qmoe_gmm_params *plan, int nargs,
                             qmoe_op **out);
+/* Marks arguments out and out_scale of a multi-device plan as needing 128-byte lines. */
+void qmoe_gmm_align_outputs(qmoe_op *op, const qmoe_gmm_params *plan, int out, int out_scale);
 /* The descriptors' data check: the groupList rules (ops/gmm_groups.c). */
 qmoe_status qmoe_gmm_check(const void *plan, void *workspace);
 /* A two-phase executor over op bound to tensors (the create function's order); takes op. */

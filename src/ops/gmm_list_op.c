@@ -215,6 +215,7 @@ qmoe_status qmoe_op_create_gmm_swiglu_quant_weight_list(
     op_arg_set(h, i + 1, "groupList", group_list, OP_IN);
     op_arg_set(h, i + 2, "output", output, OP_OUT);
     op_arg_set(h, i + 3, "outputScale", output_scale, OP_OUT);
+    qmoe_gmm_align_outputs(h, &plan, i + 2, i + 3);
     *op = h;
     qmoe_clear_error();
     return QMOE_OK;

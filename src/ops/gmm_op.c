@@ -53,6 +53,15 @@ qmoe_status qmoe_gmm_op_new(const op_desc *desc, const qmoe_gmm_params *plan, in
     return QMOE_OK;
 }
 
+void qmoe_gmm_align_outputs(qmoe_op *op, const qmoe_gmm_params *plan, int out, int out_scale)
+{
+    /* the devices' row chunks were cut at 128-byte lines of the outputs, from descriptors or
+     * from aligned data: each run's outputs must be aligned as well (a misaligned output made
+     * at planning gives rows_per_chunk 0: device 0 does everything, nothing to require) */
+    if (plan->devices > 1 && plan->rows_per_chunk > 0)
+        op->args[out].align = op->args[out_scale].align = 128;
+}
+
 qmoe_status qmoe_op_create_gmm_swiglu_quant(
     const qmoe_tensor *x, const qmoe_tensor *weight, const qmoe_tensor *bias,
     const qmoe_tensor *offset, const qmoe_tensor *weight_scale, const qmoe_tensor *x_scale,
@@ -75,6 +84,7 @@ qmoe_status qmoe_op_create_gmm_swiglu_quant(
     op_arg_set(o, A_OUT, "output", output, OP_OUT);
     op_arg_set(o, A_OSCALE, "outputScale", output_scale, OP_OUT);
     op_arg_set(o, A_OOFFSET, "outputOffset", NULL, OP_OUT);
+    qmoe_gmm_align_outputs(o, &plan, A_OUT, A_OSCALE);
     if (plan.pp) { /* folded into the prepacked weights: their data is not read again */
         if (weight_scale) op_arg_planned(o, A_WSCALE, weight_scale->data);
         if (bias) op_arg_planned(o, A_BIAS, bias->data);

@@ -112,6 +112,11 @@ qmoe_status op_check_args(const qmoe_op *op, void *const *args, int nargs,
         if ((a->role == OP_IN || a->role == OP_OUT) && !a->empty && !args[i])
             return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, a->name,
                                  "%s: %s data is a null pointer", name, a->name);
+        if (a->align && (uintptr_t)args[i] % a->align)
+            return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_VALUE, a->name,
+                                 "%s: %s at %p: the plan splits its rows over devices in whole "
+                                 "%llu-byte lines, so its data must be aligned to them", name,
+                                 a->name, args[i], (unsigned long long)a->align);
     }
     /* No output shares memory with another argument, another output or the workspace: it would
      * be read after it was written (no in-place execution). */

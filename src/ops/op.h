@@ -27,6 +27,7 @@ typedef struct op_arg {
     int32_t role;     /* op_role */
     int32_t empty;    /* no elements: the entry may be NULL */
     uint64_t bytes;   /* first to last byte it addresses from its data pointer (0: empty) */
+    uint64_t align;   /* the plan's split assumed data aligned to this (0: none) */
     const void *planned; /* OP_PLANNED: the pointer given at planning */
 } op_arg;
 
