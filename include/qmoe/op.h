@@ -24,7 +24,10 @@
  *   - a prepacked weight view (qmoe/weights.h) is part of the plan: its entry, and those of the
  *     weight_scale and bias it folded in, must be NULL or the pointers given at planning.
  * The weight-list operator's arguments are x, weights[0..E), weight_scales[0..E), x_scale,
- * group_list, output, output_scale (E = num_experts).
+ * group_list, output, output_scale (E = num_experts; each list entry is named "weights" or
+ * "weightScales").
+ * A fused-operator plan for D > 1 devices (options.devices) cuts its rows at whole 128-byte lines
+ * of output and outputScale: a run's output and outputScale must then be 128-byte aligned.
  * A failed call writes nothing and says why in qmoe_last_error() / qmoe_last_error_info().
  */
 #ifndef QMOE_OP_H
