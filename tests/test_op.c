@@ -99,7 +99,7 @@ static qmoe_op *plan_gmm(int threads)
     qmoe_op_options o = QMOE_OP_OPTIONS_INIT;
     o.threads = threads;
     qmoe_op *op = NULL;
-    CHECK(qmoe_op_create_gmm_swiglu_quant(t[0], t[1], NULL, NULL, t[2], t[3], t[4], t[5], t[6], NULL,
+    CHECK(qmoe_op_create_grouped_matmul_swiglu_quant(t[0], t[1], NULL, NULL, t[2], t[3], t[4], t[5], t[6], NULL,
                                           &o, &op) == QMOE_OK);
     destroy_all(t, 7); /* the plan keeps shapes only */
     return op;
@@ -115,7 +115,7 @@ static void test_runs(void)
     qmoe_op *op = plan_gmm(3);
     CHECK(op != NULL);
     if (!op) return;
-    CHECK(qmoe_op_type_of(op) == QMOE_OP_GMM_SWIGLU_QUANT);
+    CHECK(qmoe_op_type_of(op) == QMOE_OP_GROUPED_MATMUL_SWIGLU_QUANT);
     CHECK(!strcmp(qmoe_op_name(op), "GroupedMatmulSwigluQuant"));
     CHECK(qmoe_op_arg_count(op) == 10);
     CHECK(!strcmp(qmoe_op_arg_name(op, 6), "groupList"));
@@ -256,9 +256,9 @@ static void test_refusals(void)
                                                NULL, NULL, &n, &ex) == QMOE_ERR_PARAM_NULLPTR);
     CHECK(ex == NULL && !strcmp(qmoe_last_error_info()->arg, "x"));
     qmoe_op *none = NULL;
-    CHECK(qmoe_op_create_gmm_swiglu_quant(t[0], t[1], NULL, NULL, t[2], t[3], t[4], t[5], t[6], NULL,
+    CHECK(qmoe_op_create_grouped_matmul_swiglu_quant(t[0], t[1], NULL, NULL, t[2], t[3], t[4], t[5], t[6], NULL,
                                           NULL, NULL) == QMOE_ERR_PARAM_NULLPTR);
-    CHECK(qmoe_op_create_gmm_swiglu_quant(t[0], t[1], NULL, NULL, t[2], t[3], t[4], t[0], t[6], NULL,
+    CHECK(qmoe_op_create_grouped_matmul_swiglu_quant(t[0], t[1], NULL, NULL, t[2], t[3], t[4], t[0], t[6], NULL,
                                           NULL, &none) == QMOE_ERR_PARAM_INVALID && none == NULL);
     destroy_all(t, 7);
     CHECK(qmoe_op_workspace_size(NULL) == 0 && qmoe_op_arg_count(NULL) == -1 &&
@@ -326,7 +326,7 @@ static void test_devices(void)
     o.devices = 2;
     o.threads = 1;
     qmoe_op *op = NULL;
-    CHECK(qmoe_op_create_gmm_swiglu_quant(t[0], t[1], NULL, NULL, t[2], t[3], t[4], t[5], t[6], NULL,
+    CHECK(qmoe_op_create_grouped_matmul_swiglu_quant(t[0], t[1], NULL, NULL, t[2], t[3], t[4], t[5], t[6], NULL,
                                           &o, &op) == QMOE_OK);
     destroy_all(t, 7);
     if (!op) return;

@@ -48,8 +48,8 @@ typedef struct qmoe_op qmoe_op;
 
 /* The operator a plan is for (qmoe_op_type_of). Values are stable; new ones are appended. */
 typedef enum qmoe_op_type {
-    QMOE_OP_GMM_SWIGLU_QUANT = 1,             /* GroupedMatmulSwigluQuant (qmoe.h) */
-    QMOE_OP_GMM_SWIGLU_QUANT_WEIGHT_LIST = 2, /* its per-expert weight lists (qmoe/gmm_list.h) */
+    QMOE_OP_GROUPED_MATMUL_SWIGLU_QUANT = 1,             /* GroupedMatmulSwigluQuant (qmoe.h) */
+    QMOE_OP_GROUPED_MATMUL_SWIGLU_QUANT_WEIGHT_LIST = 2, /* its per-expert weight lists (qmoe/gmm_list.h) */
     QMOE_OP_GROUPED_MATMUL = 3,               /* GroupedMatmul (qmoe/grouped_matmul.h) */
     QMOE_OP_DYNAMIC_QUANT = 4,                /* the operators of qmoe/moe_ops.h */
     QMOE_OP_MOE_GATING_TOP_K_SOFTMAX = 5,
@@ -72,13 +72,13 @@ QMOE_API qmoe_status qmoe_tensor_desc_create(const int64_t *shape, int ndim,
  * the checks that need data; on error *op is left as it was and nothing is allocated. The tensor
  * objects may be destroyed after the call. */
 
-QMOE_API qmoe_status qmoe_op_create_gmm_swiglu_quant(
+QMOE_API qmoe_status qmoe_op_create_grouped_matmul_swiglu_quant(
     const qmoe_tensor *x, const qmoe_tensor *weight, const qmoe_tensor *bias,
     const qmoe_tensor *offset, const qmoe_tensor *weight_scale, const qmoe_tensor *x_scale,
     const qmoe_tensor *group_list, const qmoe_tensor *output, const qmoe_tensor *output_scale,
     const qmoe_tensor *output_offset, const qmoe_op_options *options, qmoe_op **op);
 
-QMOE_API qmoe_status qmoe_op_create_gmm_swiglu_quant_weight_list(
+QMOE_API qmoe_status qmoe_op_create_grouped_matmul_swiglu_quant_weight_list(
     const qmoe_tensor *x, const qmoe_tensor *const *weights,
     const qmoe_tensor *const *weight_scales, int64_t num_experts, const qmoe_tensor *x_scale,
     const qmoe_tensor *group_list, float swiglu_limit, const qmoe_tensor *output,

@@ -114,11 +114,11 @@ static void list_bind(void *plan, const qmoe_op *op, void *const *args, void *wo
     if (args[i + 3]) p->out_scale = args[i + 3];
 }
 
-static const op_desc list_desc = {QMOE_OP_GMM_SWIGLU_QUANT_WEIGHT_LIST,
+static const op_desc list_desc = {QMOE_OP_GROUPED_MATMUL_SWIGLU_QUANT_WEIGHT_LIST,
                                   "GroupedMatmulSwigluQuantWeightNzTensorList", list_bind,
                                   qmoe_gmm_check, qmoe_gmm_device_run};
 
-qmoe_status qmoe_op_create_gmm_swiglu_quant_weight_list(
+qmoe_status qmoe_op_create_grouped_matmul_swiglu_quant_weight_list(
     const qmoe_tensor *x, const qmoe_tensor *const *weights,
     const qmoe_tensor *const *weight_scales, int64_t num_experts, const qmoe_tensor *x_scale,
     const qmoe_tensor *group_list, float swiglu_limit, const qmoe_tensor *output,
@@ -235,7 +235,7 @@ qmoe_status qmoe_gmm_swiglu_quant_weight_list_workspace_size(
         return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "executor",
                              "executor is a null pointer");
     qmoe_op *op;
-    qmoe_status st = qmoe_op_create_gmm_swiglu_quant_weight_list(
+    qmoe_status st = qmoe_op_create_grouped_matmul_swiglu_quant_weight_list(
         x, weights, weight_scales, num_experts, x_scale, group_list, swiglu_limit, output,
         output_scale, options, &op);
     if (st) return st;

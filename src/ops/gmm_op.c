@@ -38,7 +38,7 @@ qmoe_status qmoe_gmm_check(const void *plan, void *workspace)
     return qmoe_gmm_check_groups(plan);
 }
 
-static const op_desc gmm_desc = {QMOE_OP_GMM_SWIGLU_QUANT, "GroupedMatmulSwigluQuant", gmm_bind,
+static const op_desc gmm_desc = {QMOE_OP_GROUPED_MATMUL_SWIGLU_QUANT, "GroupedMatmulSwigluQuant", gmm_bind,
                                  qmoe_gmm_check, qmoe_gmm_device_run};
 
 qmoe_status qmoe_gmm_op_new(const op_desc *desc, const qmoe_gmm_params *plan, int nargs,
@@ -62,7 +62,7 @@ void qmoe_gmm_align_outputs(qmoe_op *op, const qmoe_gmm_params *plan, int out, i
         op->args[out].align = op->args[out_scale].align = 128;
 }
 
-qmoe_status qmoe_op_create_gmm_swiglu_quant(
+qmoe_status qmoe_op_create_grouped_matmul_swiglu_quant(
     const qmoe_tensor *x, const qmoe_tensor *weight, const qmoe_tensor *bias,
     const qmoe_tensor *offset, const qmoe_tensor *weight_scale, const qmoe_tensor *x_scale,
     const qmoe_tensor *group_list, const qmoe_tensor *output, const qmoe_tensor *output_scale,
@@ -117,7 +117,7 @@ qmoe_status qmoe_gmm_swiglu_quant_workspace_size(
         return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "executor",
                              "executor is a null pointer");
     qmoe_op *op;
-    qmoe_status st = qmoe_op_create_gmm_swiglu_quant(x, weight, bias, offset, weight_scale,
+    qmoe_status st = qmoe_op_create_grouped_matmul_swiglu_quant(x, weight, bias, offset, weight_scale,
                                                      x_scale, group_list, output, output_scale,
                                                      output_offset, options, &op);
     if (st) return st;

@@ -422,7 +422,7 @@ static qmoe_status plan_layer(const qmoe_moe_layer *L, const qmoe_tensor *hidden
     if (st) goto done;
     qmoe_op_options oo = QMOE_OP_OPTIONS_INIT;
     oo.threads = c->threads;
-    st = qmoe_op_create_gmm_swiglu_quant(t[XQ], L->t13, NULL, NULL, NULL, t[XS], t[CUM], t[HQ], t[HS],
+    st = qmoe_op_create_grouped_matmul_swiglu_quant(t[XQ], L->t13, NULL, NULL, NULL, t[XS], t[CUM], t[HQ], t[HS],
                                          NULL, &oo, &p->gu);
     if (st) goto done;
     qmoe_grouped_matmul_options go = QMOE_GROUPED_MATMUL_OPTIONS_INIT;

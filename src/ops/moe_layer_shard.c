@@ -255,7 +255,7 @@ static qmoe_status plan_experts(const qmoe_moe_layer *L, const qmoe_tensor *x, c
     qmoe_op_options oo = QMOE_OP_OPTIONS_INIT;
     oo.threads = c->threads;
     if (!st)
-        st = qmoe_op_create_gmm_swiglu_quant(t[X], L->t13, NULL, NULL, NULL, t[XS], t[GL], t[HQ], t[HS], NULL,
+        st = qmoe_op_create_grouped_matmul_swiglu_quant(t[X], L->t13, NULL, NULL, NULL, t[XS], t[GL], t[HQ], t[HS], NULL,
                                              &oo, &p->gu);
     qmoe_grouped_matmul_options go = QMOE_GROUPED_MATMUL_OPTIONS_INIT;
     go.threads = c->threads;
