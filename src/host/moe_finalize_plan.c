@@ -4,7 +4,6 @@
 #include "core/checked.h"
 #include "core/status.h"
 #include "core/tensor.h"
-#include "kernels/cpu_features.h"
 #include "ops/moe_exec.h"
 
 #define OP "MoeFinalizeRoutingV2"
@@ -102,7 +101,7 @@ qmoe_status qmoe_op_create_moe_finalize_routing(
     p->A = A;
     p->E = E;
     p->mode = drop_pad_mode;
-    p->avx512 = qmoe_cpu_features_get().avx512;
+    qmoe_rows_sum_pick(&p->rows_sum, &p->bf16_store);
     return moe_finish_plan(&ex, op_out);
 }
 

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "core/halfconv.h"
+#include "kernels/rows_sum.h"
 #include "ops/op.h"
 #include "qmoe/moe_ops.h"
 
@@ -66,7 +67,8 @@ typedef struct moe_finalize_plan {
     moe_view ex, row_idx, x1, x2, bias, scales, idx, out;
     int64_t N, K, H, A, E;
     int64_t mode;
-    int avx512; /* this CPU sums float32 / bf16 rows 16 lanes at a time (same bits) */
+    qmoe_rows_sum_fn rows_sum;     /* this CPU's weighted row sum and bf16 store (same bits) */
+    qmoe_bf16_store_fn bf16_store;
 } moe_finalize_plan;
 
 typedef struct moe_swiglu_plan {

@@ -37,57 +37,9 @@ qmoe_status moe_finalize_check_data(const moe_finalize_plan *p)
     return QMOE_OK;
 }
 
-#if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__)) && \
-    (!defined(QMOE_HAVE_AVX512_VNNI) || QMOE_HAVE_AVX512_VNNI)
-#include <immintrin.h>
-
-#include "kernels/x86_parts.h" /* qmoe_f32_to_bf16_avx512: bf16 rounding on 16 lanes */
-#define MOE_FINALIZE_AVX512 1
-
-/* acc[h] += w[j] * rows[j][h] for j = 0..n-1 in order, rows float32 or bf16 (widened exactly):
- * each element sees the scalar loop's multiplies and adds (no FMA), so the bits are the same;
- * 64 columns stay in registers across the rows instead of a load and store of acc per row. */
-__attribute__((target("avx512f"))) static void acc_rows_avx512(float *acc, int64_t H, const char *const *rows,
-                                                               const float *w, int n, int bf16)
-{
-    int64_t h = 0;
-    for (; h + 64 <= H; h += 64) {
-        __m512 a0 = _mm512_loadu_ps(acc + h), a1 = _mm512_loadu_ps(acc + h + 16),
-               a2 = _mm512_loadu_ps(acc + h + 32), a3 = _mm512_loadu_ps(acc + h + 48);
-        for (int j = 0; j < n; j++) {
-            __m512 wj = _mm512_set1_ps(w[j]), r0, r1, r2, r3;
-            if (bf16) {
-                const __m256i *s = (const __m256i *)(const void *)(rows[j] + (size_t)h * 2);
-#define WIDEN(v) _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(v)), 16))
-                r0 = WIDEN(s), r1 = WIDEN(s + 1), r2 = WIDEN(s + 2), r3 = WIDEN(s + 3);
-#undef WIDEN
-            } else {
-                const float *s = (const float *)(const void *)rows[j] + h;
-                r0 = _mm512_loadu_ps(s), r1 = _mm512_loadu_ps(s + 16), r2 = _mm512_loadu_ps(s + 32),
-                r3 = _mm512_loadu_ps(s + 48);
-            }
-            a0 = _mm512_add_ps(a0, _mm512_mul_ps(wj, r0));
-            a1 = _mm512_add_ps(a1, _mm512_mul_ps(wj, r1));
-            a2 = _mm512_add_ps(a2, _mm512_mul_ps(wj, r2));
-            a3 = _mm512_add_ps(a3, _mm512_mul_ps(wj, r3));
-        }
-        _mm512_storeu_ps(acc + h, a0), _mm512_storeu_ps(acc + h + 16, a1);
-        _mm512_storeu_ps(acc + h + 32, a2), _mm512_storeu_ps(acc + h + 48, a3);
-    }
-    for (; h < H; h++) {
-        float a = acc[h];
-        for (int j = 0; j < n; j++) {
-            float r;
-            if (bf16) r = qmoe_bits_to_f32((uint32_t)((const uint16_t *)(const void *)rows[j])[h] << 16);
-            else r = ((const float *)(const void *)rows[j])[h];
-            a += w[j] * r;
-        }
-        acc[h] = a;
-    }
-}
-
-/* The common case (no bias, contiguous float32 or bf16 rows) in chunks of up to 32 rows. */
-static void token_avx512(const moe_finalize_plan *p, int64_t i, float *acc)
+/* The common case (no bias, contiguous float32 or bf16 rows) in chunks of up to 32 rows, summed by
+ * the plan's row sum (kernels/rows_sum.h: the same bits on every CPU). */
+static void token_rows(const moe_finalize_plan *p, int64_t i, float *acc)
 {
     enum { CHUNK = 32 };
     const char *rows[CHUNK];
@@ -99,11 +51,10 @@ static void token_avx512(const moe_finalize_plan *p, int64_t i, float *acc)
         if (r < 0) continue; /* routed to no local expert */
         w[n] = p->scales.data ? moe_load(&p->scales, i * p->scales.st[0] + j * p->scales.st[1]) : 1.0f;
         rows[n++] = p->ex.data + (size_t)(r * p->ex.st[0]) * item;
-        if (n == CHUNK) acc_rows_avx512(acc, p->H, rows, w, n, bf16), n = 0;
+        if (n == CHUNK) p->rows_sum(acc, p->H, rows, w, n, bf16), n = 0;
     }
-    if (n) acc_rows_avx512(acc, p->H, rows, w, n, bf16);
+    if (n) p->rows_sum(acc, p->H, rows, w, n, bf16);
 }
-#endif
 
 void moe_finalize_rows(const moe_finalize_plan *p, int64_t r0, int64_t r1, float *acc)
 {
@@ -116,29 +67,20 @@ void moe_finalize_rows(const moe_finalize_plan *p, int64_t r0, int64_t r1, float
             moe_load_row(&p->x2, i * p->x2.st[0], p->x2.st[1], H, row);
             for (int64_t h = 0; h < H; h++) acc[h] += row[h];
         }
-#ifdef MOE_FINALIZE_AVX512
-        if (p->avx512 && !p->bias.data && p->ex.st[1] == 1 &&
+        if (!p->bias.data && p->ex.st[1] == 1 &&
             (p->ex.dtype == QMOE_DTYPE_BFLOAT16 || p->ex.dtype == QMOE_DTYPE_FLOAT32)) {
-            token_avx512(p, i, acc);
+            token_rows(p, i, acc);
             if (p->out.dtype == QMOE_DTYPE_BFLOAT16 && p->out.st[1] == 1)
-                qmoe_f32_to_bf16_avx512((uint16_t *)(void *)p->out.data + i * p->out.st[0], acc, H);
+                p->bf16_store((uint16_t *)(void *)p->out.data + i * p->out.st[0], acc, H);
             else moe_store_row(&p->out, i * p->out.st[0], p->out.st[1], H, acc);
             continue;
         }
-#endif
         for (int64_t j = 0; j < p->K; j++) {
             int64_t r = row_of(p, i, j);
             if (r < 0) continue; /* routed to no local expert */
             float w = p->scales.data
                           ? moe_load(&p->scales, i * p->scales.st[0] + j * p->scales.st[1])
                           : 1.0f;
-            if (!p->bias.data && p->ex.st[1] == 1 && p->ex.dtype == QMOE_DTYPE_BFLOAT16) {
-                /* the common case in one pass: widen and accumulate, no row buffer */
-                const uint16_t *src = (const uint16_t *)p->ex.data + r * p->ex.st[0];
-                for (int64_t h = 0; h < H; h++)
-                    acc[h] += w * qmoe_bits_to_f32((uint32_t)src[h] << 16);
-                continue;
-            }
             moe_load_row(&p->ex, r * p->ex.st[0], p->ex.st[1], H, row);
             if (p->bias.data) {
                 moe_load_row(&p->bias, expert_of(p, i, j) * p->bias.st[0], p->bias.st[1], H, brow);
