@@ -335,8 +335,8 @@ static void test_devices(void)
     int8_t eo[M * N2];
     float es[M];
     expected(d, eo, es);
-    int8_t *out = aligned_alloc(128, 128 + sizeof d->out);
-    float *os = aligned_alloc(128, 128 + sizeof d->oscale);
+    int8_t *out = aligned_alloc(128, (128 + sizeof d->out + 127) / 128 * 128);
+    float *os = aligned_alloc(128, (128 + sizeof d->oscale + 127) / 128 * 128);
     uint64_t wsb = qmoe_op_workspace_size(op);
     void *ws = wsb ? aligned_alloc(64, (wsb + 63) / 64 * 64) : NULL;
     void *a[10];
