@@ -3,14 +3,17 @@
  * job blocks are reused. The test replaces malloc and friends (glibc's documented way: the
  * program defines them, forwarding to __libc_*) and counts the calls made, by any thread,
  * while it submits and synchronizes many operators on a stream, on a two-device group and on
- * the synchronous NULL stream. The operators really run: each fills its output on the pool. */
+ * the synchronous NULL stream, and executing a planned operator (qmoe/op.h) on both. The
+ * operators really run: their outputs are checked. */
 #define _GNU_SOURCE
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "qmoe/op.h"
 #include "runtime/stream.h"
 #include "support/testlib.h"
 
@@ -181,6 +184,62 @@ static int warm_up(qmoe_stream *s, int ndev, int64_t seed, int big)
 
 static unsigned long long counted(void) { return atomic_load(&allocs); }
 
+/* A real operator through the public plan-once API: dynamic quant planned from descriptors,
+ * executed `runs` times with new input on `stream` (NULL: synchronously); returns the runs
+ * whose outputs equal the reference (scale = amax / 127, y = x / scale rounded half to even). */
+enum { QR = 6, QH = 64 };
+
+static int8_t q_even(double v)
+{
+    double r = nearbyint(v);
+    return (int8_t)(r > 127 ? 127 : r < -127 ? -127 : r);
+}
+
+static int quant_runs(const qmoe_op *op, qmoe_stream *stream, int runs, uint64_t seed)
+{
+    static float x[QR * QH], scale[QR];
+    static int8_t y[QR * QH];
+    void *a[4] = {x, NULL, y, scale};
+    int good = 0;
+    for (int run = 0; run < runs; run++) {
+        qt_rng r = {seed + (uint64_t)run};
+        for (int i = 0; i < QR * QH; i++) x[i] = qt_uniform(&r, -4.0f, 4.0f);
+        int ok = qmoe_op_execute(op, a, 4, NULL, 0, stream) == QMOE_OK;
+        if (stream) ok &= qmoe_stream_synchronize(stream) == QMOE_OK;
+        for (int i = 0; i < QR; i++) {
+            float amax = 0;
+            for (int j = 0; j < QH; j++) amax = fmaxf(amax, fabsf(x[i * QH + j]));
+            float sc = amax / 127.0f;
+            ok &= scale[i] == sc;
+            for (int j = 0; j < QH; j++) ok &= y[i * QH + j] == q_even((double)(x[i * QH + j] / sc));
+        }
+        good += ok;
+    }
+    return good;
+}
+
+static void operator_executes(qmoe_stream *s)
+{
+    int64_t sx[2] = {QR, QH}, ss[1] = {QR};
+    qmoe_tensor *tx = NULL, *ty = NULL, *ts = NULL;
+    CHECK(qmoe_tensor_desc_create(sx, 2, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, &tx) == QMOE_OK);
+    CHECK(qmoe_tensor_desc_create(sx, 2, NULL, QMOE_DTYPE_INT8, QMOE_FORMAT_ND, &ty) == QMOE_OK);
+    CHECK(qmoe_tensor_desc_create(ss, 1, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, &ts) == QMOE_OK);
+    qmoe_op *op = NULL;
+    CHECK(qmoe_op_create_dynamic_quant(tx, NULL, ty, ts, NULL, &op) == QMOE_OK);
+    qmoe_tensor_destroy(tx), qmoe_tensor_destroy(ty), qmoe_tensor_destroy(ts);
+    if (!op) return;
+    CHECK(qmoe_op_workspace_size(op) == 0);
+    CHECK(quant_runs(op, s, 1, 100) == 1);
+    CHECK(quant_runs(op, NULL, 1, 200) == 1);
+    unsigned long long before = counted();
+    CHECK(quant_runs(op, s, ROUNDS, 300) == ROUNDS);
+    CHECK(quant_runs(op, NULL, ROUNDS, 400) == ROUNDS);
+    CHECK_MSG(counted() == before, "%llu allocations over %d executes of a planned operator",
+              counted() - before, 2 * ROUNDS);
+    qmoe_op_destroy(op);
+}
+
 int main(void)
 {
     qmoe_device *d[2] = {NULL, NULL};
@@ -223,6 +282,9 @@ int main(void)
     CHECK(rounds(NULL, 2, ROUNDS, 11000, 0) == ROUNDS);
     CHECK_MSG(counted() == before, "%llu allocations over %d synchronous group operators",
               counted() - before, ROUNDS);
+
+    /* An operator planned once, executed with new data: nothing allocated per execute. */
+    operator_executes(s);
 
     qmoe_stream_destroy(group);
     qmoe_stream_destroy(s);
