@@ -9,7 +9,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "runtime/device.h"
+#include "runtime/stream.h"
 #include "support/testlib.h"
 #include "testing.h"
 

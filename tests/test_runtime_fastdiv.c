@@ -1,7 +1,7 @@
 /* Fast division constants: exact against the hardware divide for every dividend below 2^16 and
  * every divisor below 2^12, and for edge and random dividends up to 2^32 - 1 with divisors up to
  * 2^31. */
-#include "runtime/fastdiv.h"
+#include "core/fastdiv.h"
 #include "support/testlib.h"
 
 static int check_one(uint32_t n, const qmoe_fastdiv_t *f)

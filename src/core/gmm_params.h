@@ -9,7 +9,7 @@
 #include <stdint.h>
 
 #include "qmoe/qmoe.h"
-#include "runtime/fastdiv.h"
+#include "core/fastdiv.h"
 
 struct qmoe_kernel_ops; /* src/kernels/kernel.h */
 

@@ -12,7 +12,8 @@
 #include "host/gmm_partition.h"
 #include "kernels/kernel.h"
 #include "ops/gmm_groups.h"
-#include "runtime/device.h"
+#include "runtime/copyq.h"
+#include "runtime/stream.h"
 
 /* The pipeline faults of src/testing.h exist only in the tests' build; elsewhere FAULT() is 0
  * and the branches are compiled out. */
@@ -235,37 +236,13 @@ static void columns_part(qmoe_thread_ctx *ctx, void *data, int part, int nparts)
 
 /* ---------------------------------------------------------------- one device ------------------ */
 
-/* After the job: every push popped, in order, on the driver's and the kernel's queues (the
- * checked build also poisons and copies at the pop). Leaves the queues empty either way. */
-static qmoe_status check_queue(qmoe_device *dev, int t, qmoe_copyq *q, const char *which,
-                               qmoe_status st)
-{
-    if (!st && (qmoe_copyq_pending(q) || q->violations))
-        st = qmoe_fail(QMOE_ERR_INNER,
-                       "device %d thread %d: %s copy queue discipline broken (%u pushes not "
-                       "popped, %u out-of-order or empty pops)",
-                       dev->id, t, which, (unsigned)qmoe_copyq_pending(q), (unsigned)q->violations);
-    qmoe_copyq_reset(q);
-    return st;
-}
-
-static qmoe_status check_copy_queues(qmoe_device *dev)
-{
-    qmoe_status st = QMOE_OK;
-    for (int t = 0; t < dev->threads; t++) {
-        st = check_queue(dev, t, &dev->stageq[t], "staging", st);
-        st = check_queue(dev, t, &dev->copyq[t], "kernel", st);
-    }
-    return st;
-}
-
 qmoe_status qmoe_gmm_device_run(const void *plan, void *workspace, qmoe_device *dev, int index,
                                 int count)
 {
     (void)count; /* the split was made for the plan's device count, which the stream runs */
     const qmoe_gmm_params *p = plan;
     /* groupList was checked before this (the descriptor's check, ops/op.c) */
-    qmoe_trace_buf *tr = dev->ctx[0].trace;
+    qmoe_trace_buf *tr = qmoe_device_trace_buf(dev, 0);
     /* The split is the plan's rules applied to those rows (host/gmm_partition.h): the same pure
      * function of plan and groupList on every device, so the devices' shares tile the rows. */
     QMOE_TRACE_START(tr, QMOE_EV_PLAN, index);
@@ -284,7 +261,7 @@ qmoe_status qmoe_gmm_device_run(const void *plan, void *workspace, qmoe_device *
     if (w.nrows == 0) return QMOE_OK;
     if (w.columns) {
         w.s_rows = (float *)((char *)workspace + (uint64_t)index * p->device_ws_bytes);
-        w.barrier = p->threads <= dev->threads; /* a barrier needs one thread per part */
+        w.barrier = p->threads <= qmoe_device_threads(dev); /* a barrier needs one thread per part */
         qmoe_device_run(dev, columns_part, &w, p->threads);
         if (!w.barrier) {
             w.columns = 2;
@@ -293,5 +270,5 @@ qmoe_status qmoe_gmm_device_run(const void *plan, void *workspace, qmoe_device *
     } else {
         qmoe_device_run(dev, rows_part, &w, p->threads);
     }
-    return check_copy_queues(dev);
+    return qmoe_device_check_queues(dev); /* every push popped, in order */
 }

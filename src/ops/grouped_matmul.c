@@ -10,7 +10,7 @@
 #include "core/gmm_access.h"
 #include "core/status.h"
 #include "ops/grouped_matmul_exec.h"
-#include "runtime/device.h"
+#include "runtime/stream.h"
 
 #define OP "GroupedMatmul"
 

@@ -8,7 +8,7 @@
 #include "core/status.h"
 #include "core/tensor.h"
 #include "ops/moe_exec.h"
-#include "runtime/device.h"
+#include "runtime/stream.h"
 
 typedef struct moe_op {
     moe_plan ex;

@@ -11,6 +11,7 @@
 
 #include "core/status.h"
 #include "core/tensor.h"
+#include "runtime/stream.h"
 
 qmoe_status op_new(const op_desc *desc, const void *plan, size_t plan_bytes, int nargs,
                    qmoe_op **out)

@@ -1,66 +1,91 @@
 /*
- * Internal view of a device and of the operators streams queue on devices. The public API is
- * include/qmoe/runtime.h; operators (src/ops) submit with qmoe_stream_submit and run on a device
- * through its work queue, scratchpad and per-thread contexts.
+ * The device interface. A device runs commands one at a time, in the order they were submitted,
+ * and gives an operator's run function a pool of threads, a per-thread scratchpad and trace
+ * buffers. Everything outside src/runtime/ reaches a device only through the functions below
+ * (and the public ones of include/qmoe/runtime.h), never through its fields.
+ *
+ * A kind of device is one table of operations (qmoe_device_ops) and the struct that starts with
+ * a qmoe_device. The CPU thread pool (cpu_device.c) is the first. How to add a device:
+ *   1. src/runtime/<kind>_device.c: a struct whose first member is `qmoe_device base`, a static
+ *      const qmoe_device_ops table, and a create function that calls qmoe_device_init and fills
+ *      the struct; its command thread (or queue) calls cmd->exec(cmd, dev) for each command in
+ *      submission order and bumps progress as commands start and end.
+ *   2. A public create function for it in include/qmoe/runtime.h.
+ * Streams, groups, fences, the test hooks and the public accessors are the runtime's and work
+ * for any device unchanged.
  */
 #ifndef QMOE_RUNTIME_DEVICE_H
 #define QMOE_RUNTIME_DEVICE_H
 
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
 
 #include "qmoe/runtime.h"
-#include "runtime/copyq.h"
 #include "runtime/fence.h"
 #include "runtime/thread_ctx.h"
 #include "runtime/trace.h"
 #include "runtime/workq.h"
 
+/* A command: one device's share of a queued operator. The device calls exec on its command
+ * thread, after the commands submitted before it; exec owns the command from then on. */
 typedef struct qmoe_cmd qmoe_cmd;
+struct qmoe_cmd {
+    qmoe_cmd *next; /* the device's queue link */
+    void (*exec)(qmoe_cmd *cmd, qmoe_device *dev);
+};
 
+typedef struct qmoe_device_ops {
+    const char *kind; /* "cpu" */
+    /* Runs the commands already submitted, then frees the device. */
+    void (*destroy)(qmoe_device *dev);
+    /* submit: queues a command; never fails, never blocks on the commands ahead of it. */
+    void (*submit)(qmoe_device *dev, qmoe_cmd *cmd);
+    /* fence: device `self` of a group of `count` arrives at barrier `seq` of `slots` with
+     * `status` and returns the group's status (runtime/fence.h); called from exec. */
+    qmoe_status (*fence)(qmoe_device *dev, qmoe_fence_slot *slots, int self, int count,
+                         uint32_t seq, qmoe_status status, const qmoe_fence_watch *watch);
+    /* memory: grows the per-thread scratchpad to at least `bytes`; called from exec, between
+     * operators. The whole scratchpad in bytes. */
+    qmoe_status (*reserve)(qmoe_device *dev, uint64_t bytes);
+    uint64_t (*scratch_bytes)(const qmoe_device *dev);
+    /* run-parts: runs parts 0..nparts-1 of f on the device's threads and returns when all are
+     * done; called from exec. Each completed part counts as progress. */
+    void (*run_parts)(qmoe_device *dev, qmoe_work_fn f, void *data, int nparts);
+    /* properties */
+    int (*threads)(const qmoe_device *dev);
+    const char *(*isa)(const qmoe_device *dev); /* NULL: the host CPU's (kernels/device_isa.c) */
+    /* liveness: a number that changes while the device is alive and working */
+    uint64_t (*progress)(const qmoe_device *dev);
+    /* tracing: (re)starts or stops recording; the buffer of a thread (NULL when off) */
+    qmoe_status (*trace)(qmoe_device *dev, int enable, uint32_t events_per_thread);
+    qmoe_trace_buf *(*trace_buf)(const qmoe_device *dev, int thread);
+    /* after an operator: checks and empties the per-thread copy queues (NULL: none to check) */
+    qmoe_status (*check_queues)(qmoe_device *dev);
+} qmoe_device_ops;
+
+/* What every device holds, whatever its kind; the runtime's, not the implementation's. */
 struct qmoe_device {
-    int id, threads;
-    int *cpus;
-    int ncpus;
-    qmoe_thread_ctx *ctx; /* per thread: scratch slice, copy queue, trace buffer */
-    qmoe_copyq *copyq;  /* per thread: the kernels' queue */
-    qmoe_copyq *stageq; /* per thread: the driver's staging queue */
-    qmoe_trace_buf **trace; /* per thread; allocated while tracing */
-    qmoe_workq *wq;
-    void *arena;          /* threads * slice_bytes, 64-byte aligned */
-    uint64_t slice_bytes; /* per-thread scratchpad slice */
-    /* command queue, run in order by the command thread (thread 0 of the pool) */
-    pthread_t cmd_thread;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    qmoe_cmd *head, *tail;
-    int stop, running;
-    atomic_ullong ops_run;
-    /* liveness, for peers waiting at a fence: bumped as commands start and finish and as work
-     * parts complete; with the CPU time of the device's threads it is qmoe_device_progress */
-    atomic_ullong progress;
-    struct qmoe_thread_clock *clocks; /* per thread: its CPU-time clock (device.c) */
-    atomic_ullong inject_at; /* fail the op with this ops_run number; 0: none */
+    const qmoe_device_ops *ops;
+    int id;
+    atomic_ullong ops_run;   /* operators started (stream.c) */
+    atomic_ullong inject_at; /* fail the op with this ops_run number; 0: none (test hook) */
     atomic_int last_status;
 };
 
-/* An operator's work on device `index` of a group of `count`: computes that device's share. */
-typedef qmoe_status (*qmoe_op_run_fn)(const void *op, qmoe_device *dev, int index, int count);
+/* Sets the common part: the table and a process-unique id. */
+void qmoe_device_init(qmoe_device *dev, const qmoe_device_ops *ops);
 
-/*
- * Queues an operator on the first `ndev` devices of `stream` (NULL: the default group for ndev,
- * synchronously). `ndev` is a plan's device count, already in 1..QMOE_MAX_DEVICES (phase one);
- * more than the stream has is QMOE_ERR_PARAM_INVALID. `op` (op_bytes, copied into the queued
- * job) is what run() receives; `slice_bytes` is the per-thread scratchpad slice it needs. Asynchronous: returns QMOE_OK once
- * queued (errors come at synchronize); synchronous: returns the operator's status.
- */
-qmoe_status qmoe_stream_submit(qmoe_stream *stream, int ndev, qmoe_op_run_fn run, const void *op,
-                               size_t op_bytes, uint64_t slice_bytes);
-
-/* Runs work on the device's pool, called from the device's command thread by an operator; each
- * completed part counts as progress. */
+/* The operations, for the runtime and the operators' run functions. */
+void qmoe_device_submit(qmoe_device *dev, qmoe_cmd *cmd);
+qmoe_status qmoe_device_fence(qmoe_device *dev, qmoe_fence_slot *slots, int self, int count,
+                              uint32_t seq, qmoe_status status, const qmoe_fence_watch *watch);
+qmoe_status qmoe_device_reserve(qmoe_device *dev, uint64_t bytes);
 void qmoe_device_run(qmoe_device *dev, qmoe_work_fn f, void *data, int nparts);
+qmoe_trace_buf *qmoe_device_trace_buf(const qmoe_device *dev, int thread);
+qmoe_status qmoe_device_check_queues(qmoe_device *dev);
+
+/* The device's own instruction sets; NULL when they are the host CPU's (qmoe_device_isa). */
+const char *qmoe_device_own_isa(const qmoe_device *dev);
 
 /* A number that changes while the device is alive and working: commands and work parts done
  * plus the CPU time its threads used. A device blocked or gone leaves it still. */
@@ -68,8 +93,5 @@ uint64_t qmoe_device_progress(const qmoe_device *dev);
 
 /* For qmoe_fence_watch over the devices of a job: ctx is a qmoe_device *const * array. */
 uint64_t qmoe_device_progress_of(void *devices, int index);
-
-/* Comma-separated instruction sets of this CPU, fastest first (qmoe_cpu_isa_list). */
-const char *qmoe_cpu_isa_string(void);
 
 #endif

@@ -44,7 +44,8 @@ void qmoe_fence_free(qmoe_fence_slot *slots);
 void qmoe_fence_write(qmoe_fence_slot *slot, uint32_t seq, qmoe_status status);
 
 /* How a waiter tells a slow peer from a dead one: progress(ctx, j) returns a number that changes
- * while peer j is alive and working (runtime/device.c: work completed plus CPU time used). */
+ * while peer j is alive and working (the device's progress operation; on the CPU device, the
+ * work completed plus the CPU time used). */
 typedef struct qmoe_fence_watch {
     uint64_t (*progress)(void *ctx, int peer);
     void *ctx;

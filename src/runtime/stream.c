@@ -3,12 +3,46 @@
  * queues a job's commands on all of its devices, so every device sees every job in the same
  * order and multi-device fences never wait on a job a peer has not been given yet.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/status.h"
-#include "runtime/job.h"
+#include "runtime/stream.h"
+
+typedef struct qmoe_job qmoe_job;
+
+/* A device's share of a job: the command it is given. */
+typedef struct job_cmd {
+    qmoe_cmd cmd; /* first: the device hands back this */
+    qmoe_job *job;
+    int index; /* the device's place in the group */
+} job_cmd;
+
+/* A queued operator: one job per submission, one command per device of the group. Blocks are
+ * kept on their stream's free list and reused (`cap` bytes of op data each). */
+struct qmoe_job {
+    qmoe_op_run_fn run;
+    uint64_t slice_bytes;
+    int ndev;
+    qmoe_device *devs[QMOE_MAX_DEVICES];
+    qmoe_fence_slot *fence; /* the stream's, one slot per device */
+    uint32_t seq;           /* barriers of this job: seq + 1 (before), seq + 2 (after) */
+    qmoe_stream *stream;
+    qmoe_job *free_next; /* the stream's free list (under its lock) */
+    size_t cap;          /* bytes of op[] */
+    int sync;      /* a caller waits for this job and gives it back */
+    int remaining; /* devices still running it (under the stream's lock) */
+    int done;
+    qmoe_status status; /* first error of the devices */
+    char msg[256];
+    qmoe_error_rule rule; /* msg's structured info (qmoe_last_error_info): an argument error */
+    const char *arg;      /* found on the device, e.g. groupList data, keeps rule and argument */
+    int msg_from_origin; /* msg is from the device where the error arose */
+    job_cmd cmds[QMOE_MAX_DEVICES];
+    max_align_t op[]; /* the operator's data, copied at submission */
+};
 
 struct qmoe_stream {
     int ndev;
@@ -22,6 +56,8 @@ struct qmoe_stream {
     char msg[256];
     qmoe_error_rule rule; /* and its structured info */
     const char *arg;
+    qmoe_job *free_jobs; /* finished job blocks, each of job_cap bytes of op data */
+    size_t job_cap;      /* the largest op_bytes seen */
 };
 
 static pthread_mutex_t submit_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -88,10 +124,51 @@ void qmoe_stream_destroy(qmoe_stream *s)
 {
     if (!s) return;
     wait_idle(s);
+    while (s->free_jobs) {
+        qmoe_job *j = s->free_jobs;
+        s->free_jobs = j->free_next;
+        free(j);
+    }
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     qmoe_fence_free(s->fence);
     free(s);
+}
+
+/* A job block for op_bytes of op data: a free one of the stream, or a new one of the largest
+ * size seen (blocks smaller than that are freed as they come back). */
+static qmoe_job *take_job(qmoe_stream *s, size_t op_bytes)
+{
+    pthread_mutex_lock(&s->mu);
+    if (op_bytes > s->job_cap) {
+        s->job_cap = op_bytes;
+        while (s->free_jobs) { /* all too small now */
+            qmoe_job *j = s->free_jobs;
+            s->free_jobs = j->free_next;
+            free(j);
+        }
+    }
+    size_t cap = s->job_cap;
+    qmoe_job *job = s->free_jobs;
+    if (job) s->free_jobs = job->free_next;
+    pthread_mutex_unlock(&s->mu);
+    if (!job) {
+        size_t bytes;
+        if (__builtin_add_overflow(sizeof *job, cap, &bytes) || !(job = malloc(bytes))) return NULL;
+        job->cap = cap;
+    }
+    return job;
+}
+
+/* Gives a finished job block back to its stream; the caller holds the stream's lock. */
+static void give_back_locked(qmoe_stream *s, qmoe_job *job)
+{
+    if (job->cap < s->job_cap) {
+        free(job);
+        return;
+    }
+    job->free_next = s->free_jobs;
+    s->free_jobs = job;
 }
 
 /* A device is done with its command: record its status; the last device completes the job. */
@@ -118,14 +195,14 @@ static void job_finish(qmoe_job *job, qmoe_status st, const char *msg, int origi
         }
         job->done = 1;
         pthread_cond_broadcast(&s->cv);
-        if (!job->sync) free(job);
+        if (!job->sync) give_back_locked(s, job);
     }
     pthread_mutex_unlock(&s->mu);
 }
 
 /* Counts the operator; in the tests' build (QMOE_TESTING) also fires an injected failure
  * (src/testing.h). The library itself never looks at inject_at. */
-static uint64_t injected(qmoe_device *dev)
+static int injected(qmoe_device *dev)
 {
     uint64_t n = atomic_fetch_add(&dev->ops_run, 1) + 1;
 #ifdef QMOE_TESTING
@@ -140,8 +217,10 @@ static uint64_t injected(qmoe_device *dev)
     return 0;
 }
 
-void qmoe_job_run_on_device(qmoe_cmd *cmd, qmoe_device *dev)
+/* Runs the command's share of its job on the device (its command thread), fences included. */
+static void job_exec(qmoe_cmd *c, qmoe_device *dev)
 {
+    job_cmd *cmd = (job_cmd *)c;
     qmoe_job *job = cmd->job;
     int k = cmd->index, n = job->ndev;
     qmoe_status st = QMOE_OK;
@@ -149,12 +228,11 @@ void qmoe_job_run_on_device(qmoe_cmd *cmd, qmoe_device *dev)
     if (injected(dev))
         st = qmoe_fail(QMOE_ERR_RUNTIME, "device %d: injected failure (test hook)", dev->id);
     if (!st) st = qmoe_device_reserve(dev, job->slice_bytes);
-    qmoe_trace_buf *tr = dev->ctx[0].trace;
     qmoe_status own = st; /* an error of this device, not one adopted from a peer */
     qmoe_fence_watch watch = {qmoe_device_progress_of, job->devs}; /* busy peers are not late */
-    if (n > 1) st = qmoe_fence_barrier(job->fence, k, n, job->seq + 1, st, 0, tr, &watch);
+    if (n > 1) st = qmoe_device_fence(dev, job->fence, k, n, job->seq + 1, st, &watch);
     if (!st) own = st = job->run(job->op, dev, k, n);
-    if (n > 1) st = qmoe_fence_barrier(job->fence, k, n, job->seq + 2, st, 0, tr, &watch);
+    if (n > 1) st = qmoe_device_fence(dev, job->fence, k, n, job->seq + 2, st, &watch);
     if (st && !qmoe_last_error()[0])
         qmoe_fail(st, "device %d: a peer device of the group failed", dev->id);
     atomic_store(&dev->last_status, (int)st);
@@ -218,9 +296,15 @@ qmoe_status qmoe_stream_submit(qmoe_stream *stream, int ndev, qmoe_op_run_fn run
                          "the plan is for %d devices but the stream has %d; plan with "
                          "options.devices <= %d",
                          ndev, s->ndev, s->ndev);
-    qmoe_job *job = calloc(1, sizeof *job + op_bytes);
+    qmoe_job *job = take_job(s, op_bytes);
     if (!job) return qmoe_fail(QMOE_ERR_INNER, "out of memory for a queued operator");
     memcpy(job->op, op, op_bytes);
+    job->done = 0;
+    job->status = QMOE_OK;
+    job->msg[0] = '\0';
+    job->rule = QMOE_RULE_NONE;
+    job->arg = NULL;
+    job->msg_from_origin = 0;
     job->run = run;
     job->slice_bytes = slice_bytes;
     job->ndev = ndev;
@@ -230,7 +314,7 @@ qmoe_status qmoe_stream_submit(qmoe_stream *stream, int ndev, qmoe_op_run_fn run
     job->remaining = ndev;
     for (int d = 0; d < ndev; d++) {
         job->devs[d] = s->devs[d];
-        job->cmds[d] = (qmoe_cmd){NULL, job, d};
+        job->cmds[d] = (job_cmd){{NULL, job_exec}, job, d};
     }
     pthread_mutex_lock(&submit_lock);
     pthread_mutex_lock(&s->mu);
@@ -238,7 +322,7 @@ qmoe_status qmoe_stream_submit(qmoe_stream *stream, int ndev, qmoe_op_run_fn run
     pthread_mutex_unlock(&s->mu);
     job->seq = s->seq;
     s->seq += 2;
-    for (int d = 0; d < ndev; d++) qmoe_device_enqueue(job->devs[d], &job->cmds[d]);
+    for (int d = 0; d < ndev; d++) qmoe_device_submit(job->devs[d], &job->cmds[d].cmd);
     pthread_mutex_unlock(&submit_lock);
     if (!sync) return QMOE_OK;
     pthread_mutex_lock(&s->mu);
@@ -246,6 +330,8 @@ qmoe_status qmoe_stream_submit(qmoe_stream *stream, int ndev, qmoe_op_run_fn run
     pthread_mutex_unlock(&s->mu);
     qmoe_status st = job->status;
     if (st) qmoe_fail_arg(st, job->rule, job->arg, "%s", job->msg);
-    free(job);
+    pthread_mutex_lock(&s->mu);
+    give_back_locked(s, job);
+    pthread_mutex_unlock(&s->mu);
     return st;
 }

@@ -3,8 +3,8 @@
  * variant). The host computes the constants once, in the plan; inner loops call qmoe_fastdiv().
  * Exact for every 32-bit dividend and every divisor in [1, 2^31].
  */
-#ifndef QMOE_RUNTIME_FASTDIV_H
-#define QMOE_RUNTIME_FASTDIV_H
+#ifndef QMOE_CORE_FASTDIV_H
+#define QMOE_CORE_FASTDIV_H
 
 #include <stdint.h>
 
