@@ -5,6 +5,23 @@
 #include <stdlib.h>
 #include <string.h>
 
+uint64_t moe_ep_checksum(const void *data, size_t n)
+{
+    /* 8 bytes a step (fast enough to cover a whole input file), then the tail and the length */
+    const unsigned char *p = data;
+    uint64_t h = 0x9E3779B97F4A7C15ull, w;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        memcpy(&w, p + i, 8);
+        h = (h ^ w) * 0x100000001B3ull;
+        h ^= h >> 29;
+    }
+    for (; i < n; i++) h = (h ^ p[i]) * 0x100000001B3ull;
+    h ^= (uint64_t)n;
+    h = (h ^ (h >> 31)) * 0xBF58476D1CE4E5B9ull;
+    return h ^ (h >> 32);
+}
+
 #ifdef QMOE_CLI_MPI
 
 #include <limits.h>
@@ -17,25 +34,78 @@ struct moe_ep {
     qmoe_ep *ctx;
 };
 
-int moe_ep_start(int64_t P, moe_ep **out, char *err)
+int moe_ep_start(int64_t P, int refused, moe_ep **out, char *err)
 {
-    int inited = 0;
+    int inited = 0, rank = 0, size = 1;
     MPI_Initialized(&inited);
     if (!inited) MPI_Init(NULL, NULL);
-    moe_ep *ep = calloc(1, sizeof *ep);
-    if (!ep) return snprintf(err, MOE_EP_ERR_LEN, "out of memory"), -1;
-    MPI_Comm_rank(MPI_COMM_WORLD, &ep->rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &ep->size);
-    if (ep->size != P) {
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    moe_ep *ep = refused ? NULL : calloc(1, sizeof *ep);
+    /* 2: arguments refused, 1: --ep is not the rank count, or out of memory; agreed by every
+     * rank, so none goes on to wait for one that stopped */
+    int mine = refused ? 2 : !ep || P != size, worst = 0;
+    MPI_Allreduce(&mine, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (!worst) {
+        ep->rank = rank, ep->size = size;
+        *out = ep;
+        return 0;
+    }
+    if (refused) snprintf(err, MOE_EP_ERR_LEN, "%s", "");
+    else if (!ep) snprintf(err, MOE_EP_ERR_LEN, "out of memory");
+    else if (P != size)
         snprintf(err, MOE_EP_ERR_LEN,
                  "--ep %lld, but %d rank(s) are running (start it as mpirun -np %lld qmoe ...)",
-                 (long long)P, ep->size, (long long)P);
-        free(ep);
-        MPI_Finalize();
-        return -1;
+                 (long long)P, size, (long long)P);
+    else
+        snprintf(err, MOE_EP_ERR_LEN, "another rank %s; every rank must be given the same arguments",
+                 worst == 2 ? "refused its arguments" : "was given another --ep than the ranks running");
+    free(ep);
+    MPI_Finalize();
+    return -1;
+}
+
+int moe_ep_agree(int failed, const moe_ep_fact *f, int n, char *err)
+{
+    int mine = failed != 0, any = 0, rank = 0, size = 1;
+    MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD); /* = moe_ep_any */
+    if (any) return 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    int64_t root[MOE_EP_MAX_FACTS];
+    if (n > MOE_EP_MAX_FACTS) n = MOE_EP_MAX_FACTS; /* callers pass fixed lists below it */
+    for (int i = 0; i < n; i++) root[i] = f[i].value;
+    MPI_Bcast(root, n, MPI_INT64_T, 0, MPI_COMM_WORLD);
+    int first = n, at = n;
+    for (int i = 0; i < n && first == n; i++)
+        if (f[i].value != root[i]) first = i;
+    MPI_Allreduce(&first, &at, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (at == n) return 0;
+    /* the lowest rank that differs there, and its value: the same message on every rank */
+    int who = f[at].value != root[at] ? rank : size, lowest = size;
+    MPI_Allreduce(&who, &lowest, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    int64_t theirs = f[at].value;
+    MPI_Bcast(&theirs, 1, MPI_INT64_T, lowest, MPI_COMM_WORLD);
+    char a[32], b[32];
+    int64_t v[2] = {root[at], theirs};
+    for (int k = 0; k < 2; k++) {
+        char *s = k ? b : a;
+        if (f[at].kind == MOE_EP_HEX) {
+            snprintf(s, sizeof a, "%016llx", (unsigned long long)v[k]);
+        } else if (f[at].kind == MOE_EP_REAL) {
+            double d;
+            memcpy(&d, &v[k], sizeof d);
+            snprintf(s, sizeof a, "%.15g", d); /* the shortest that reads back, mostly */
+            if (strtod(s, NULL) != d) snprintf(s, sizeof a, "%.17g", d);
+        } else {
+            snprintf(s, sizeof a, "%lld", (long long)v[k]);
+        }
     }
-    *out = ep;
-    return 0;
+    snprintf(err, MOE_EP_ERR_LEN,
+             "the ranks disagree on %s: rank 0 has %s, rank %d has %s (every rank must be given "
+             "the same files and options)",
+             f[at].what, a, lowest, b);
+    return -1;
 }
 
 void moe_ep_end(moe_ep *ep)
@@ -145,9 +215,9 @@ void moe_ep_barrier(moe_ep *ep)
 
 #else /* built without MPI */
 
-int moe_ep_start(int64_t P, moe_ep **ep, char *err)
+int moe_ep_start(int64_t P, int refused, moe_ep **ep, char *err)
 {
-    (void)P, (void)ep;
+    (void)P, (void)refused, (void)ep;
     snprintf(err, MOE_EP_ERR_LEN,
              "--ep needs a qmoe built with MPI, and this one was built without it (install Open MPI: "
              "scripts/require-mpi.sh, or apt-get install libopenmpi-dev openmpi-bin; then configure "
@@ -159,6 +229,11 @@ void moe_ep_end(moe_ep *ep) { (void)ep; }
 int moe_ep_rank(const moe_ep *ep) { return (void)ep, 0; }
 int moe_ep_size(const moe_ep *ep) { return (void)ep, 1; }
 int moe_ep_any(moe_ep *ep, int failed) { return (void)ep, failed; }
+int moe_ep_agree(int failed, const moe_ep_fact *facts, int n, char *err)
+{
+    (void)facts, (void)n, (void)err;
+    return failed ? 1 : 0;
+}
 int moe_ep_shard(moe_ep *ep, const qmoe_moe_layer_config *c, const void *const *gate,
                  const void *const *up, const void *const *down, qmoe_dtype dtype,
                  qmoe_moe_layer **layer, char *err)

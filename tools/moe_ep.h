@@ -12,14 +12,38 @@ enum { MOE_EP_ERR_LEN = 512 };
 
 typedef struct moe_ep moe_ep;
 
-/* Starts MPI and checks that mpirun started P ranks. 0, or -1 with err (the caller exits 2). */
-int moe_ep_start(int64_t P, moe_ep **ep, char *err);
+/* Collective: starts MPI and checks, on every rank together, that mpirun started P ranks on
+ * each. refused: this rank's arguments were refused (it printed why; P is not read), so every
+ * rank stops. 0, or -1 on every rank with err (this rank's reason, that another rank's --ep or
+ * arguments were refused, or "" when refused here); MPI is finalized then (the caller exits 2). */
+int moe_ep_start(int64_t P, int refused, moe_ep **ep, char *err);
 /* Destroys the context and finalizes MPI; NULL is a no-op. */
 void moe_ep_end(moe_ep *ep);
 int moe_ep_rank(const moe_ep *ep);
 int moe_ep_size(const moe_ep *ep);
 /* Collective: nonzero when `failed` is nonzero on any rank. */
 int moe_ep_any(moe_ep *ep, int failed);
+
+/* One value every rank must have the same of (a token count, a file's checksum, an option):
+ * `what` names it in the message, `kind` says how its value is shown. */
+typedef enum moe_ep_kind { MOE_EP_INT, MOE_EP_HEX, MOE_EP_REAL /* the bits of a double */ } moe_ep_kind;
+typedef struct moe_ep_fact {
+    const char *what;
+    int64_t value;
+    moe_ep_kind kind;
+} moe_ep_fact;
+enum { MOE_EP_MAX_FACTS = 64 };
+
+/* Collective over every rank mpirun started (MPI initialized), before anything moves: first
+ * exactly the collective of moe_ep_any(failed) (so a rank that failed earlier joins with
+ * moe_ep_any(ep, 1)), then rank 0's n facts against every rank's (n <= MOE_EP_MAX_FACTS, the
+ * same n everywhere). 0 when no rank failed and all agree; 1 when a rank failed (err untouched:
+ * that rank says why); -1 on every rank, with the same err everywhere (the first fact that
+ * differs, rank 0's value and the lowest other rank's), when they disagree. */
+int moe_ep_agree(int failed, const moe_ep_fact *facts, int n, char *err);
+
+/* A 64-bit checksum of n bytes (for moe_ep_agree: a file's header, an input's data). */
+uint64_t moe_ep_checksum(const void *data, size_t n);
 /* Collective: the expert-parallel context for the layer's shapes and this rank's shard of the
  * layer (float weights indexed by expert id; only this rank's are read). 0 on every rank, or -1
  * on every rank (err: this rank's reason, or that another rank failed). */
