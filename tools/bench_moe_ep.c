@@ -69,7 +69,8 @@ static void usage(FILE *f)
                "                    one machine; messages: MPI messages only\n"
                "  --seconds S       time per token count (default 1)\n"
                "  --max-gib N       refuse more than N GiB of weights per rank (default 16)\n"
-               "One JSON line per token count on rank 0's stdout.\n");
+               "One JSON line per token count on rank 0's stdout. Every rank must be given the\n"
+               "same arguments (checked before anything runs: otherwise refused on every rank).\n");
 }
 
 static int parse(int argc, char **argv, ep_args *a)
