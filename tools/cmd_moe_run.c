@@ -312,6 +312,21 @@ static int meta_int(const str_file *f, const char *key, int64_t lo, int64_t hi, 
     return 0;
 }
 
+/* The metadata `key` as one of `count` names into *out (codes[i] for names[i]; left as it is
+ * when absent); -1 with err for another value. */
+static int meta_choice(const str_file *f, const char *key, const char *const *names, const int *codes, int count,
+                       int *out, char *err)
+{
+    const char *v = str_meta(f, key);
+    if (!v) return 0;
+    for (int i = 0; i < count; i++)
+        if (!strcmp(v, names[i])) return *out = codes[i], 0;
+    int at = snprintf(err, RUN_ERR_LEN, "metadata %s = \"%.100s\" is invalid: not one of", key, v);
+    for (int i = 0; i < count && at > 0 && at < RUN_ERR_LEN; i++)
+        at += snprintf(err + at, (size_t)(RUN_ERR_LEN - at), " %s", names[i]);
+    return -1;
+}
+
 /* No qmoe.prefix and no --prefix: the P of the file's P.experts.0.* tensors, which must be one
  * (a file of several layers needs --prefix). 0 with out set, or -1 with err. */
 static int infer_prefix(const str_file *f, const char *file, char *out, char *err)
@@ -471,8 +486,18 @@ static int run(const run_opts *o, moe_ep *ep, char *err)
         snprintf(err, RUN_ERR_LEN, "give --top-k (the file has no qmoe.top_k)");
         goto done;
     }
-    const char *mm = str_meta(&f, "qmoe.mode");
-    c.mode = o->mode >= 0 ? (qmoe_quant_mode)o->mode : mm && !strcmp(mm, "a8w4") ? QMOE_QUANT_A8W4 : QMOE_QUANT_A8W8;
+    /* qmoe.mode and qmoe.gating as qmoe moe gen writes them (and the --mode / --gating names) */
+    static const char *const mnames[] = {"a8w8", "a8w4"},
+                             *const gnames[] = {"softmax-renormalize", "softmax", "softmax-norenorm",
+                                                "sigmoid-group-topk", "sigmoid"};
+    static const int mcodes[] = {0, 1}, gcodes[] = {0, 0, 1, 2, 2};
+    int mode = o->mode, gating = o->gating;
+    if ((mode < 0 && meta_choice(&f, "qmoe.mode", mnames, mcodes, 2, &mode, why)) ||
+        (gating < 0 && meta_choice(&f, "qmoe.gating", gnames, gcodes, 5, &gating, why))) {
+        snprintf(err, RUN_ERR_LEN, "%.300s: %.600s (give --mode / --gating)", o->layer, why);
+        goto done;
+    }
+    c.mode = mode == 1 ? QMOE_QUANT_A8W4 : QMOE_QUANT_A8W8;
     c.group_size = o->group_size >= 0 ? o->group_size : 0;
     if (o->group_size < 0 && meta_int(&f, "qmoe.group_size", 0, INT32_MAX, &c.group_size, why)) {
         snprintf(err, RUN_ERR_LEN, "%.300s: %.700s (give --group-size)", o->layer, why);
@@ -482,8 +507,7 @@ static int run(const run_opts *o, moe_ep *ep, char *err)
     c.threads = (int)o->threads;
     c.shared_intermediate_size = L.Is;
     c.shared_gate = L.shared[0], c.shared_up = L.shared[1], c.shared_down = L.shared[2];
-    const char *mg = str_meta(&f, "qmoe.gating");
-    int gating = o->gating >= 0 ? o->gating : mg && !strncmp(mg, "sigmoid", 7) ? 2 : 0;
+    if (gating < 0) gating = 0; /* softmax, renormalised */
     c.renormalize = gating != 1;
     if (gating != 2 && o->sigmoid_opts) { /* they would be ignored */
         snprintf(err, RUN_ERR_LEN, "--groups, --k-group and --scaling are for sigmoid gating, and this run's is %s "

@@ -120,11 +120,23 @@ def test_moe_run_invalid_metadata(tmp_path):
     out = tmp_path / "out.npy"
     for key, value, words in [("qmoe.top_k", "-3", 'qmoe.top_k = "-3" is invalid'),
                               ("qmoe.top_k", "two", 'qmoe.top_k = "two" is invalid'),
-                              ("qmoe.group_size", "-64", 'qmoe.group_size = "-64" is invalid')]:
+                              ("qmoe.group_size", "-64", 'qmoe.group_size = "-64" is invalid'),
+                              ("qmoe.mode", "a8w16", 'qmoe.mode = "a8w16" is invalid'),
+                              ("qmoe.gating", "tanh", 'qmoe.gating = "tanh" is invalid')]:
         save_file(tensors, str(d / "bad.safetensors"), metadata={**meta, key: value})
         rc, _, err, _ = moe_run(d, out, layer=d / "bad.safetensors")
         assert rc == 1 and words in err and "missing" not in err, (key, value, err)
         assert not out.exists()
+    # qmoe.gating = softmax-norenorm is that gating (it ran renormalised before)
+    save_file(tensors, str(d / "norenorm.safetensors"), metadata={**meta, "qmoe.gating": "softmax-norenorm"})
+    rc, _, err, _ = moe_run(d, out, layer=d / "norenorm.safetensors")
+    assert rc == 0, err
+    by_meta = np.load(out)
+    rc, _, err, _ = moe_run(d, out, "--gating", "softmax-norenorm")
+    assert rc == 0, err
+    assert np.array_equal(by_meta, np.load(out))
+    rc, _, err, _ = moe_run(d, out)
+    assert rc == 0 and not np.array_equal(by_meta, np.load(out)), err
     # --top-k given: the file's qmoe.top_k is not read
     save_file(tensors, str(d / "bad.safetensors"), metadata={**meta, "qmoe.top_k": "-3"})
     rc, _, err, _ = moe_run(d, out, "--top-k", 2, layer=d / "bad.safetensors")
