@@ -73,6 +73,15 @@ def test_bench_moe_more_threads_than_probes():
     assert line["threads"] == 300 and line["tokens"] == 1
 
 
+def test_bench_moe_token_buffers_capped():
+    # 2^20 tokens: 104 GiB of hidden, out, logits and workspace beside 70 MB of weights, refused
+    # before the first token count runs
+    rc, out, err, rss = run_peak("bench", "moe", "--model", "qwen3-30b-a3b", "--experts", 8,
+                                 "--tokens", "1,1048576", "--dram-mb", 16)
+    assert rc == 2 and "T=1048576" in err and "more than --max-gib 16" in err and out == "", err
+    assert "measuring" not in err and rss < 256 * MiB
+
+
 def test_gen_and_demo_size_cap(tmp_path):
     d = tmp_path / "case"
     d.mkdir()
