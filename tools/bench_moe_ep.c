@@ -419,7 +419,9 @@ int bench_moe_ep(int argc, char **argv)
      * ranks given other arguments are refused on every rank */
     moe_ep_fact facts[MOE_EP_MAX_FACTS];
     char why[MOE_EP_ERR_LEN];
-    int nf = facts_of(&a, facts), ag = moe_ep_agree(r != 0, facts, nf, why);
+    if (moe_ep_join(CMD, 1, r != 0, r ? 0 : a.P, 0)) /* with any process started without --ep */
+        return r > 0 ? 0 : 2;
+    int nf = facts_of(&a, facts), ag = moe_ep_agree(0, facts, nf, why);
     if (ag) {
         if (ag < 0) fprintf(stderr, "qmoe " CMD " (rank %d of %d): %s\n", rank, size, why);
         else if (!r) fprintf(stderr, "qmoe " CMD " (rank %d of %d): another rank refused its arguments\n", rank, size);

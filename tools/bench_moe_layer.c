@@ -20,6 +20,7 @@
 #include "bench_moe_ops.h"
 #include "cli_args.h"
 #include "cli_size.h"
+#include "moe_ep.h"
 #include "ops/moe_layer_phases.h"
 #include "qmoe/moe_layer.h"
 #include "qmoe/moe_ops.h"
@@ -278,6 +279,8 @@ int bench_moe_layer(int argc, char **argv)
         if (!strcmp(argv[i], "--ep")) return bench_moe_ep(argc, argv);
     bm_args a;
     int r = parse(argc, argv, &a);
+    if (moe_ep_launched() && moe_ep_join(CMD, 0, r != 0, 0, 0) < 0) /* as in qmoe moe run */
+        return r > 0 ? 0 : 2;
     if (r) return r > 0 ? 0 : 2;
     if (a.threads <= 0) a.threads = qmoe_online_cores();
     qmoe_moe_layer_config c = config_of(&a);

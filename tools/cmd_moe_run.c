@@ -634,13 +634,12 @@ int moe_run(int argc, char **argv)
     int r = parse(argc, argv, &o);
     moe_ep *ep = NULL;
     if (asks_ep(argc, argv)) {
-        char why[MOE_EP_ERR_LEN];
-        if (moe_ep_start(o.ep, r != 0, &ep, why)) {
-            if (why[0]) fprintf(stderr, "qmoe " CMD ": %s\n", why);
-            return r > 0 ? 0 : 2;
-        }
-    } else if (r) {
-        return r > 0 ? 0 : 2;
+        if (moe_ep_start(CMD, o.ep, r != 0, &ep)) return r > 0 ? 0 : 2;
+    } else {
+        /* one of several processes of mpirun, without --ep: joins the others once, so that ranks
+         * given --ep beside it stop instead of waiting for it */
+        if (moe_ep_launched() && moe_ep_join(CMD, 0, r != 0, 0, 0) < 0) return r > 0 ? 0 : 2;
+        if (r) return r > 0 ? 0 : 2;
     }
     int failed = run(&o, ep, err) != 0;
     if (failed && err[0]) {

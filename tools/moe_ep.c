@@ -34,35 +34,68 @@ struct moe_ep {
     qmoe_ep *ctx;
 };
 
-int moe_ep_start(int64_t P, int refused, moe_ep **out, char *err)
+/* What each process brings to moe_ep_join, OR-ed over all of them. */
+enum { J_WRONG_P = 1, J_REFUSED = 2, J_NO_EP = 4, J_EP = 8, J_NO_MEMORY = 16 };
+
+int moe_ep_join(const char *cmd, int asks_ep, int refused, int64_t P, int no_memory)
 {
-    int inited = 0, rank = 0, size = 1;
+    char err[MOE_EP_ERR_LEN];
+    int inited = 0, size = 1;
     MPI_Initialized(&inited);
     if (!inited) MPI_Init(NULL, NULL);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    moe_ep *ep = refused ? NULL : calloc(1, sizeof *ep);
-    /* 2: arguments refused, 1: --ep is not the rank count, or out of memory; agreed by every
-     * rank, so none goes on to wait for one that stopped */
-    int mine = refused ? 2 : !ep || P != size, worst = 0;
-    MPI_Allreduce(&mine, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    if (!worst) {
-        ep->rank = rank, ep->size = size;
-        *out = ep;
-        return 0;
+    int mine = (asks_ep ? J_EP : J_NO_EP) | (refused ? J_REFUSED : 0) |
+               (no_memory ? J_NO_MEMORY : 0) | (asks_ep && !refused && P != size ? J_WRONG_P : 0);
+    int all = 0;
+    MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_BOR, MPI_COMM_WORLD);
+    if (all == J_EP) return 0;
+    if (all == J_NO_EP) { /* separate runs that mpirun started: none waits for another */
+        MPI_Finalize();
+        return 1;
     }
-    if (refused) snprintf(err, MOE_EP_ERR_LEN, "%s", "");
-    else if (!ep) snprintf(err, MOE_EP_ERR_LEN, "out of memory");
-    else if (P != size)
+    if (mine & J_REFUSED) snprintf(err, MOE_EP_ERR_LEN, "%s", "");
+    else if (mine & J_NO_MEMORY) snprintf(err, MOE_EP_ERR_LEN, "out of memory");
+    else if (mine & J_WRONG_P)
         snprintf(err, MOE_EP_ERR_LEN,
                  "--ep %lld, but %d rank(s) are running (start it as mpirun -np %lld qmoe ...)",
                  (long long)P, size, (long long)P);
     else
         snprintf(err, MOE_EP_ERR_LEN, "another rank %s; every rank must be given the same arguments",
-                 worst == 2 ? "refused its arguments" : "was given another --ep than the ranks running");
-    free(ep);
+                 (all & J_EP) && (all & J_NO_EP) ? (asks_ep ? "was started without --ep" : "was given --ep")
+                 : all & J_REFUSED ? "refused its arguments"
+                 : all & J_WRONG_P ? "was given another --ep than the ranks running"
+                                   : "ran out of memory");
+    /* before MPI_Finalize, which waits for every process: once one has exited with an error,
+     * mpirun may end the others before they could say why */
+    if (err[0]) fprintf(stderr, "qmoe %s: %s\n", cmd, err);
     MPI_Finalize();
     return -1;
+}
+
+int moe_ep_launched(void)
+{
+    /* Open MPI's, and MPICH's (Hydra) */
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"};
+    for (int i = 0; i < 2; i++) {
+        const char *v = getenv(vars[i]);
+        long n = v ? strtol(v, NULL, 10) : 0;
+        if (n > 1) return n > INT_MAX ? INT_MAX : (int)n;
+    }
+    return 0;
+}
+
+int moe_ep_start(const char *cmd, int64_t P, int refused, moe_ep **out)
+{
+    moe_ep *ep = refused ? NULL : calloc(1, sizeof *ep);
+    /* agreed by every process, so none goes on to wait for one that stopped */
+    if (moe_ep_join(cmd, 1, refused, P, !refused && !ep)) {
+        free(ep);
+        return -1;
+    }
+    MPI_Comm_rank(MPI_COMM_WORLD, &ep->rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &ep->size);
+    *out = ep;
+    return 0;
 }
 
 int moe_ep_agree(int failed, const moe_ep_fact *f, int n, char *err)
@@ -215,16 +248,24 @@ void moe_ep_barrier(moe_ep *ep)
 
 #else /* built without MPI */
 
-int moe_ep_start(int64_t P, int refused, moe_ep **ep, char *err)
+int moe_ep_start(const char *cmd, int64_t P, int refused, moe_ep **ep)
 {
-    (void)P, (void)refused, (void)ep;
-    snprintf(err, MOE_EP_ERR_LEN,
+    (void)P, (void)ep;
+    if (refused) return -1; /* it said why */
+    fprintf(stderr, "qmoe %s: "
              "--ep needs a qmoe built with MPI, and this one was built without it (install Open MPI: "
              "scripts/require-mpi.sh, or apt-get install libopenmpi-dev openmpi-bin; then configure "
-             "again)");
+             "again)\n", cmd);
     return -1;
 }
 
+int moe_ep_join(const char *cmd, int asks_ep, int refused, int64_t P, int no_memory)
+{
+    (void)no_memory;
+    if (!asks_ep) return 1;
+    return moe_ep_start(cmd, P, refused, NULL);
+}
+int moe_ep_launched(void) { return 0; } /* no MPI: no process waits for another */
 void moe_ep_end(moe_ep *ep) { (void)ep; }
 int moe_ep_rank(const moe_ep *ep) { return (void)ep, 0; }
 int moe_ep_size(const moe_ep *ep) { return (void)ep, 1; }

@@ -12,11 +12,23 @@ enum { MOE_EP_ERR_LEN = 512 };
 
 typedef struct moe_ep moe_ep;
 
-/* Collective: starts MPI and checks, on every rank together, that mpirun started P ranks on
- * each. refused: this rank's arguments were refused (it printed why; P is not read), so every
- * rank stops. 0, or -1 on every rank with err (this rank's reason, that another rank's --ep or
- * arguments were refused, or "" when refused here); MPI is finalized then (the caller exits 2). */
-int moe_ep_start(int64_t P, int refused, moe_ep **ep, char *err);
+/* Collective over every process mpirun started (MPI is initialized here): asks_ep says this
+ * one was given --ep P. 0 when every process was and P is their count; 1 when none was (and
+ * none refused its arguments): separate runs, MPI finalized again; otherwise -1 on every
+ * process, each having printed "qmoe CMD: why" (its own reason, or what another process did;
+ * nothing where it refused its arguments: it said why) before MPI is finalized. A run without --ep joins only when
+ * moe_ep_launched(), so that one started beside --ep ranks (mpirun -np 1 A --ep 2 : -np 1 A)
+ * stops them instead of leaving them waiting. */
+int moe_ep_join(const char *cmd, int asks_ep, int refused, int64_t P, int no_memory);
+/* The processes mpirun (Open MPI or MPICH) started this one among, when more than 1; else 0
+ * (and always 0 in a qmoe built without MPI). */
+int moe_ep_launched(void);
+
+/* Collective: starts MPI and checks, on every rank together (moe_ep_join), that mpirun started
+ * P ranks. refused: this rank's arguments were refused (it printed why; P is not read), so
+ * every rank stops. 0, or -1 on every rank, each having said why on stderr, MPI finalized (the
+ * caller exits 2). */
+int moe_ep_start(const char *cmd, int64_t P, int refused, moe_ep **ep);
 /* Destroys the context and finalizes MPI; NULL is a no-op. */
 void moe_ep_end(moe_ep *ep);
 int moe_ep_rank(const moe_ep *ep);

@@ -66,6 +66,9 @@ refused("--mode a8w4 on rank 0 only" "${A}|--mode|a8w4" "${A}"
 string(REPLACE "--ep|2" "--ep|3" A3 "${A}")
 refused("--ep 3 on rank 1" "${A}" "${A3}"
   "another rank was given another --ep" "--ep 3, but 2 rank\\(s\\) are running")
+string(REPLACE "--ep|2|" "" A1 "${A}")
+refused("--ep on rank 0 only" "${A}" "${A1}"
+  "another rank was started without --ep" "another rank was given --ep")
 refused("a refused argument on rank 1" "${A}" "${A}|--top-k|0"
   "another rank refused its arguments" "--top-k: '0' is not an integer")
 refused("bench: --tokens 16 on rank 0, 32 on rank 1" "${BENCH}" "${BENCH}|--tokens|32"
@@ -74,6 +77,9 @@ refused("bench: --tokens 16 on rank 0, 32 on rank 1" "${BENCH}" "${BENCH}|--toke
 refused("bench: --seconds 0.05 on rank 0, 0.1 on rank 1" "${BENCH}" "${BENCH}|--seconds|0.1"
   "rank 0 of 2\\): ${both} --seconds: rank 0 has 0.05, rank 1 has 0.1"
   "rank 1 of 2\\): ${both} --seconds: rank 0 has 0.05, rank 1 has 0.1")
+string(REPLACE "--ep|2|" "" BENCH1 "${BENCH}")
+refused("bench: --ep on rank 1 only" "${BENCH1}" "${BENCH}"
+  "another rank was given --ep" "another rank was started without --ep")
 refused("bench: a refused argument on rank 0" "${BENCH}|--threads|0" "${BENCH}"
   "another rank refused its arguments" "--threads: '0' is not an integer")
 
