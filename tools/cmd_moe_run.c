@@ -560,7 +560,10 @@ static int run(const run_opts *o, moe_ep *ep, char *err)
             snprintf(err, RUN_ERR_LEN, "%.1000s", why);
             goto done;
         }
-        moe_ep_gather(ep, o0, count, row, out.data);
+        if (moe_ep_gather(ep, o0, count, row, out.data)) {
+            snprintf(err, RUN_ERR_LEN, "out of memory gathering the output (on this rank or another)");
+            goto done;
+        }
         synced = 0;
         goto write;
     }

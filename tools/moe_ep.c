@@ -223,10 +223,14 @@ int moe_ep_forward(moe_ep *ep, const qmoe_moe_layer *layer, qmoe_dtype hd, int64
     return fs ? -1 : 0;
 }
 
-void moe_ep_gather(moe_ep *ep, const void *mine, int64_t count, size_t row, void *all_out)
+int moe_ep_gather(moe_ep *ep, const void *mine, int64_t count, size_t row, void *all_out)
 {
     int *counts = calloc((size_t)ep->size, sizeof *counts), *displs = calloc((size_t)ep->size, sizeof *displs);
-    int c = (int)count;
+    if (moe_ep_any(ep, !counts || !displs)) {
+        free(counts), free(displs);
+        return -1;
+    }
+    int c = (int)count; /* the caller keeps T within INT_MAX */
     MPI_Gather(&c, 1, MPI_INT, counts, 1, MPI_INT, 0, MPI_COMM_WORLD);
     for (int r = 1; r < ep->size; r++) displs[r] = displs[r - 1] + counts[r - 1];
     MPI_Datatype rt;
@@ -237,6 +241,7 @@ void moe_ep_gather(moe_ep *ep, const void *mine, int64_t count, size_t row, void
                 MPI_COMM_WORLD);
     MPI_Type_free(&rt);
     free(counts), free(displs);
+    return 0;
 }
 
 double moe_ep_wtime(void) { return MPI_Wtime(); }
@@ -296,9 +301,10 @@ int moe_ep_forward(moe_ep *ep, const qmoe_moe_layer *layer, qmoe_dtype hd, int64
     snprintf(err, MOE_EP_ERR_LEN, "built without MPI");
     return -1;
 }
-void moe_ep_gather(moe_ep *ep, const void *mine, int64_t count, size_t row, void *all_out)
+int moe_ep_gather(moe_ep *ep, const void *mine, int64_t count, size_t row, void *all_out)
 {
     (void)ep, (void)mine, (void)count, (void)row, (void)all_out;
+    return -1;
 }
 double moe_ep_wtime(void) { return 0; }
 void moe_ep_barrier(moe_ep *ep) { (void)ep; }

@@ -71,8 +71,9 @@ void moe_ep_split(const moe_ep *ep, int64_t T, int64_t *first, int64_t *count);
 int moe_ep_forward(moe_ep *ep, const qmoe_moe_layer *layer, qmoe_dtype hd, int64_t count,
                    int64_t H, int64_t E, void *hidden, void *logits, void *out, char *err);
 /* Collective: every rank's output rows (`count` rows of `row` bytes each) into all_out on rank 0
- * (in rank order, which is token order); rank 0's `mine` may be all_out itself. */
-void moe_ep_gather(moe_ep *ep, const void *mine, int64_t count, size_t row, void *all_out);
+ * (in rank order, which is token order); rank 0's `mine` may be all_out itself. 0, or -1 on
+ * every rank when one is out of memory. */
+int moe_ep_gather(moe_ep *ep, const void *mine, int64_t count, size_t row, void *all_out);
 /* The seconds since some fixed point, the same clock on every rank (MPI_Wtime); a barrier. */
 double moe_ep_wtime(void);
 void moe_ep_barrier(moe_ep *ep);
