@@ -15,6 +15,7 @@
 
 #include "bench_down_proj.h"
 #include "bench_moe_ops.h"
+#include "cli_size.h"
 #include "kernels/gmm_fast.h"
 #include "kernels/kernel.h"
 #include "qmoe/grouped_matmul.h"
@@ -22,7 +23,7 @@
 #include "qmoe/weights.h"
 
 typedef struct dp_args {
-    int64_t experts, k, n, prefill, decode, dram_mb, copies;
+    int64_t experts, k, n, prefill, decode, dram_mb, copies, max_gib;
     int repeat, threads, prepacked;
 } dp_args;
 
@@ -62,6 +63,28 @@ static double dp_peak(const qmoe_gemm_isa *isa, int threads)
 
 /* copies > 1: that many copies of the weights, used in turn, so the timed runs stream them from
  * memory instead of a cache that holds one copy (this machine's L3 is 480 MB). */
+enum { MAX_COPIES = 32 };
+
+/* Every buffer of a case (dp_case) and the probe's, checked against --max-gib before any is
+ * allocated: -1 with err when over it or past 64 bits. */
+static int dp_size(const dp_args *a, int64_t per_expert, int64_t copies, char *err, size_t len)
+{
+    int64_t E = a->experts, K = a->k, N = a->n, M;
+    cli_bytes b = {0};
+    if (cli_mul(E, per_expert, &M)) b.overflow = 1, M = 0;
+    if (copies > MAX_COPIES) copies = MAX_COPIES;
+    cli_bytes_add(&b, M, K, 1); /* x */
+    cli_bytes_add(&b, E, K, N); /* the weights */
+    for (int64_t c = 1; c < copies + a->prepacked * copies; c++) /* more copies, prepacked ones */
+        cli_bytes_add(&b, E, K, N);
+    cli_bytes_add(&b, E, N, 4);                /* weight scales */
+    cli_bytes_add(&b, M, 4, 1);                /* x scales */
+    cli_bytes_add(&b, E, 8, 1);                /* group list */
+    cli_bytes_add(&b, M, N, 2);                /* out */
+    cli_bytes_add(&b, a->dram_mb, 1 << 20, 1); /* the bandwidth probe */
+    return cli_bytes_check(&b, "the case", a->max_gib, err, len);
+}
+
 static int dp_case(const dp_args *a, const char *name, int64_t per_expert, int copies, double peak,
                    double dram)
 {
@@ -84,7 +107,6 @@ static int dp_case(const dp_args *a, const char *name, int64_t per_expert, int c
     for (int64_t e = 0; e < E; e++) gl[e] = per_expert;
     int64_t xsh[2] = {M, K}, wsh[5] = {E, N / 32, K / 16, 16, 32}, ssh[2] = {E, N}, msh[1] = {M},
             esh[1] = {E}, osh[2] = {M, N};
-    enum { MAX_COPIES = 32 };
     if (copies > MAX_COPIES) copies = MAX_COPIES;
     int8_t *wc[MAX_COPIES] = {w};
     qmoe_tensor *tx = NULL, *tw[MAX_COPIES] = {NULL}, *ts = NULL, *tp = NULL, *tg = NULL, *to = NULL;
@@ -154,7 +176,7 @@ static int dp_case(const dp_args *a, const char *name, int64_t per_expert, int c
 
 int bench_down_proj(int argc, char **argv)
 {
-    dp_args a = {4, 2048, 7168, 2048, 4, 1024, 12, 20, 0, 0};
+    dp_args a = {4, 2048, 7168, 2048, 4, 1024, 12, 16, 20, 0, 0};
     for (int i = 1; i < argc; i += 2) {
         const char *opt = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(opt, "--prepacked")) {
@@ -165,7 +187,8 @@ int bench_down_proj(int argc, char **argv)
         if (!strcmp(opt, "--help") || !strcmp(opt, "-h")) {
             printf("usage: qmoe bench down-proj [--experts E] [--k K] [--n N] [--prefill T]\n"
                    "                            [--decode T] [--threads T] [--repeat R] [--dram-mb MB]\n"
-                   "                            [--copies C] [--prepacked]\n"
+                   "                            [--copies C] [--prepacked] [--max-gib N]\n"
+                   "  N GiB: refuse a case needing more memory (default 16)\n"
                    "  C weight copies the decode case cycles through (default 12: past the L3)\n"
                    "  --prepacked: weights prepacked once (qmoe_weights_prepack), outside the timing\n"
                    "  T tokens per expert (0: skip the case); N a multiple of 32, K of 16\n");
@@ -186,6 +209,7 @@ int bench_down_proj(int argc, char **argv)
         else if (!strcmp(opt, "--repeat")) a.repeat = x < 1 ? 1 : (int)x;
         else if (!strcmp(opt, "--dram-mb")) a.dram_mb = x < 16 ? 16 : x;
         else if (!strcmp(opt, "--copies")) a.copies = x < 1 ? 1 : x;
+        else if (!strcmp(opt, "--max-gib")) a.max_gib = x;
         else {
             fprintf(stderr, "qmoe bench down-proj: unknown option %s\n", opt);
             return 2;
@@ -195,6 +219,14 @@ int bench_down_proj(int argc, char **argv)
     if (a.threads > 256) a.threads = 256;
     if (a.experts < 1 || a.k < 16 || a.k % 16 || a.n < 32 || a.n % 32) {
         fprintf(stderr, "qmoe bench down-proj: E >= 1, K a multiple of 16, N of 32\n");
+        return 2;
+    }
+    /* both cases' sizes, checked before the probes and any allocation */
+    char err[256];
+    if ((a.prefill && dp_size(&a, a.prefill, 1, err, sizeof err)) ||
+        (a.decode && dp_size(&a, a.decode, a.copies, err, sizeof err))) {
+        fprintf(stderr, "qmoe bench down-proj: E=%lld K=%lld N=%lld: %s\n", (long long)a.experts, (long long)a.k,
+                (long long)a.n, err);
         return 2;
     }
     const qmoe_kernel_ops *k = qmoe_kernel_lookup(QMOE_KERNEL_AUTO);

@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "cli_args.h"
+#include "moe_ep.h"
 #include "qmoe/moe_layer.h"
 
 #define CMD "bench moe --ep"
@@ -68,7 +69,8 @@ static void usage(FILE *f)
                "                    one machine; messages: MPI messages only\n"
                "  --seconds S       time per token count (default 1)\n"
                "  --max-gib N       refuse more than N GiB of weights per rank (default 16)\n"
-               "One JSON line per token count on rank 0's stdout.\n");
+               "One JSON line per token count on rank 0's stdout. Every rank must be given the\n"
+               "same arguments (checked before anything runs: otherwise refused on every rank).\n");
 }
 
 static int parse(int argc, char **argv, ep_args *a)
@@ -380,6 +382,30 @@ static int bench_tokens(const ep_args *a, const qmoe_moe_layer_config *c, qmoe_e
     return rc;
 }
 
+/* Every rank's arguments, to be the same (moe_ep_agree): each rank's loop runs for its token
+ * counts and its seconds, so ranks given others would wait for each other forever. */
+static int facts_of(const ep_args *a, moe_ep_fact *f)
+{
+    static char names[MAX_T][24];
+    int n = 0;
+    f[n++] = (moe_ep_fact){"--ep", a->P, MOE_EP_INT};
+    f[n++] = (moe_ep_fact){"--model", a->model, MOE_EP_INT};
+    f[n++] = (moe_ep_fact){"--experts", a->E, MOE_EP_INT};
+    f[n++] = (moe_ep_fact){"--threads", a->threads, MOE_EP_INT};
+    f[n++] = (moe_ep_fact){"--max-gib", a->max_gib, MOE_EP_INT};
+    f[n++] = (moe_ep_fact){"--dtype", a->bf16, MOE_EP_INT};
+    f[n++] = (moe_ep_fact){"--transport", a->messages, MOE_EP_INT};
+    int64_t sec;
+    memcpy(&sec, &a->seconds, sizeof sec);
+    f[n++] = (moe_ep_fact){"--seconds", sec, MOE_EP_REAL};
+    f[n++] = (moe_ep_fact){"the number of --tokens counts", a->nt, MOE_EP_INT};
+    for (int i = 0; i < MAX_T; i++) {
+        snprintf(names[i], sizeof names[i], "--tokens' count %d", i + 1);
+        f[n++] = (moe_ep_fact){names[i], i < a->nt ? a->tokens[i] : 0, MOE_EP_INT};
+    }
+    return n;
+}
+
 int bench_moe_ep(int argc, char **argv)
 {
     int inited = 0;
@@ -389,7 +415,20 @@ int bench_moe_ep(int argc, char **argv)
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     ep_args a;
     int r = parse(argc, argv, &a), rc = r < 0 ? 2 : 0;
-    if (!r && a.P != size) {
+    /* before anything else collective: a rank that refused its arguments stops every rank, and
+     * ranks given other arguments are refused on every rank */
+    moe_ep_fact facts[MOE_EP_MAX_FACTS];
+    char why[MOE_EP_ERR_LEN];
+    if (moe_ep_join(CMD, 1, r != 0, r ? 0 : a.P, 0)) /* with any process started without --ep */
+        return r > 0 ? 0 : 2;
+    int nf = facts_of(&a, facts), ag = moe_ep_agree(0, facts, nf, why);
+    if (ag) {
+        if (ag < 0) fprintf(stderr, "qmoe " CMD " (rank %d of %d): %s\n", rank, size, why);
+        else if (!r) fprintf(stderr, "qmoe " CMD " (rank %d of %d): another rank refused its arguments\n", rank, size);
+        MPI_Finalize();
+        return r > 0 && ag > 0 ? 0 : 2;
+    }
+    if (a.P != size) {
         if (rank == 0)
             fprintf(stderr, "qmoe " CMD ": --ep %" PRId64 ", but %d rank(s) are running (mpirun -np %" PRId64 ")\n",
                     a.P, size, a.P);

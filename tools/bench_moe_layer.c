@@ -19,6 +19,8 @@
 
 #include "bench_moe_ops.h"
 #include "cli_args.h"
+#include "cli_size.h"
+#include "moe_ep.h"
 #include "ops/moe_layer_phases.h"
 #include "qmoe/moe_layer.h"
 #include "qmoe/moe_ops.h"
@@ -277,6 +279,8 @@ int bench_moe_layer(int argc, char **argv)
         if (!strcmp(argv[i], "--ep")) return bench_moe_ep(argc, argv);
     bm_args a;
     int r = parse(argc, argv, &a);
+    if (moe_ep_launched() && moe_ep_join(CMD, 0, r != 0, 0, 0) < 0) /* as in qmoe moe run */
+        return r > 0 ? 0 : 2;
     if (r) return r > 0 ? 0 : 2;
     if (a.threads <= 0) a.threads = qmoe_online_cores();
     qmoe_moe_layer_config c = config_of(&a);
@@ -290,6 +294,24 @@ int bench_moe_layer(int argc, char **argv)
             a.m.name, a.m.E, a.m.H, a.m.I, a.m.k, a.a8w4 ? "a8w4" : "a8w8");
     qmoe_moe_layer *L = make_layer(&a, &c);
     if (!L) return 1;
+    /* each token count's buffers (hidden, out, the logits' variants, the workspace) beside the
+     * prepacked weights, within --max-gib before any is allocated */
+    for (int ti = 0; ti < a.nt; ti++) {
+        uint64_t wsz = 0;
+        cli_bytes b = {0};
+        cli_bytes_add(&b, (int64_t)qmoe_moe_layer_weight_bytes(L), 1, 1);
+        cli_bytes_add(&b, a.tokens[ti], a.m.H, 2 * 4);
+        cli_bytes_add(&b, a.tokens[ti], a.m.E, VARIANTS * 4);
+        if (qmoe_moe_layer_workspace_size(L, a.tokens[ti], a.bf16 ? QMOE_DTYPE_BFLOAT16 : QMOE_DTYPE_FLOAT32, &wsz))
+            b.overflow = 1;
+        cli_bytes_add(&b, (int64_t)(wsz > INT64_MAX ? INT64_MAX : wsz), 1, 1);
+        char err[256];
+        if (cli_bytes_check(&b, "the weights and this token count's buffers", a.max_gib, err, sizeof err)) {
+            fprintf(stderr, "qmoe " CMD ": T=%" PRId64 ": %s\n", a.tokens[ti], err);
+            qmoe_moe_layer_destroy(L);
+            return 2;
+        }
+    }
     fprintf(stderr, "qmoe " CMD ": measuring the DRAM read bandwidth on %d threads\n", a.threads);
     double dram = mo_dram(a.threads, a.dram_mb);
     double per_expert = (double)qmoe_moe_layer_weight_bytes(L) / (double)a.m.E;

@@ -13,13 +13,14 @@
 #include <time.h>
 
 #include "bench_moe_ops.h"
+#include "cli_size.h"
 #include "qmoe/moe_ops.h"
 #include "qmoe/runtime.h"
 
 typedef struct mo_args {
     int64_t tokens, hidden, experts, k;
     int repeat, threads;
-    int64_t dram_mb;
+    int64_t dram_mb, max_gib;
 } mo_args;
 
 static double mo_now(void)
@@ -54,15 +55,20 @@ static void *mo_read(void *arg)
     return NULL;
 }
 
-/* DRAM read GB/s on `threads` threads over `mb` MB: best of 3 (0 when out of memory). */
+enum { MO_PROBES = 256 }; /* more readers do not read DRAM faster */
+
+/* DRAM read GB/s on `threads` threads (at most MO_PROBES) over `mb` MB: best of 3 (0 when out
+ * of memory). */
 double mo_dram(int threads, int64_t mb)
 {
+    if (threads > MO_PROBES) threads = MO_PROBES; /* callers pass their own --threads */
+    if (threads < 1) threads = 1;
     size_t bytes = (size_t)mb << 20, words = bytes / 8;
     uint64_t *buf = malloc(bytes);
     if (!buf) return 0;
     for (size_t i = 0; i < words; i++) buf[i] = i;
-    mo_probe pr[256];
-    pthread_t th[256];
+    mo_probe pr[MO_PROBES];
+    pthread_t th[MO_PROBES];
     double best = 0;
     for (int rep = 0; rep < 3; rep++) {
         for (int t = 0; t < threads; t++)
@@ -146,15 +152,16 @@ static uint16_t mo_bf16(float f)
 
 static int mo_parse(int argc, char **argv, mo_args *a)
 {
-    *a = (mo_args){4096, 7168, 256, 8, 5, 0, 512};
+    *a = (mo_args){4096, 7168, 256, 8, 5, 0, 512, 16};
     for (int i = 1; i < argc; i += 2) { /* every option takes one value */
         const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int64_t *dst = !strcmp(o, "--tokens") ? &a->tokens : !strcmp(o, "--hidden") ? &a->hidden
                      : !strcmp(o, "--experts") ? &a->experts : !strcmp(o, "--k") ? &a->k
-                     : !strcmp(o, "--dram-mb") ? &a->dram_mb : NULL;
+                     : !strcmp(o, "--dram-mb") ? &a->dram_mb : !strcmp(o, "--max-gib") ? &a->max_gib : NULL;
         if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
             printf("usage: qmoe bench moe-ops [--tokens M] [--hidden H] [--experts E] [--k K]\n"
                    "                          [--threads T] [--repeat R] [--dram-mb MB]\n"
+                   "                          [--max-gib N]  (refuse more memory; default 16)\n"
                    "One JSON line per element-wise MoE operator: median time, bytes moved and\n"
                    "the ratio to the DRAM read bandwidth measured in the same run.\n");
             return 1;
@@ -175,6 +182,23 @@ static int mo_parse(int argc, char **argv, mo_args *a)
     }
     if (a->k > 32 || a->k > a->experts || a->experts > 2048 || a->experts % 8) {
         fprintf(stderr, "qmoe bench moe-ops: needs k <= 32, k <= experts <= 2048, experts %% 8 == 0\n");
+        return -1;
+    }
+    /* every buffer of bench_moe_ops, before any is allocated */
+    int64_t M = a->tokens, H = a->hidden, MK = M * a->k; /* each <= 2^24, k <= 32: no overflow */
+    cli_bytes b = {0};
+    cli_bytes_add(&b, M, 2 * H, 2);
+    cli_bytes_add(&b, MK, H, 2);
+    cli_bytes_add(&b, M, H, 2);
+    cli_bytes_add(&b, M, a->experts, 2);
+    cli_bytes_add(&b, MK, H, 1);
+    cli_bytes_add(&b, MK, 5 * 4, 1);
+    cli_bytes_add(&b, a->experts, 8, 1);
+    cli_bytes_add(&b, a->dram_mb, 1 << 20, 1);
+    char err[256];
+    if (cli_bytes_check(&b, "the buffers", a->max_gib, err, sizeof err)) {
+        fprintf(stderr, "qmoe bench moe-ops: --tokens %lld --hidden %lld --k %lld: %s\n", (long long)M,
+                (long long)H, (long long)a->k, err);
         return -1;
     }
     return 0;

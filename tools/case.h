@@ -120,6 +120,7 @@ typedef struct gen_params {
     gen_scale_dtype scale_dtype;
     qmoe_group_list_type group_list_type;
     uint64_t seed;
+    int64_t max_gib; /* case_generate_headers refuses a case whose memory would exceed it */
 } gen_params;
 
 /* The vendor sample: E=4, M=8192, K=7168, N=4096, A8W4 per-channel, NZ int32-packed weights. */
@@ -131,7 +132,8 @@ void gen_defaults(gen_params *p);
 int case_generate(const gen_params *p, op_case *c, char *err);
 
 /* The arrays case_generate would make, as headers only (no memory, nothing to free): for
- * case_check before generating, so a case the operator refuses costs no memory. */
+ * case_check before generating, so a case the operator refuses costs no memory. Also refuses a
+ * case whose arrays (and the unpacked weight made on the way) would take over p->max_gib GiB. */
 int case_generate_headers(const gen_params *p, op_case *c, char *err);
 
 #endif

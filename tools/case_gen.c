@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "case.h"
+#include "cli_size.h"
 #include "core/halfconv.h"
 
 typedef struct rng {
@@ -44,6 +45,7 @@ void gen_defaults(gen_params *p)
     p->scale_dtype = GEN_SCALE_F32;
     p->group_list_type = QMOE_GROUP_LIST_CUMSUM;
     p->seed = 1;
+    p->max_gib = 16;
 }
 
 static int bad(char *err, const char *what)
@@ -312,5 +314,15 @@ int case_generate_headers(const gen_params *p, op_case *c, char *err)
              (p->a8w4 && alloc(&c->in[CASE_BIAS], NPY_FLOAT32, 2, en, "bias", err)) ||
              pack_headers(p, c, err);
     describe_only = 0;
-    return rc ? -1 : 0;
+    if (rc) return -1;
+    cli_bytes b = {0}; /* every array, the unpacked int8 weight values and float scales too */
+    for (int i = 0; i < CASE_INPUTS; i++) cli_bytes_add(&b, (int64_t)c->in[i].nbytes, 1, 1);
+    cli_bytes_add(&b, p->E, p->K, p->N);
+    cli_bytes_add(&b, (int64_t)c->in[CASE_WEIGHT_SCALE].count, 4, 1);
+    char why[CASE_ERR_LEN];
+    if (cli_bytes_check(&b, "the case", p->max_gib, why, sizeof why)) {
+        snprintf(err, CASE_ERR_LEN, "%s", why);
+        return -1;
+    }
+    return 0;
 }

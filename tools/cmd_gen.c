@@ -137,7 +137,8 @@ int cmd_gen(int argc, char **argv)
     int rc = parse(argc, argv, &p, &dir);
     if (rc) return rc > 0 ? 0 : 2;
     gen_args_describe(&p, what, sizeof what);
-    if (case_generate(&p, &c, err)) {
+    /* the sizes first: a case over --max-gib costs no memory */
+    if (case_generate_headers(&p, &c, err) || case_generate(&p, &c, err)) {
         fprintf(stderr, "qmoe gen: %s: %s\n", what, err);
         return 1;
     }

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 
 #include "cli_args.h"
+#include "cli_size.h"
 #include "commands.h"
 #include "moe_run.h"
 #include "npy.h"
@@ -63,7 +64,8 @@ static void usage(FILE *f)
             "  --mode a8w8|a8w4 --group-size G   the quantization the layer is meant for (stored\n"
             "                   in the file's metadata; its shape rules are checked here)\n"
             "  --dtype fp32|bf16  the weights' dtype (default fp32)\n"
-            "  --seed N         (default 0)   --max-gib N  refuse larger files (default 16)\n");
+            "  --seed N         (default 0)   --max-gib N  refuse files larger together\n"
+            "                   (default 16)\n");
 }
 
 static int parse_int(int argc, char **argv, int *i, const char *opt, int64_t lo, int64_t hi,
@@ -355,14 +357,20 @@ static int generate(const gen_opts *g, char *err)
     char paths[3][PATH_LEN];
     static const char *const files[3] = {"layer.safetensors", "hidden.npy", "router_logits.npy"};
     outfiles out;
-    int64_t size, limit = g->max_gib << 30;
+    int64_t size;
     int rc = -1;
     outfiles_init(&out);
     if (build_layer(g, &lf, err) || st_file_size(&lf.st, &size, err)) goto done;
-    if (size > limit) {
-        snprintf(err, ERR_LEN, "layer.safetensors would be %.2f GiB, over --max-gib %" PRId64
-                 " (use --experts, --layers or --dtype bf16 to make it smaller)",
-                 (double)size / (1 << 30), g->max_gib);
+    /* --max-gib bounds every file, before any is made: the layer and both float32 inputs */
+    cli_bytes all = {0};
+    cli_bytes_add(&all, size, 1, 1);
+    cli_bytes_add(&all, g->tokens, g->m.H, 4);
+    cli_bytes_add(&all, g->tokens, g->m.E, 4);
+    char what[160], why_size[ERR_LEN];
+    snprintf(what, sizeof what, "the files (layer.safetensors %.2f GiB, hidden.npy and router_logits.npy of "
+             "%" PRId64 " tokens the rest)", (double)size / (1 << 30), g->tokens);
+    if (cli_bytes_check(&all, what, g->max_gib, why_size, sizeof why_size)) {
+        snprintf(err, ERR_LEN, "%.800s (use --experts, --layers, --dtype bf16 or fewer --tokens)", why_size);
         goto done;
     }
     for (int k = 0; k < 3; k++)

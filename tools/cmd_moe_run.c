@@ -6,7 +6,9 @@
 #define _POSIX_C_SOURCE 200809L
 #include "moe_run.h"
 
+#include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,12 +22,15 @@
 #include "safetensors_read.h"
 
 #define CMD "moe run"
-enum { NAME_MAX_LEN = 512, RUN_ERR_LEN = 1024 };
+/* RUN_MAX_THREADS: quantizing the weights on load (qmoe/quantize.h) takes at most 1024 threads,
+ * fewer than the layer's operators: the one limit of --threads here. */
+enum { NAME_MAX_LEN = 512, RUN_ERR_LEN = 1024, RUN_MAX_THREADS = 1024 };
 
 typedef struct run_opts {
     const char *layer, *hidden, *logits, *out, *prefix;
     int64_t top_k, group_size, threads, groups, k_group, ep;
     int mode, gating, clip; /* -1: from the file's metadata */
+    int sigmoid_opts;       /* --groups, --k-group or --scaling given */
     double scaling;
 } run_opts;
 
@@ -39,17 +44,21 @@ static void usage(FILE *f)
             "shared expert of Is a multiple of I) quantized on load, runs hidden [T,H] (float32 or\n"
             "float16) with router_logits [T,E] (float32), writes out [T,H] in hidden's dtype.\n"
             "Defaults come from the file's qmoe.* metadata (qmoe moe gen writes it).\n\n"
-            "  --prefix P        the layer's name prefix (default: qmoe.prefix, else inferred)\n"
+            "  --prefix P        the layer's name prefix (default: qmoe.prefix, else the one\n"
+            "                    prefix P of the file's P.experts.0.* tensors)\n"
             "  --mode a8w8|a8w4  --group-size G (0: per channel)  --clip-search\n"
             "  --top-k K         experts per token\n"
             "  --gating softmax|softmax-norenorm|sigmoid  (default: qmoe.gating, else softmax)\n"
             "  --groups N --k-group N --scaling F   sigmoid gating's expert groups, groups kept,\n"
             "                    routed scaling (default for sigmoid: 8, 4, 2.5 when E/8 >= 2)\n"
-            "  --threads N       (0: every online core; with --ep, shared by the host's ranks)\n"
+            "  --threads N       0..1024 (0: every online core; with --ep, shared by the host's\n"
+            "                    ranks)\n"
             "  --ep P            expert parallelism over P MPI ranks: run as\n"
             "                    mpirun -np P qmoe moe run --ep P ...; each rank quantizes only its\n"
             "                    experts and runs an even share of the tokens; rank 0 writes --out,\n"
-            "                    the same bytes as without --ep (needs a qmoe built with MPI)\n");
+            "                    the same bytes as without --ep (needs a qmoe built with MPI);\n"
+            "                    every rank must be given the same files and options (checked:\n"
+            "                    --threads may differ)\n");
 }
 
 static int parse(int argc, char **argv, run_opts *o)
@@ -79,11 +88,12 @@ static int parse(int argc, char **argv, run_opts *o)
         else if (!strcmp(a, "--gating")) bad = args_choice(CMD, a, v, gatings, 3, &o->gating);
         else if (!strcmp(a, "--top-k")) bad = args_int(CMD, a, v, 1, 1024, &o->top_k);
         else if (!strcmp(a, "--group-size")) bad = args_int(CMD, a, v, 0, INT32_MAX, &o->group_size);
-        else if (!strcmp(a, "--threads")) bad = args_int(CMD, a, v, 0, 4096, &o->threads);
+        else if (!strcmp(a, "--threads")) bad = args_int(CMD, a, v, 0, RUN_MAX_THREADS, &o->threads);
         else if (!strcmp(a, "--ep")) bad = args_int(CMD, a, v, 1, 4096, &o->ep);
-        else if (!strcmp(a, "--groups")) bad = args_int(CMD, a, v, 1, 2048, &o->groups);
-        else if (!strcmp(a, "--k-group")) bad = args_int(CMD, a, v, 1, 2048, &o->k_group);
+        else if (!strcmp(a, "--groups")) bad = args_int(CMD, a, v, 1, 2048, &o->groups), o->sigmoid_opts = 1;
+        else if (!strcmp(a, "--k-group")) bad = args_int(CMD, a, v, 1, 2048, &o->k_group), o->sigmoid_opts = 1;
         else if (!strcmp(a, "--scaling")) {
+            o->sigmoid_opts = 1;
             char *end;
             o->scaling = strtod(v, &end);
             if (*end || !(o->scaling > 0 && o->scaling < 1e6)) {
@@ -284,12 +294,68 @@ static int write_array(const char *path, void *ctx, char *err)
     return -1;
 }
 
-static int64_t meta_int(const str_file *f, const char *key, int64_t dflt)
+/* The integer metadata `key` into *out (left as it is when absent); -1 with err when present but
+ * not an integer in [lo, hi]. */
+static int meta_int(const str_file *f, const char *key, int64_t lo, int64_t hi, int64_t *out, char *err)
 {
     const char *v = str_meta(f, key);
+    if (!v) return 0;
     char *end;
-    long long x = v ? strtoll(v, &end, 10) : 0;
-    return v && *v && !*end ? (int64_t)x : dflt;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (!*v || *end || errno || x < lo || x > hi) {
+        snprintf(err, RUN_ERR_LEN, "metadata %s = \"%.100s\" is invalid: not an integer in [%" PRId64 ", %" PRId64 "]",
+                 key, v, lo, hi);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+/* The metadata `key` as one of `count` names into *out (codes[i] for names[i]; left as it is
+ * when absent); -1 with err for another value. */
+static int meta_choice(const str_file *f, const char *key, const char *const *names, const int *codes, int count,
+                       int *out, char *err)
+{
+    const char *v = str_meta(f, key);
+    if (!v) return 0;
+    for (int i = 0; i < count; i++)
+        if (!strcmp(v, names[i])) return *out = codes[i], 0;
+    int at = snprintf(err, RUN_ERR_LEN, "metadata %s = \"%.100s\" is invalid: not one of", key, v);
+    for (int i = 0; i < count && at > 0 && at < RUN_ERR_LEN; i++)
+        at += snprintf(err + at, (size_t)(RUN_ERR_LEN - at), " %s", names[i]);
+    return -1;
+}
+
+/* No qmoe.prefix and no --prefix: the P of the file's P.experts.0.* tensors, which must be one
+ * (a file of several layers needs --prefix). 0 with out set, or -1 with err. */
+static int infer_prefix(const str_file *f, const char *file, char *out, char *err)
+{
+    size_t len = 0;
+    const char *first = NULL;
+    for (size_t k = 0; k < f->n; k++) {
+        const char *n = f->tensors[k].name, *s = strstr(n, ".experts.0.");
+        if (!s) continue;
+        size_t l = (size_t)(s - n);
+        if (!first) {
+            first = n, len = l;
+        } else if (l != len || strncmp(n, first, l)) {
+            snprintf(err, RUN_ERR_LEN, "%.300s: experts under %.*s and %.*s: give --prefix", file,
+                     (int)(len < 200 ? len : 200), first, (int)(l < 200 ? l : 200), n);
+            return -1;
+        }
+    }
+    if (!first) {
+        snprintf(err, RUN_ERR_LEN, "%.300s: no tensor *.experts.0.* (give --prefix)", file);
+        return -1;
+    }
+    if (len >= NAME_MAX_LEN - 64) {
+        snprintf(err, RUN_ERR_LEN, "%.300s: the prefix of %.300s is too long", file, first);
+        return -1;
+    }
+    memcpy(out, first, len);
+    out[len] = 0;
+    return 0;
 }
 
 static double now(void)
@@ -299,8 +365,50 @@ static double now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+static int64_t bits_of(double d)
+{
+    int64_t v;
+    memcpy(&v, &d, sizeof v);
+    return v;
+}
+
+/* What every rank of --ep must have the same of: the layer file (its size and its header's
+ * checksum: names, shapes, offsets and metadata), the prefix, both inputs (shapes, dtypes, a
+ * checksum of their bytes) and every resolved option but the threads. Returns the count. */
+static int ep_facts(const str_file *f, const char *prefix, const npy_array *h, const npy_array *l,
+                    const qmoe_moe_layer_config *c, moe_ep_fact *out)
+{
+    uint64_t hlen = 0;
+    const unsigned char *m = f->map;
+    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | m[i]; /* str_open checked it against the size */
+    const moe_ep_fact facts[] = {
+        {"the --layer file's size", (int64_t)f->size, MOE_EP_INT},
+        {"the --layer file's header (its checksum)", (int64_t)moe_ep_checksum(m, (size_t)(8 + hlen)), MOE_EP_HEX},
+        {"the layer's prefix (its checksum)", (int64_t)moe_ep_checksum(prefix, strlen(prefix)), MOE_EP_HEX},
+        {"--hidden's tokens (rows)", h->shape[0], MOE_EP_INT},
+        {"--hidden's columns", h->shape[1], MOE_EP_INT},
+        {"--hidden's dtype", (int64_t)h->dtype, MOE_EP_INT},
+        {"--hidden's data (its checksum)", (int64_t)moe_ep_checksum(h->data, h->nbytes), MOE_EP_HEX},
+        {"--router-logits' rows", l->shape[0], MOE_EP_INT},
+        {"--router-logits' columns", l->shape[1], MOE_EP_INT},
+        {"--router-logits' data (its checksum)", (int64_t)moe_ep_checksum(l->data, l->nbytes), MOE_EP_HEX},
+        {"--top-k", c->top_k, MOE_EP_INT},
+        {"--mode", (int64_t)c->mode, MOE_EP_INT},
+        {"--group-size", c->group_size, MOE_EP_INT},
+        {"--clip-search", c->clip_search, MOE_EP_INT},
+        {"--gating", (int64_t)c->gating * 2 + (c->renormalize != 0), MOE_EP_INT},
+        {"--groups", c->group_count, MOE_EP_INT},
+        {"--k-group", c->k_group, MOE_EP_INT},
+        {"--scaling", bits_of(c->routed_scaling_factor), MOE_EP_REAL},
+    };
+    int n = (int)(sizeof facts / sizeof facts[0]);
+    memcpy(out, facts, sizeof facts);
+    return n;
+}
+
 /* ep NULL: one process. Otherwise every rank runs this; a rank that fails before a point where
- * the ranks agree (moe_ep_any) joins that point from `done` (synced 0), so none waits forever. */
+ * the ranks agree (moe_ep_agree, then moe_ep_any) joins that point from `done` (synced 0) with
+ * moe_ep_any(ep, 1), so none waits forever. */
 static int run(const run_opts *o, moe_ep *ep, char *err)
 {
     outfiles files;
@@ -328,25 +436,14 @@ static int run(const run_opts *o, moe_ep *ep, char *err)
         goto done;
     }
     const char *p = o->prefix ? o->prefix : str_meta(&f, "qmoe.prefix");
-    if (!p) { /* the prefix of the first expert tensor */
-        for (size_t k = 0; k < f.n && !p; k++) {
-            const char *s = strstr(f.tensors[k].name, ".experts.0.");
-            if (s && (size_t)(s - f.tensors[k].name) < sizeof prefix) {
-                memcpy(prefix, f.tensors[k].name, (size_t)(s - f.tensors[k].name));
-                prefix[s - f.tensors[k].name] = 0;
-                p = prefix;
-            }
-        }
-        if (!p) {
-            snprintf(err, RUN_ERR_LEN, "%.300s: no tensor *.experts.0.* (give --prefix)", o->layer);
-            goto done;
-        }
-    }
-    if (strlen(p) >= NAME_MAX_LEN - 64) {
+    if (!p) {
+        if (infer_prefix(&f, o->layer, prefix, err)) goto done;
+    } else if (strlen(p) >= NAME_MAX_LEN - 64) {
         snprintf(err, RUN_ERR_LEN, "prefix too long");
         goto done;
+    } else {
+        snprintf(prefix, sizeof prefix, "%s", p); /* p is not prefix here */
     }
-    snprintf(prefix, sizeof prefix, "%s", p);
     size_t pl = strlen(prefix);
     while (pl && prefix[pl - 1] == '.') prefix[--pl] = 0;
     if (load_layer(&f, prefix, &L, why)) {
@@ -373,23 +470,50 @@ static int run(const run_opts *o, moe_ep *ep, char *err)
                  hidden.shape[0], L.E);
         goto done;
     }
+    if (ep && hidden.shape[0] > INT_MAX) { /* a rank's rows travel as MPI counts */
+        snprintf(err, RUN_ERR_LEN, "--hidden %.300s: %" PRId64 " tokens; --ep takes at most %d", o->hidden,
+                 hidden.shape[0], INT_MAX);
+        goto done;
+    }
     qmoe_moe_layer_config c = QMOE_MOE_LAYER_CONFIG_INIT;
     c.hidden_size = L.H, c.intermediate_size = L.I, c.num_experts = L.E;
-    c.top_k = o->top_k > 0 ? o->top_k : meta_int(&f, "qmoe.top_k", 0);
+    c.top_k = o->top_k;
+    if (c.top_k < 0 && meta_int(&f, "qmoe.top_k", 1, 1024, &c.top_k, why)) {
+        snprintf(err, RUN_ERR_LEN, "%.300s: %.700s (give --top-k)", o->layer, why);
+        goto done;
+    }
     if (c.top_k < 1) {
         snprintf(err, RUN_ERR_LEN, "give --top-k (the file has no qmoe.top_k)");
         goto done;
     }
-    const char *mm = str_meta(&f, "qmoe.mode");
-    c.mode = o->mode >= 0 ? (qmoe_quant_mode)o->mode : mm && !strcmp(mm, "a8w4") ? QMOE_QUANT_A8W4 : QMOE_QUANT_A8W8;
-    c.group_size = o->group_size >= 0 ? o->group_size : meta_int(&f, "qmoe.group_size", 0);
+    /* qmoe.mode and qmoe.gating as qmoe moe gen writes them (and the --mode / --gating names) */
+    static const char *const mnames[] = {"a8w8", "a8w4"},
+                             *const gnames[] = {"softmax-renormalize", "softmax", "softmax-norenorm",
+                                                "sigmoid-group-topk", "sigmoid"};
+    static const int mcodes[] = {0, 1}, gcodes[] = {0, 0, 1, 2, 2};
+    int mode = o->mode, gating = o->gating;
+    if ((mode < 0 && meta_choice(&f, "qmoe.mode", mnames, mcodes, 2, &mode, why)) ||
+        (gating < 0 && meta_choice(&f, "qmoe.gating", gnames, gcodes, 5, &gating, why))) {
+        snprintf(err, RUN_ERR_LEN, "%.300s: %.600s (give --mode / --gating)", o->layer, why);
+        goto done;
+    }
+    c.mode = mode == 1 ? QMOE_QUANT_A8W4 : QMOE_QUANT_A8W8;
+    c.group_size = o->group_size >= 0 ? o->group_size : 0;
+    if (o->group_size < 0 && meta_int(&f, "qmoe.group_size", 0, INT32_MAX, &c.group_size, why)) {
+        snprintf(err, RUN_ERR_LEN, "%.300s: %.700s (give --group-size)", o->layer, why);
+        goto done;
+    }
     c.clip_search = o->clip;
     c.threads = (int)o->threads;
     c.shared_intermediate_size = L.Is;
     c.shared_gate = L.shared[0], c.shared_up = L.shared[1], c.shared_down = L.shared[2];
-    const char *mg = str_meta(&f, "qmoe.gating");
-    int gating = o->gating >= 0 ? o->gating : mg && !strncmp(mg, "sigmoid", 7) ? 2 : 0;
+    if (gating < 0) gating = 0; /* softmax, renormalised */
     c.renormalize = gating != 1;
+    if (gating != 2 && o->sigmoid_opts) { /* they would be ignored */
+        snprintf(err, RUN_ERR_LEN, "--groups, --k-group and --scaling are for sigmoid gating, and this run's is %s "
+                 "(give --gating sigmoid, or leave them out)", gating ? "softmax-norenorm" : "softmax");
+        goto done;
+    }
     if (gating == 2) {
         int dflt = L.E % 8 == 0 && L.E / 8 >= 2;
         c.gating = QMOE_MOE_GATING_SIGMOID;
@@ -406,10 +530,19 @@ static int run(const run_opts *o, moe_ep *ep, char *err)
     qmoe_status st;
     double t0, t1;
     if (ep) {
-        synced = 1;
-        if (moe_ep_any(ep, 0)) goto done; /* another rank failed (and says why) */
+        moe_ep_fact facts[MOE_EP_MAX_FACTS];
+        int nf = ep_facts(&f, prefix, &hidden, &logits, &c, facts);
+        synced = 1; /* the first point the ranks agree on: a rank that failed joins it from done */
+        int ag = moe_ep_agree(0, facts, nf, why);
+        if (ag) {
+            if (ag < 0) snprintf(err, RUN_ERR_LEN, "%.1000s", why);
+            goto done; /* ag > 0: another rank failed (and says why) */
+        }
         synced = 0;
-        if (!o->threads) c.threads = moe_ep_default_threads(ep); /* ranks on a host share its cores */
+        if (!o->threads) { /* ranks on a host share its cores */
+            int t = moe_ep_default_threads(ep);
+            c.threads = t < RUN_MAX_THREADS ? t : RUN_MAX_THREADS;
+        }
         t0 = now();
         if (moe_ep_shard(ep, &c, L.w[0], L.w[1], L.w[2], L.dtype, &layer, why)) {
             synced = 1;
@@ -427,7 +560,10 @@ static int run(const run_opts *o, moe_ep *ep, char *err)
             snprintf(err, RUN_ERR_LEN, "%.1000s", why);
             goto done;
         }
-        moe_ep_gather(ep, o0, count, row, out.data);
+        if (moe_ep_gather(ep, o0, count, row, out.data)) {
+            snprintf(err, RUN_ERR_LEN, "out of memory gathering the output (on this rank or another)");
+            goto done;
+        }
         synced = 0;
         goto write;
     }
@@ -485,19 +621,28 @@ done:
     return rc;
 }
 
+/* "--ep" among the arguments, whatever else they hold: a rank that refuses its arguments must
+ * still join the others under mpirun, or they would wait for it. */
+static int asks_ep(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--ep")) return 1;
+    return 0;
+}
+
 int moe_run(int argc, char **argv)
 {
     run_opts o;
     char err[RUN_ERR_LEN];
     int r = parse(argc, argv, &o);
-    if (r) return r > 0 ? 0 : 2;
     moe_ep *ep = NULL;
-    if (o.ep) {
-        char why[MOE_EP_ERR_LEN];
-        if (moe_ep_start(o.ep, &ep, why)) {
-            fprintf(stderr, "qmoe " CMD ": %s\n", why);
-            return 2;
-        }
+    if (asks_ep(argc, argv)) {
+        if (moe_ep_start(CMD, o.ep, r != 0, &ep)) return r > 0 ? 0 : 2;
+    } else {
+        /* one of several processes of mpirun, without --ep: joins the others once, so that ranks
+         * given --ep beside it stop instead of waiting for it */
+        if (moe_ep_launched() && moe_ep_join(CMD, 0, r != 0, 0, 0) < 0) return r > 0 ? 0 : 2;
+        if (r) return r > 0 ? 0 : 2;
     }
     int failed = run(&o, ep, err) != 0;
     if (failed && err[0]) {

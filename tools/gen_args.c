@@ -19,6 +19,7 @@ static int64_t *int_option(const char *opt, gen_params *p)
     if (!strcmp(opt, "--N")) return &p->N;
     if (!strcmp(opt, "--groups")) return &p->groups;
     if (!strcmp(opt, "--tail-rows")) return &p->tail_rows;
+    if (!strcmp(opt, "--max-gib")) return &p->max_gib;
     return NULL;
 }
 
@@ -77,7 +78,8 @@ const char *gen_args_help(void)
            "  --group-list-type cumsum|count  (default cumsum)\n"
            "  --empty-experts           give experts 1, 4, 7, ... no tokens\n"
            "  --tail-rows R             leave the last R tokens outside every group\n"
-           "  --seed S                  random seed (default 1)\n";
+           "  --seed S                  random seed (default 1)\n"
+           "  --max-gib N               refuse a case of more memory (default 16)\n";
 }
 
 void gen_args_describe(const gen_params *p, char *buf, size_t cap)

@@ -126,10 +126,17 @@ QMOE_API qmoe_status qmoe_ep_expert_rows(qmoe_ep *ep, qmoe_dtype y_dtype, void *
  * `layer`: this rank's shard (qmoe_moe_layer_create_shard*, holding at least the experts the
  * context gives this rank: qmoe_ep_local_expert_id) or a whole layer. The context: x_dtype INT8,
  * the layer's E, H and top_k. Buffers are kept in the context between calls (grown as needed).
+ * Equal on every rank, checked before any data moves (QMOE_ERR_PARAM_INVALID on every rank
+ * otherwise): the context (E, H, top_k, x_dtype, the map: at qmoe_ep_create); the layer's
+ * configuration: intermediate size, mode, group size, clip search, gating, renormalize, group
+ * count, k_group, routed scaling factor (bit for bit), the correction bias's values, the shared
+ * expert's size; hidden's dtype and router_logits' dtype. May differ: T, the threads, a shard or
+ * the whole layer. Not checked (the caller's to keep equal): the weights' values, which no
+ * rank holds all of (load them from one file on every rank; `qmoe moe run --ep` checks the
+ * file's size and header checksum across ranks), the shared expert's among them.
  * Errors, the same on every rank, out untouched: NULL pointers; shapes or dtypes; a layer that
- * does not hold this rank's experts; a layer configuration (intermediate size, quantization,
- * gating, shared expert) or input dtypes differing between ranks (QMOE_ERR_PARAM_INVALID); an
- * expert id out of range; out of memory (QMOE_ERR_INNER). */
+ * does not hold this rank's experts; any of the above differing between ranks
+ * (QMOE_ERR_PARAM_INVALID); an expert id out of range; out of memory (QMOE_ERR_INNER). */
 QMOE_API qmoe_status qmoe_ep_layer_forward(qmoe_ep *ep, const qmoe_moe_layer *layer,
                                            const qmoe_tensor *hidden,
                                            const qmoe_tensor *router_logits,

@@ -71,7 +71,9 @@ static qmoe_status check_forward(const qmoe_ep *ep, const qmoe_moe_layer *layer,
 }
 
 /* What must be the same on every rank beyond the context's shapes: the layer's arithmetic and
- * the inputs' dtypes. */
+ * the inputs' dtypes (qmoe/mpi.h lists them). 64-bit patterns (the scaling factor's bits, the
+ * bias's hash) travel as two 32-bit halves: ep_same_values negates its values, and a half
+ * dropped would let factors a bit apart pass. */
 static int same_everywhere(const qmoe_ep *ep, const qmoe_moe_layer_config *c, qmoe_dtype hd,
                            qmoe_dtype ld)
 {
@@ -80,11 +82,13 @@ static int same_everywhere(const qmoe_ep *ep, const qmoe_moe_layer_config *c, qm
     if (c->correction_bias)
         for (size_t i = 0; i < (size_t)c->num_experts * sizeof(float); i++)
             bias = (bias ^ ((const unsigned char *)c->correction_bias)[i]) * 1099511628211ull;
-    int64_t v[12] = {c->intermediate_size, (int64_t)c->mode, c->group_size, c->gating,
-                     c->renormalize != 0, c->group_count, c->k_group, (int64_t)(sf >> 1),
-                     c->shared_intermediate_size, (int64_t)hd, (int64_t)ld, (int64_t)(bias >> 1)};
-    int64_t scratch[24];
-    return ep_same_values(ep->comm, v, 12, scratch);
+    int64_t v[15] = {c->intermediate_size, (int64_t)c->mode, c->group_size, c->gating,
+                     c->renormalize != 0, c->group_count, c->k_group, (int64_t)(sf >> 32),
+                     (int64_t)(sf & 0xFFFFFFFFu), c->shared_intermediate_size, (int64_t)hd,
+                     (int64_t)ld, (int64_t)(bias >> 32), (int64_t)(bias & 0xFFFFFFFFu),
+                     c->clip_search != 0};
+    int64_t scratch[30];
+    return ep_same_values(ep->comm, v, 15, scratch);
 }
 
 /* The rank's tokens: int8 rows and scales (the layer's dynamic quantization), top-k ids and
@@ -256,8 +260,9 @@ qmoe_status qmoe_ep_layer_forward(qmoe_ep *ep, const qmoe_moe_layer *layer,
     qmoe_dtype hd = qmoe_tensor_dtype(hidden), ld = qmoe_tensor_dtype(router_logits);
     if (!same_everywhere(ep, &c, hd, ld))
         return ep_fail(QMOE_ERR_PARAM_INVALID, "the layer's configuration (intermediate size, "
-                                               "quantization, gating, shared expert) or the "
-                                               "inputs' dtypes differ between ranks");
+                                               "quantization, clip search, gating, scaling, "
+                                               "bias, shared expert) or the inputs' dtypes "
+                                               "differ between ranks");
     const int64_t T = qmoe_tensor_dim(hidden, 0), m = c.shared_intermediate_size / c.intermediate_size;
     const size_t row = (size_t)ep->H * ep_dtype_size(hd);
     int64_t total = 0, *groups = ep_alloc((size_t)ep->nlocal, sizeof *groups);

@@ -93,3 +93,60 @@ def test_bench_moe_prints_one_line_per_token_count():
     r = subprocess.run([QMOE, "bench", "moe", "--model", "mixtral-8x7b", "--experts", "1"],
                        capture_output=True, text=True)
     assert r.returncode == 2 and "top-2" in r.stderr
+
+
+def model_file(path, layers, block="mlp", names=("gate_proj", "up_proj", "down_proj"), E=4, H=64,
+               I=32, seed=0):
+    """A checkpoint as a model's own tools write it (the safetensors package, no qmoe metadata):
+    the layers' experts and router under model.layers.{l}.{block}, beside tensors of the rest of
+    the model; its hidden states and router logits."""
+    rng = np.random.default_rng(seed)
+    t = {"model.embed_tokens.weight": rng.standard_normal((16, H)).astype(np.float32)}
+    for l in layers:
+        p = f"model.layers.{l}."
+        t[p + "self_attn.q_proj.weight"] = rng.standard_normal((H, H)).astype(np.float32)
+        t[p + "input_layernorm.weight"] = np.ones(H, np.float32)
+        for e in range(E):
+            for n, shape in zip(names, [(I, H), (I, H), (H, I)]):
+                t[f"{p}{block}.experts.{e}.{n}.weight"] = (
+                    rng.standard_normal(shape) / np.sqrt(shape[1])).astype(np.float32)
+        t[f"{p}{block}.gate.weight"] = rng.standard_normal((E, H)).astype(np.float32)
+    st.save_file(t, str(path / "model.safetensors"))
+    np.save(path / "hidden.npy", rng.standard_normal((10, H)).astype(np.float32))
+    np.save(path / "router_logits.npy", rng.standard_normal((10, E)).astype(np.float32))
+
+
+def run_model(d, out, *extra):
+    return cli("run", "--layer", str(d / "model.safetensors"), "--hidden", str(d / "hidden.npy"),
+               "--router-logits", str(d / "router_logits.npy"), "--out", str(out), "--top-k", "2",
+               *extra)
+
+
+def python_layer(d, prefix):
+    layer = qmoe.MoELayer.from_safetensors(str(d / "model.safetensors"), prefix, top_k=2)
+    return layer(np.load(d / "hidden.npy"), np.load(d / "router_logits.npy"))
+
+
+@pytest.mark.parametrize("block,names", [
+    ("mlp", ("gate_proj", "up_proj", "down_proj")),  # Qwen3-MoE, DeepSeek
+    ("block_sparse_moe", ("w1", "w3", "w2")),         # Mixtral
+])
+def test_prefix_inferred_from_a_model_file(tmp_path, block, names):
+    # no qmoe.prefix: the prefix is the one P of the P.experts.0.* tensors
+    model_file(tmp_path, [0], block, names)
+    out = tmp_path / "out.npy"
+    r = run_model(tmp_path, out)
+    assert r.returncode == 0, r.stderr
+    assert f"moe run: model.layers.0.{block}, E=4 H=64 I=32 top-2" in r.stdout
+    assert np.array_equal(np.load(out), python_layer(tmp_path, f"model.layers.0.{block}"))
+
+
+def test_several_layers_need_prefix(tmp_path):
+    model_file(tmp_path, [0, 1])
+    out = tmp_path / "out.npy"
+    r = run_model(tmp_path, out)
+    assert r.returncode == 1 and "model.layers.0.mlp and model.layers.1.mlp: give --prefix" in r.stderr
+    assert not out.exists()
+    r = run_model(tmp_path, out, "--prefix", "model.layers.1.mlp")
+    assert r.returncode == 0, r.stderr
+    assert np.array_equal(np.load(out), python_layer(tmp_path, "model.layers.1.mlp"))

@@ -347,6 +347,21 @@ static void errors(void)
         agreed("a layer configured otherwise on rank 0", st, QMOE_ERR_PARAM_INVALID);
         UNTOUCHED("configuration differs");
         if (me == 0) qmoe_moe_layer_destroy(other);
+        /* rank 0's routed scaling one bit apart, then its clip search on: both change the
+         * outputs, so both must be refused */
+        for (int k = 0; k < 2; k++) {
+            qmoe_moe_layer_config cs = cfg;
+            if (k == 0) cs.routed_scaling_factor = nextafter(1.0, 2.0);
+            else cs.mode = QMOE_QUANT_A8W4, cs.clip_search = me == 0; /* clip search is A8W4's */
+            other = me == 0 || k ? make_shard(&p, ep, &cs) : shard;
+            memcpy(out, sentinel, (size_t)(T * H + 1) * sizeof *out);
+            st = qmoe_ep_layer_forward(ep, other, th, tl, to);
+            agreed(k ? "clip search on rank 0 only" : "a scaling factor one bit apart on rank 0", st,
+                   QMOE_ERR_PARAM_INVALID);
+            UNTOUCHED(k ? "clip search differs" : "scaling differs");
+            if (other != shard) qmoe_moe_layer_destroy(other);
+            memcpy(out, sentinel, (size_t)(T * H + 1) * sizeof *out); /* for the cases below */
+        }
     }
     { /* the last rank's shard lacks one of its experts */
         int64_t n = qmoe_ep_local_experts(ep);
