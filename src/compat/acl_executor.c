@@ -21,7 +21,8 @@ aclnnStatus compat_executor_publish(const char *api, aclOpExecutor *ex, uint64_t
                                     uint64_t *workspace_size, aclOpExecutor **executor)
 {
     compat_lock();
-    int registered = ex && compat_registry_add(ex, COMPAT_EXECUTOR, compat_current_device());
+    int registered = ex && compat_registry_add(ex, COMPAT_EXECUTOR, compat_current_device(),
+                                                  (compat_release_fn)compat_executor_free);
     compat_unlock();
     if (!registered) {
         compat_executor_free(ex);

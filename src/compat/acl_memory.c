@@ -20,7 +20,7 @@ static aclError allocate(const char *api, void **ptr, size_t size, compat_kind k
     void *p = aligned_alloc(ALIGNMENT, (size + ALIGNMENT - 1) / ALIGNMENT * ALIGNMENT);
     if (!p) return compat_fail(ACL_ERROR_BAD_ALLOC, "%s: out of memory for %zu bytes", api, size);
     compat_lock();
-    int ok = compat_registry_add(p, kind, compat_current_device());
+    int ok = compat_registry_add(p, kind, compat_current_device(), free);
     compat_unlock();
     if (!ok) {
         free(p);

@@ -13,6 +13,7 @@ typedef struct entry {
     void *ptr; /* NULL: an empty slot */
     compat_kind kind;
     int device;
+    compat_release_fn release; /* how the handle's owner releases it (NULL: tensors, kept) */
 } entry;
 
 typedef struct table {
@@ -55,13 +56,13 @@ static int grow(table *t)
     return 1;
 }
 
-int compat_registry_add(void *ptr, compat_kind kind, int device)
+int compat_registry_add(void *ptr, compat_kind kind, int device, compat_release_fn release)
 {
     table *t = table_for(kind);
     if ((t->count + 1) * 2 > t->capacity && !grow(t)) return 0;
     size_t i = find(t, ptr, kind);
     if (!t->slots[i].ptr) t->count++;
-    t->slots[i] = (entry){.ptr = ptr, .kind = kind, .device = device};
+    t->slots[i] = (entry){.ptr = ptr, .kind = kind, .device = device, .release = release};
     return 1;
 }
 
@@ -110,7 +111,7 @@ void compat_registry_release_streams(int device)
         entry e = t->slots[i];
         if (e.ptr && e.kind == COMPAT_STREAM && e.device == device) {
             erase(t, i); /* may move another entry into slot i: look at it again */
-            compat_release(e.ptr, COMPAT_STREAM);
+            e.release(e.ptr);
         } else {
             i++;
         }
@@ -124,19 +125,7 @@ void compat_registry_release_all(void)
     for (size_t k = 0; k < sizeof order / sizeof order[0]; k++)
         for (size_t i = 0; i < handles.capacity; i++)
             if (handles.slots[i].ptr && handles.slots[i].kind == order[k])
-                compat_release(handles.slots[i].ptr, handles.slots[i].kind);
+                handles.slots[i].release(handles.slots[i].ptr);
     free(handles.slots);
     handles = (table){NULL, 0, 0};
-}
-
-void compat_release(void *ptr, compat_kind kind)
-{
-    if (kind == COMPAT_EXECUTOR) {
-        compat_executor_free(ptr);
-    } else if (kind == COMPAT_STREAM) {
-        qmoe_stream_destroy(((compat_stream *)ptr)->native);
-        free(ptr);
-    } else {
-        free(ptr);
-    }
 }

@@ -195,6 +195,12 @@ aclError aclrtGetDevice(int32_t *deviceId)
 
 /* ------------------------------------------------------------------ streams ------------------- */
 
+void compat_stream_release(void *stream)
+{
+    qmoe_stream_destroy(((compat_stream *)stream)->native);
+    free(stream);
+}
+
 aclError aclrtCreateStream(aclrtStream *stream)
 {
     static const char *api = "aclrtCreateStream";
@@ -206,7 +212,7 @@ aclError aclrtCreateStream(aclrtStream *stream)
     aclError err = use_device(api, &s->device);
     if (!err && qmoe_stream_create(devices[s->device].native, &s->native))
         err = compat_fail(ACL_ERROR_RT_FAILURE, "%s: %s", api, qmoe_last_error());
-    if (!err && !compat_registry_add(s, COMPAT_STREAM, s->device))
+    if (!err && !compat_registry_add(s, COMPAT_STREAM, s->device, compat_stream_release))
         err = compat_fail(ACL_ERROR_BAD_ALLOC, "%s: out of memory", api);
     compat_unlock();
     if (err) {
@@ -228,7 +234,7 @@ aclError aclrtDestroyStream(aclrtStream stream)
     if (!ok)
         return compat_fail(ACL_ERROR_INVALID_RESOURCE_HANDLE,
                            "aclrtDestroyStream: %p is not a live stream", stream);
-    compat_release(stream, COMPAT_STREAM); /* waits for the work in flight */
+    compat_stream_release(stream); /* waits for the work in flight */
     return ACL_SUCCESS;
 }
 

@@ -74,7 +74,7 @@ aclTensor *aclCreateTensor(const int64_t *viewDims, uint64_t viewDimsNum, aclDat
     }
     for (int i = 0; i < t->nstorage; i++) t->storage[i] = storageDims[i];
     compat_lock();
-    int ok = compat_registry_add(t, COMPAT_TENSOR, -1);
+    int ok = compat_registry_add(t, COMPAT_TENSOR, -1, NULL);
     compat_unlock();
     if (!ok) {
         free(t);

@@ -53,9 +53,12 @@ typedef enum compat_kind {
     COMPAT_TENSOR = 5, /* kept across aclFinalize: tensors do not need aclInit */
 } compat_kind;
 
+/* How a handle's owner releases it (the registry calls it; it never calls its owners by name). */
+typedef void (*compat_release_fn)(void *ptr);
+
 /* All with the lock held. add returns 0 when out of memory; remove returns 0 when `ptr` is not a
  * live handle of `kind` (and then leaves the registry as it was). */
-int compat_registry_add(void *ptr, compat_kind kind, int device);
+int compat_registry_add(void *ptr, compat_kind kind, int device, compat_release_fn release);
 int compat_registry_has(const void *ptr, compat_kind kind);
 int compat_registry_remove(void *ptr, compat_kind kind);
 /* Removes and releases every handle but the tensors (streams first: destroying one waits for its
@@ -63,8 +66,8 @@ int compat_registry_remove(void *ptr, compat_kind kind);
 void compat_registry_release_all(void);
 void compat_registry_release_streams(int device);
 
-/* Releases one handle's object by kind (memory, stream, executor). */
-void compat_release(void *ptr, compat_kind kind);
+/* Releases a stream handle (waits for its work in flight). */
+void compat_stream_release(void *stream);
 
 /* ------------------------------------------------------------------ objects -------------------- */
 

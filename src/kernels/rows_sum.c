@@ -3,6 +3,7 @@
 
 #include "core/halfconv.h"
 #include "kernels/cpu_features.h"
+#include "kernels/rows_sum_avx512vnni.h"
 #include "kernels/x86_parts.h"
 
 #if !defined(QMOE_HAVE_AVX512_VNNI) && (defined(__x86_64__) || defined(_M_X64))

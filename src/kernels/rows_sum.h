@@ -11,15 +11,12 @@
 
 typedef void (*qmoe_rows_sum_fn)(float *acc, int64_t H, const char *const *rows, const float *w,
                                  int n, int bf16);
-/* (n <= 64 rows per call.) n floats -> bfloat16, rounded as core/halfconv.h's qmoe_f32_to_bf16. */
+/* n floats -> bfloat16, rounded as core/halfconv.h's qmoe_f32_to_bf16. */
 typedef void (*qmoe_bf16_store_fn)(uint16_t *d, const float *v, int64_t n);
 
 void qmoe_rows_sum_portable(float *acc, int64_t H, const char *const *rows, const float *w, int n,
                             int bf16);
 void qmoe_bf16_store_portable(uint16_t *d, const float *v, int64_t n);
-/* rows_sum_avx512vnni.c: 64 columns stay in registers across the rows. */
-void qmoe_rows_sum_avx512(float *acc, int64_t H, const char *const *rows, const float *w, int n,
-                          int bf16);
 
 /* The fastest pair this CPU runs. */
 void qmoe_rows_sum_pick(qmoe_rows_sum_fn *sum, qmoe_bf16_store_fn *store);

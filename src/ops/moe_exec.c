@@ -265,3 +265,46 @@ qmoe_status moe_execute(const char *op, int32_t kind, void *workspace, uint64_t 
                              "%s: the executor was planned for another operator", op);
     return op_executor_run(op, &executor->b, workspace, workspace_size, stream);
 }
+
+/* ---------------------------------------------------------------- the two-phase calls --------- */
+
+qmoe_status qmoe_dynamic_quant(void *workspace, uint64_t workspace_size,
+                               qmoe_moe_executor *executor, qmoe_stream *stream)
+{
+    return moe_execute("DynamicQuant", MOE_DYNAMIC_QUANT, workspace, workspace_size, executor,
+                       stream);
+}
+
+qmoe_status qmoe_swiglu(void *workspace, uint64_t workspace_size, qmoe_moe_executor *executor,
+                        qmoe_stream *stream)
+{
+    return moe_execute("SwiGlu", MOE_SWIGLU, workspace, workspace_size, executor, stream);
+}
+
+qmoe_status qmoe_moe_gating_top_k_softmax(void *workspace, uint64_t workspace_size,
+                                          qmoe_moe_executor *executor, qmoe_stream *stream)
+{
+    return moe_execute("MoeGatingTopKSoftmax", MOE_GATING_SOFTMAX, workspace, workspace_size,
+                       executor, stream);
+}
+
+qmoe_status qmoe_moe_gating_top_k(void *workspace, uint64_t workspace_size,
+                                  qmoe_moe_executor *executor, qmoe_stream *stream)
+{
+    return moe_execute("MoeGatingTopK", MOE_GATING_TOPK, workspace, workspace_size, executor,
+                       stream);
+}
+
+qmoe_status qmoe_moe_init_routing(void *workspace, uint64_t workspace_size,
+                                  qmoe_moe_executor *executor, qmoe_stream *stream)
+{
+    return moe_execute("MoeInitRoutingV2", MOE_INIT_ROUTING, workspace, workspace_size, executor,
+                       stream);
+}
+
+qmoe_status qmoe_moe_finalize_routing(void *workspace, uint64_t workspace_size,
+                                      qmoe_moe_executor *executor, qmoe_stream *stream)
+{
+    return moe_execute("MoeFinalizeRoutingV2", MOE_FINALIZE, workspace, workspace_size, executor,
+                       stream);
+}

@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "core/status.h"
-#include "ops/moe_exec.h"
+#include "ops/moe_plan.h"
 
 static int64_t row_of(const moe_finalize_plan *p, int64_t i, int64_t j)
 {
@@ -91,11 +91,4 @@ void moe_finalize_rows(const moe_finalize_plan *p, int64_t r0, int64_t r1, float
         }
         moe_store_row(&p->out, i * p->out.st[0], p->out.st[1], H, acc);
     }
-}
-
-qmoe_status qmoe_moe_finalize_routing(void *workspace, uint64_t workspace_size,
-                                      qmoe_moe_executor *executor, qmoe_stream *stream)
-{
-    return moe_execute("MoeFinalizeRoutingV2", MOE_FINALIZE, workspace, workspace_size, executor,
-                       stream);
 }

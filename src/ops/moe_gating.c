@@ -4,7 +4,7 @@
 #include <math.h>
 
 #include "core/status.h"
-#include "ops/moe_exec.h"
+#include "ops/moe_plan.h"
 
 /* new (seen after old, so with a higher index) beats old only when strictly greater */
 static int beats(float v, float old) { return v > old || (isnan(old) && !isnan(v)); }
@@ -127,18 +127,4 @@ void moe_gating_topk_rows(const moe_gating_plan *p, int64_t r0, int64_t r1, void
             for (int64_t e = 0; e < E; e++)
                 ((float *)p->out.data)[r * p->out.st[0] + e * p->out.st[1]] = norm[e];
     }
-}
-
-qmoe_status qmoe_moe_gating_top_k_softmax(void *workspace, uint64_t workspace_size,
-                                          qmoe_moe_executor *executor, qmoe_stream *stream)
-{
-    return moe_execute("MoeGatingTopKSoftmax", MOE_GATING_SOFTMAX, workspace, workspace_size,
-                       executor, stream);
-}
-
-qmoe_status qmoe_moe_gating_top_k(void *workspace, uint64_t workspace_size,
-                                  qmoe_moe_executor *executor, qmoe_stream *stream)
-{
-    return moe_execute("MoeGatingTopK", MOE_GATING_TOPK, workspace, workspace_size, executor,
-                       stream);
 }

@@ -199,6 +199,14 @@ fail:
 
 static void plan_free(layer_plan *p);
 
+/* Here, with the layer's own plan: the layer frees both, the shard's file only calls this one. */
+void moe_experts_plan_free(experts_plan *p)
+{
+    qmoe_op_destroy(p->gu);
+    qmoe_op_destroy(p->down);
+    p->gu = p->down = NULL;
+}
+
 void qmoe_moe_layer_destroy(qmoe_moe_layer *L)
 {
     if (!L) return;

@@ -270,13 +270,6 @@ static qmoe_status plan_experts(const qmoe_moe_layer *L, const qmoe_tensor *x, c
     return QMOE_OK;
 }
 
-void moe_experts_plan_free(experts_plan *p)
-{
-    qmoe_op_destroy(p->gu);
-    qmoe_op_destroy(p->down);
-    p->gu = p->down = NULL;
-}
-
 static qmoe_status check_experts(const qmoe_moe_layer *L, const qmoe_tensor *x, const qmoe_tensor *xs,
                                  const qmoe_tensor *gl, const qmoe_tensor *y)
 {

@@ -1,7 +1,7 @@
 /* DynamicQuant rows: x (times the smooth scales) -> int8 and a per-row scale by the library's one
  * quantization rule. */
 #include "core/status.h"
-#include "ops/moe_exec.h"
+#include "ops/moe_plan.h"
 
 void moe_quant_rows(const moe_quant_plan *p, int64_t r0, int64_t r1, float *v)
 {
@@ -21,11 +21,4 @@ void moe_quant_rows(const moe_quant_plan *p, int64_t r0, int64_t r1, float *v)
         p->qrow(v, H, (int8_t *)p->y.data + moe_row_offset(&p->y, r), ys,
                 (float *)p->scale.data + so);
     }
-}
-
-qmoe_status qmoe_dynamic_quant(void *workspace, uint64_t workspace_size,
-                               qmoe_moe_executor *executor, qmoe_stream *stream)
-{
-    return moe_execute("DynamicQuant", MOE_DYNAMIC_QUANT, workspace, workspace_size, executor,
-                       stream);
 }

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "core/status.h"
-#include "ops/moe_exec.h"
+#include "ops/moe_plan.h"
 
 static int32_t expert_of(const moe_routing_plan *p, int64_t t)
 {
@@ -153,11 +153,4 @@ void moe_routing_rows(const moe_routing_plan *p, const void *workspace, int64_t 
             p->qrow(v, p->H, (int8_t *)p->ex.data + eo, p->ex.st[1], es);
         }
     }
-}
-
-qmoe_status qmoe_moe_init_routing(void *workspace, uint64_t workspace_size,
-                                  qmoe_moe_executor *executor, qmoe_stream *stream)
-{
-    return moe_execute("MoeInitRoutingV2", MOE_INIT_ROUTING, workspace, workspace_size, executor,
-                       stream);
 }

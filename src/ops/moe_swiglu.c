@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "core/status.h"
-#include "ops/moe_exec.h"
+#include "ops/moe_plan.h"
 
 void moe_swiglu_rows(const moe_swiglu_plan *p, int64_t r0, int64_t r1, float *scratch)
 {
@@ -35,10 +35,4 @@ void moe_swiglu_rows(const moe_swiglu_plan *p, int64_t r0, int64_t r1, float *sc
             moe_store(&p->out, oo + j * p->out.st[last], swish * b);
         }
     }
-}
-
-qmoe_status qmoe_swiglu(void *workspace, uint64_t workspace_size, qmoe_moe_executor *executor,
-                        qmoe_stream *stream)
-{
-    return moe_execute("SwiGlu", MOE_SWIGLU, workspace, workspace_size, executor, stream);
 }
