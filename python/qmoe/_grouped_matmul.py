@@ -14,6 +14,7 @@ x) uses prepacked weights: ``scale`` may then be omitted; the results are the ra
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 from ctypes import POINTER, c_int, c_int32, c_int64, c_uint32, c_uint64, c_void_p
 from typing import Any, List, Optional, Sequence
@@ -152,34 +153,36 @@ def npu_grouped_matmul(x: Sequence[ArrayLike], weight: Sequence[ArrayLike], *,
     else:
         code = _dtype_code(output_dtype) if output_dtype is not None else _lib.DTYPE_BFLOAT16
     out = np.zeros((M, N), dtype=_out((0,), code).dtype)
-    with _Call() as c:
-        if pre is not None:
-            wh = c_void_p()
-            _lib.check(_lib.lib.qmoe_weights_tensor(pre._live(), ctypes.byref(wh)))
-            c.handles.append(wh)
-        else:
-            wh = c.t(wa)
-        if nz:  # the same memory, declared FRACTAL_NZ
-            arr = wa.arr
-            shape = (c_int64 * 5)(*arr.shape)
-            strides = (c_int64 * 5)(*[st // arr.itemsize for st in arr.strides])
-            wh = c_void_p()
-            _lib.check(_lib.lib.qmoe_tensor_create(shape, 5, strides, wa.code,
-                                                   _lib.FORMAT_FRACTAL_NZ,
-                                                   arr.ctypes.data if arr.size else None,
-                                                   ctypes.byref(wh)))
-            c.handles.append(wh)
-        args = [c.t(xa), wh, c.t(ba), c.t(sa), c.t(pa), c.t(ga), int(group_list_type),
-                c.t(out, code)]
-        lib = _lib.lib
-        ws = c_uint64()
-        ex = c_void_p()
-        opts = _Options(ctypes.sizeof(_Options), 0, 0)
-        _lib.check(lib.qmoe_grouped_matmul_workspace_size(*args, ctypes.byref(opts),
-                                                          ctypes.byref(ws), ctypes.byref(ex)))
-        try:
-            buf = np.empty(max(1, (ws.value + 7) // 8), dtype=np.int64)
-            _lib.check(lib.qmoe_grouped_matmul(buf.ctypes.data, ws.value, ex, None))
-        finally:
-            lib.qmoe_grouped_matmul_executor_destroy(ex)
+    # A prepacked weight is held for the whole call: close() on another thread waits for it.
+    with pre._use() if pre is not None else contextlib.nullcontext() as handle:
+        with _Call() as c:
+            if pre is not None:
+                wh = c_void_p()
+                _lib.check(_lib.lib.qmoe_weights_tensor(handle, ctypes.byref(wh)))
+                c.handles.append(wh)
+            else:
+                wh = c.t(wa)
+            if nz:  # the same memory, declared FRACTAL_NZ
+                arr = wa.arr
+                shape = (c_int64 * 5)(*arr.shape)
+                strides = (c_int64 * 5)(*[st // arr.itemsize for st in arr.strides])
+                wh = c_void_p()
+                _lib.check(_lib.lib.qmoe_tensor_create(shape, 5, strides, wa.code,
+                                                       _lib.FORMAT_FRACTAL_NZ,
+                                                       arr.ctypes.data if arr.size else None,
+                                                       ctypes.byref(wh)))
+                c.handles.append(wh)
+            args = [c.t(xa), wh, c.t(ba), c.t(sa), c.t(pa), c.t(ga), int(group_list_type),
+                    c.t(out, code)]
+            lib = _lib.lib
+            ws = c_uint64()
+            ex = c_void_p()
+            opts = _Options(ctypes.sizeof(_Options), 0, 0)
+            _lib.check(lib.qmoe_grouped_matmul_workspace_size(*args, ctypes.byref(opts),
+                                                              ctypes.byref(ws), ctypes.byref(ex)))
+            try:
+                buf = np.empty(max(1, (ws.value + 7) // 8), dtype=np.int64)
+                _lib.check(lib.qmoe_grouped_matmul(buf.ctypes.data, ws.value, ex, None))
+            finally:
+                lib.qmoe_grouped_matmul_executor_destroy(ex)
     return [_give(out, code, xa)]

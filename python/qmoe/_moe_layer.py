@@ -5,7 +5,6 @@ the C library (the GIL is released while it runs: ctypes drops it around the cal
 from __future__ import annotations
 
 import ctypes
-import threading
 from ctypes import POINTER, c_double, c_int, c_int64, c_uint32, c_uint64, c_void_p
 from typing import Any, Optional
 
@@ -124,17 +123,17 @@ class MoELayer(_lib.Owned):
     ``layer(hidden [T, H], router_logits [T, E]) -> out [T, H]`` (hidden's dtype: float32,
     float16 or bfloat16; NumPy arrays or PyTorch CPU tensors, the output of the same kind), or
     :meth:`forward_routed` with precomputed top-k ids and weights. Safe to call from several
-    Python threads at once (each call has its own workspace).
+    Python threads at once (each call has its own workspace); :meth:`close` waits for the calls
+    in flight, and a call after it raises :class:`QmoeError` (161001).
     """
 
     def __init__(self, handle: c_void_p, config: _LayerConfig, bias: Optional[np.ndarray]):
-        self._handle = handle
+        self._own(handle)
         self.hidden_size = int(config.hidden_size)
         self.intermediate_size = int(config.intermediate_size)
         self.num_experts = int(config.num_experts)
         self.top_k = int(config.top_k)
         self._bias = bias
-        self._lock = threading.Lock()
 
     @classmethod
     def from_float(cls, gate: ArrayLike, up: ArrayLike, down: ArrayLike, *, top_k: int,
@@ -218,15 +217,13 @@ class MoELayer(_lib.Owned):
                           shared_down=ck.shared_down)
         return cls.from_float(ck.gate, ck.up, ck.down, top_k=top_k, **kwargs)
 
+    _closed_what = "MoELayer"
+
     @property
     def nbytes(self) -> int:
         """Bytes of the prepacked weights."""
-        return int(_lib.lib.qmoe_moe_layer_weight_bytes(self._live()))
-
-    def _live(self) -> c_void_p:
-        if self._handle is None:
-            raise QmoeClosed()
-        return self._handle
+        with self._use() as handle:
+            return int(_lib.lib.qmoe_moe_layer_weight_bytes(handle))
 
     def _run(self, hidden: ArrayLike, route: Any, routed: bool) -> Any:
         x, code, wrap = _activations(hidden, "hidden")
@@ -234,25 +231,26 @@ class MoELayer(_lib.Owned):
             raise invalid(f"hidden: rank {x.ndim}, expected 2 ([T, H])")
         T = x.shape[0]
         out = np.empty_like(x)
-        size = c_uint64()
-        _lib.check(_lib.lib.qmoe_moe_layer_workspace_size(self._live(), T, code,
-                                                          ctypes.byref(size)))
-        raw = np.empty(size.value + 64, np.uint8)
-        skip = (-raw.ctypes.data) % 64
-        ws = raw[skip:skip + size.value]
-        with Tensors() as ts:
+        # Held from the first call to the last: close() on another thread waits for this call,
+        # and a call after close() raises QmoeError instead of using a freed layer.
+        with self._use() as handle, Tensors() as ts:
+            size = c_uint64()
+            _lib.check(_lib.lib.qmoe_moe_layer_workspace_size(handle, T, code, ctypes.byref(size)))
+            raw = np.empty(size.value + 64, np.uint8)
+            skip = (-raw.ctypes.data) % 64
+            ws = raw[skip:skip + size.value]
             th = ts.create(x, code)
             to = ts.create(out, code)
             wsp = ws.ctypes.data if size.value else None
             if routed:
                 ids, wts = route
                 ti, tw = ts.create(ids, _lib.DTYPE_INT32), ts.create(wts, _lib.DTYPE_FLOAT32)
-                _lib.check(_lib.lib.qmoe_moe_layer_forward_routed(self._live(), th, ti, tw, to, wsp,
+                _lib.check(_lib.lib.qmoe_moe_layer_forward_routed(handle, th, ti, tw, to, wsp,
                                                                   size.value, None))
             else:
                 tl = ts.create(route, _lib.DTYPE_FLOAT32)
-                _lib.check(_lib.lib.qmoe_moe_layer_forward(self._live(), th, tl, to, wsp,
-                                                           size.value, None))
+                _lib.check(_lib.lib.qmoe_moe_layer_forward(handle, th, tl, to, wsp, size.value,
+                                                           None))
         return _wrap(out, wrap)
 
     def __call__(self, hidden: ArrayLike, router_logits: ArrayLike) -> Any:
@@ -271,19 +269,10 @@ class MoELayer(_lib.Owned):
             raise invalid("topk_ids: values outside int32")
         return self._run(hidden, (ids, _float32(topk_weights, "topk_weights")), True)
 
-    def close(self) -> None:
-        with self._lock:
-            if self._handle is not None:
-                _lib.lib.qmoe_moe_layer_destroy(self._handle)
-                self._handle = None
+    def _destroy(self, handle: c_void_p) -> None:
+        _lib.lib.qmoe_moe_layer_destroy(handle)
 
     def __repr__(self) -> str:
         return (f"MoELayer(H={self.hidden_size}, I={self.intermediate_size}, E={self.num_experts}, "
                 f"top_k={self.top_k}{', closed' if self._handle is None else ''})")
 
-
-def QmoeClosed():
-    from ._errors import QmoeError
-
-    return QmoeError(_lib.ERR_PARAM_NULLPTR, "MoELayer: closed",
-                     _lib.status_name(_lib.ERR_PARAM_NULLPTR))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import numbers
 import operator
@@ -341,15 +342,19 @@ def _run(x: ArrayLike, weight: ArrayLike, group_list: ArrayLike, weight_scale: A
     wN = pre.N if pre is not None else w.N
     N2 = wN // 2 if wN is not None and 0 <= wN <= 10240 else 0
 
-    def phase_one(t: Tensors, output: Any, output_scale: Any, size: Any, executor: Any) -> int:
-        return _lib.lib.qmoe_gmm_swiglu_quant_workspace_size(
-            t.create(x_arr, x_dt),
-            pre._view(t) if pre is not None else
-            t.create(w.arr, w.dtype, w.fmt, shape=w.shape, strides=w.strides),
-            t.create(b_arr, b_dt), None, t.create(ws_arr, ws_dt), t.create(xs_arr, xs_dt),
-            t.create(gl_arr, gl_dt), output, output_scale, None, ctypes.byref(opts), size, executor)
+    # The prepacked object is held from the first view to the last executor's end, so a
+    # close() on another thread waits for this call (or this call refuses a closed object).
+    with pre._use() if pre is not None else contextlib.nullcontext() as handle:
+        def phase_one(t: Tensors, output: Any, output_scale: Any, size: Any, executor: Any) -> int:
+            return _lib.lib.qmoe_gmm_swiglu_quant_workspace_size(
+                t.create(x_arr, x_dt),
+                pre._view(t, handle) if pre is not None else
+                t.create(w.arr, w.dtype, w.fmt, shape=w.shape, strides=w.strides),
+                t.create(b_arr, b_dt), None, t.create(ws_arr, ws_dt), t.create(xs_arr, xs_dt),
+                t.create(gl_arr, gl_dt), output, output_scale, None, ctypes.byref(opts), size,
+                executor)
 
-    output, output_scale = _execute(phase_one, M, N2, out)
+        output, output_scale = _execute(phase_one, M, N2, out)
     return _results(output, output_scale, (), out, torch_in)
 
 
