@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ctypes
 from ctypes import POINTER, c_double, c_int, c_int64, c_uint32, c_uint64, c_void_p
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
 import numpy as np
 
@@ -77,32 +77,76 @@ def _int(value: Any, name: str, lo: int) -> int:
     return int(value)
 
 
-def _activations(obj: ArrayLike, name: str):
-    """(C-contiguous array, dtype code, how to wrap the output) for hidden states."""
+def _view(obj: ArrayLike) -> np.ndarray:
+    """The caller's array as NumPy without copying (a torch tensor through .numpy())."""
+    return np.asarray(obj.detach().cpu().numpy() if is_torch(obj) else obj)
+
+
+def _check_2d(arr: np.ndarray, name: str, rows: int, cols: int) -> None:
+    """The layer's shape rule (the C layer's words), checked on the caller's array before any
+    copy: a broadcast array of the wrong shape costs nothing, however large it claims to be."""
+    if arr.ndim != 2 or arr.shape[1] != cols or (rows >= 0 and arr.shape[0] != rows):
+        dims = list(arr.shape[:2]) + [0] * (2 - min(arr.ndim, 2))
+        raise invalid(f"{name} must be [{rows}, {cols}] (rank {arr.ndim}, {dims} given)")
+
+
+def _native(arr: np.ndarray, dtype: Any) -> np.ndarray:
+    """A C-contiguous native-order copy (or the array itself), out of memory as QmoeError."""
+    try:
+        return np.ascontiguousarray(arr, dtype=np.dtype(dtype).newbyteorder("="))
+    except MemoryError as exc:
+        raise _lib_oom(f"a copy of {list(arr.shape)} {np.dtype(dtype).name}") from exc
+
+
+def _lib_oom(what: str):
+    from ._errors import QmoeError
+
+    return QmoeError(_lib.ERR_INNER, f"out of memory for {what}", _lib.status_name(_lib.ERR_INNER))
+
+
+def _activations(obj: ArrayLike, name: str, H: int):
+    """(C-contiguous array, dtype code, how to wrap the output) for hidden states [T, H]; the
+    shape is checked before anything is copied. Any byte order is read (as the operator
+    functions do): a big-endian array is converted to native order."""
     bits = torch_bfloat16_bits(obj)
     if bits is not None:
-        return np.ascontiguousarray(bits), _lib.DTYPE_BFLOAT16, "torch-bf16"
+        _check_2d(bits, name, -1, H)
+        return _native(bits, np.uint16), _lib.DTYPE_BFLOAT16, "torch-bf16"
     torch_in = is_torch(obj)
-    arr = np.asarray(obj.detach().cpu().numpy() if torch_in else obj)
+    arr = _view(obj)
     wrap = "torch" if torch_in else "numpy"
     if arr.dtype.name == "bfloat16":  # ml_dtypes
-        return np.ascontiguousarray(arr).view(np.uint16), _lib.DTYPE_BFLOAT16, ("ml-bf16", arr.dtype)
-    if arr.dtype == np.float16:
-        return np.ascontiguousarray(arr), _lib.DTYPE_FLOAT16, wrap
-    if arr.dtype in (np.float32, np.float64):
-        return np.ascontiguousarray(arr, dtype=np.float32), _lib.DTYPE_FLOAT32, wrap
+        _check_2d(arr, name, -1, H)
+        return _native(arr, arr.dtype).view(np.uint16), _lib.DTYPE_BFLOAT16, ("ml-bf16", arr.dtype)
+    if arr.dtype.kind == "f" and arr.dtype.itemsize in (2, 4, 8):
+        _check_2d(arr, name, -1, H)
+        if arr.dtype.itemsize == 2:
+            return _native(arr, np.float16), _lib.DTYPE_FLOAT16, wrap
+        return _native(arr, np.float32), _lib.DTYPE_FLOAT32, wrap
     raise invalid(f"{name}: dtype {arr.dtype} is not supported; expected float32, float16 or "
                   "bfloat16")
 
 
-def _float32(obj: ArrayLike, name: str) -> np.ndarray:
+def _float32(obj: ArrayLike, name: str, shape: Optional[Tuple[int, int]] = None) -> np.ndarray:
+    """float32 values of `obj`; with `shape` (rows, cols) the 2-D shape is checked first."""
     bits = torch_bfloat16_bits(obj)
+    arr = bits if bits is not None else _view(obj)
+    if shape is not None:
+        _check_2d(arr, name, *shape)
     if bits is not None:
-        return (bits.astype(np.uint32) << 16).view(np.float32)
-    arr = np.asarray(obj.detach().cpu().numpy() if is_torch(obj) else obj)
+        return (_native(bits, np.uint16).astype(np.uint32) << 16).view(np.float32)
     if arr.dtype.kind != "f":
         raise invalid(f"{name}: dtype {arr.dtype} is not a float type")
-    return np.ascontiguousarray(arr, dtype=np.float32)
+    return _native(arr, np.float32)
+
+
+def _hidden_rows(hidden: ArrayLike) -> int:
+    """T of hidden [T, H] (its rank checked), read without copying."""
+    bits = torch_bfloat16_bits(hidden)
+    arr = bits if bits is not None else _view(hidden)
+    if arr.ndim != 2:
+        raise invalid(f"hidden: rank {arr.ndim}, expected 2 ([T, H])")
+    return int(arr.shape[0])
 
 
 def _wrap(out: np.ndarray, wrap: Any) -> Any:
@@ -225,12 +269,12 @@ class MoELayer(_lib.Owned):
         with self._use() as handle:
             return int(_lib.lib.qmoe_moe_layer_weight_bytes(handle))
 
-    def _run(self, hidden: ArrayLike, route: Any, routed: bool) -> Any:
-        x, code, wrap = _activations(hidden, "hidden")
-        if x.ndim != 2:
-            raise invalid(f"hidden: rank {x.ndim}, expected 2 ([T, H])")
+    def _run(self, x: np.ndarray, code: int, wrap: Any, route: Any, routed: bool) -> Any:
         T = x.shape[0]
-        out = np.empty_like(x)
+        try:
+            out = np.empty_like(x)
+        except MemoryError as exc:
+            raise _lib_oom(f"an output of {list(x.shape)}") from exc
         # Held from the first call to the last: close() on another thread waits for this call,
         # and a call after close() raises QmoeError instead of using a freed layer.
         with self._use() as handle, Tensors() as ts:
@@ -255,19 +299,24 @@ class MoELayer(_lib.Owned):
 
     def __call__(self, hidden: ArrayLike, router_logits: ArrayLike) -> Any:
         """out [T, H] = the layer applied to hidden [T, H] routed by router_logits [T, E]."""
-        return self._run(hidden, _float32(router_logits, "router_logits"), False)
+        T = _hidden_rows(hidden)
+        logits = _float32(router_logits, "router_logits", (T, self.num_experts))
+        return self._run(*_activations(hidden, "hidden", self.hidden_size), logits, False)
 
     def forward_routed(self, hidden: ArrayLike, topk_ids: ArrayLike,
                        topk_weights: ArrayLike) -> Any:
         """As calling the layer, with the routing given: topk_ids [T, k] (int, in [0, E)) and
         topk_weights [T, k] (used as given)."""
-        ids_in = np.asarray(topk_ids.detach().cpu().numpy() if is_torch(topk_ids) else topk_ids)
+        T = _hidden_rows(hidden)
+        ids_in = _view(topk_ids)
+        _check_2d(ids_in, "topk_ids", T, self.top_k)
         if ids_in.dtype.kind not in "iu":
             raise invalid(f"topk_ids: dtype {ids_in.dtype} is not an integer type")
-        ids = np.ascontiguousarray(ids_in, dtype=np.int32)
-        if not np.array_equal(ids, ids_in):
+        if ids_in.size and (ids_in.min() < -(2 ** 31) or ids_in.max() >= 2 ** 31):
             raise invalid("topk_ids: values outside int32")
-        return self._run(hidden, (ids, _float32(topk_weights, "topk_weights")), True)
+        ids = _native(ids_in, np.int32)
+        wts = _float32(topk_weights, "topk_weights", (T, self.top_k))
+        return self._run(*_activations(hidden, "hidden", self.hidden_size), (ids, wts), True)
 
     def _destroy(self, handle: c_void_p) -> None:
         _lib.lib.qmoe_moe_layer_destroy(handle)
