@@ -42,8 +42,13 @@ else:
     x = rng.integers(-128, 128, size=(M, K), dtype=np.int8)
     xs = rng.uniform(0.5, 1.5, size=M).astype(np.float32)
     gl = np.array([8, 16, 24, 32, 40, 48, 56, 64], np.int64)
-    call = lambda: qmoe.grouped_matmul_swiglu_quant(x, obj, gl, None, xs)[:2]
-    name = "qmoe_gmm_swiglu_quant"
+    if which == "prepacked":
+        call = lambda: qmoe.grouped_matmul_swiglu_quant(x, obj, gl, None, xs)[:2]
+        name = "qmoe_gmm_swiglu_quant"
+    else:  # the grouped matmul with the same prepacked weights
+        call = lambda: qmoe.npu_grouped_matmul([x], [obj], per_token_scale=[xs], group_list=gl,
+                                               split_item=3, group_type=0)[0]
+        name = "qmoe_grouped_matmul"
 want = call()
 
 def same(got):
@@ -130,12 +135,12 @@ def child(script, which):
     return r.stdout.strip()
 
 
-@pytest.mark.parametrize("which", ["layer", "prepacked"])
+@pytest.mark.parametrize("which", ["layer", "prepacked", "grouped"])
 def test_close_waits_for_the_call_inside(which):
     assert child(HELD, which) == "waited=True ok=True late=QmoeError 161001"
 
 
-@pytest.mark.parametrize("which", ["layer", "prepacked"])
+@pytest.mark.parametrize("which", ["layer", "prepacked", "grouped"])
 def test_close_while_threads_hammer(which):
     out = child(HAMMER, which)
     assert "bad=[] ends=['QmoeError 161001'] late=QmoeError 161001" in out, out
