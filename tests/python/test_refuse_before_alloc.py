@@ -64,6 +64,12 @@ try:
         qmoe.npu_moe_init_routing_v2(np.zeros((8, 64), np.float32), np.zeros((8, 2), np.int32),
                                      quant_mode=-1, active_expert_range=[4, 2],
                                      expert_tokens_num_flag=True)
+    elif case == "grouped-matmul-wrong-K":
+        qmoe.npu_grouped_matmul([big(np.int8, (2 ** 20, 128))], [np.zeros((1, 64, 4096), np.int8)],
+                                scale=[np.ones((1, 4096), np.float32)],
+                                per_token_scale=[big(np.float32, (2 ** 20,))],
+                                group_list=np.array([2 ** 20], np.int64), split_item=3,
+                                group_type=0)
     elif case == "swiglu-odd-broadcast":
         qmoe.npu_swiglu(big(np.float16, (2 ** 30, 4, 3)), dim=-1)
     print("no error")
@@ -87,6 +93,7 @@ CASES = {
     "top-k-k-2^63": (161002, "k = 9223372036854775808"),
     "reversed-range": (161002, "activeExpertRange = [4, 2)"),
     "swiglu-odd-broadcast": (161002, ""),
+    "grouped-matmul-wrong-K": (161002, "x"),
 }
 
 
