@@ -12,8 +12,8 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import _lib
-from ._arrays import (Tensors, any_torch, as_torch, dtype_code, dtype_label, invalid, is_bfloat16,
-                      readable, to_numpy, torch_bfloat16_bits)
+from ._arrays import (Later, Tensors, any_torch, as_torch, dtype_code, dtype_label, invalid,
+                      is_bfloat16, readable, to_numpy, torch_bfloat16_bits)
 from ._errors import QmoeError
 
 ArrayLike = Any  # numpy.ndarray, a CPU torch.Tensor, any __array__ / __dlpack__ object, a list
@@ -183,20 +183,21 @@ def _weight_scale(obj: ArrayLike, flag: Optional[str],
     return arr, dtype_code(arr, name, _SCALE_DTYPES)
 
 
-def _x_scale(obj: ArrayLike) -> Tuple[Optional[np.ndarray], int]:
+def _x_scale(obj: ArrayLike) -> Tuple[Any, int]:
     """x_scale as float32 [M]: float16 and bfloat16 (the framework accepts them) are widened,
-    which is exact; [M, 1] is viewed as [M]."""
+    which is exact, once the library accepted the call's shapes (a Later); [M, 1] is viewed as
+    [M]."""
     bits = torch_bfloat16_bits(obj)
-    if bits is not None:
-        arr = (bits.astype(np.uint32) << 16).view(np.float32)
-    else:
-        arr = to_numpy(obj, "x_scale", np.float32)
-        if arr is None:
-            return None, _lib.DTYPE_FLOAT32
-        if is_bfloat16(arr) or arr.dtype == np.float16:
-            arr = arr.astype(np.float32)
+    arr = bits if bits is not None else to_numpy(obj, "x_scale", np.float32)
+    if arr is None:
+        return None, _lib.DTYPE_FLOAT32
     if arr.ndim == 2 and arr.shape[1] == 1:
         arr = arr[:, 0]
+    if bits is not None:
+        return Later(arr.shape, lambda: (arr.astype(np.uint32) << 16).view(np.float32)), \
+            _lib.DTYPE_FLOAT32
+    if is_bfloat16(arr) or arr.dtype == np.float16:
+        return Later(arr.shape, lambda: arr.astype(np.float32)), _lib.DTYPE_FLOAT32
     arr = readable(arr)
     return arr, dtype_code(arr, "x_scale", "float32, float16 or bfloat16, shaped [M] or [M, 1]")
 
@@ -209,9 +210,12 @@ def _group_list(obj: ArrayLike) -> Tuple[Optional[np.ndarray], int]:
     if arr.dtype == np.int64:
         return readable(arr), _lib.DTYPE_INT64
     if arr.dtype.kind in "iu" and torch_bfloat16_bits(obj) is None:
-        if arr.size and arr.dtype == np.uint64 and arr.max() > np.iinfo(np.int64).max:
-            raise invalid(f"group_list: value {int(arr.max())} does not fit int64")
-        return arr.astype(np.int64), _lib.DTYPE_INT64
+        def widened() -> np.ndarray:
+            if arr.size and arr.dtype == np.uint64 and arr.max() > np.iinfo(np.int64).max:
+                raise invalid(f"group_list: value {int(arr.max())} does not fit int64")
+            return arr.astype(np.int64)
+
+        return Later(arr.shape, widened), _lib.DTYPE_INT64
     raise invalid(f"group_list: dtype {dtype_label(obj, arr)} is not supported; expected int64 "
                   "or int32 (row ends or counts)")
 
@@ -272,11 +276,13 @@ def _execute(phase_one: PhaseOne, M: int, N2: int,
     with Tensors() as t:
         if out is None:
             probe = np.zeros(8, dtype=np.float32)
+            t.probing = True  # inputs still to be widened stand in (Later)
             st = phase_one(t, t.create(probe.view(np.int8), _lib.DTYPE_INT8, shape=(M, N2),
                                        strides=(0, 0)),
                            t.create(probe, _lib.DTYPE_FLOAT32, shape=(M,), strides=(0,)),
                            ctypes.byref(size), ctypes.byref(executor))
             info = _lib.lib.qmoe_last_error_info().contents
+            t.probing = False
             if st == _lib.OK:
                 _lib.lib.qmoe_executor_destroy(executor)
             elif not (st == _lib.ERR_PARAM_INVALID and info.rule == _lib.RULE_OVERLAP

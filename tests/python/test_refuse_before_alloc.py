@@ -70,6 +70,14 @@ try:
                                 per_token_scale=[big(np.float32, (2 ** 20,))],
                                 group_list=np.array([2 ** 20], np.int64), split_item=3,
                                 group_type=0)
+    elif case.startswith("fused-"):
+        x, w = np.zeros((16, 64), np.int8), np.zeros((2, 64, 64), np.int8)
+        ws, xs, gl = np.ones((2, 64), np.float32), np.ones(16, np.float32), np.array([8, 16])
+        if case == "fused-x_scale-f16":
+            xs = big(np.float16, (2 ** 33,))
+        else:
+            gl = big(np.int32, (2 ** 33,))
+        qmoe.grouped_matmul_swiglu_quant(x, w, gl, ws, xs)
     elif case == "swiglu-odd-broadcast":
         qmoe.npu_swiglu(big(np.float16, (2 ** 30, 4, 3)), dim=-1)
     print("no error")
@@ -94,6 +102,8 @@ CASES = {
     "reversed-range": (161002, "activeExpertRange = [4, 2)"),
     "swiglu-odd-broadcast": (161002, ""),
     "grouped-matmul-wrong-K": (161002, "x"),
+    "fused-x_scale-f16": (161002, "x_scale"),
+    "fused-group_list-i32": (161002, "group_list"),
 }
 
 
