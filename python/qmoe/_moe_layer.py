@@ -12,7 +12,7 @@ import numpy as np
 
 from . import _lib
 from ._arrays import Tensors, invalid, is_torch, torch_bfloat16_bits
-from ._quantize import _float_experts, _pointers
+from ._quantize import _float_ready, _float_view, _pointers
 
 ArrayLike = Any
 
@@ -199,9 +199,10 @@ class MoELayer(_lib.Owned):
             raise invalid(f"mode = {mode!r}: expected 'a8w8' or 'a8w4'")
         if gating not in _GATINGS:
             raise invalid(f"gating = {gating!r}: expected 'softmax' or 'sigmoid'")
-        g, code = _float_experts(gate, "gate")
-        u, ucode = _float_experts(up, "up")
-        d, dcode = _float_experts(down, "down")
+        # shapes checked on the caller's arrays; copies (if any) only of weights that fit
+        g, code = _float_view(gate, "gate")
+        u, ucode = _float_view(up, "up")
+        d, dcode = _float_view(down, "down")
         if g.ndim != 3 or u.shape != g.shape or code != ucode or dcode != code:
             raise invalid(f"gate {list(g.shape)} ({g.dtype}), up {list(u.shape)} ({u.dtype}) and "
                           f"down {list(d.shape)} ({d.dtype}) must be [E, I, H], [E, I, H], "
@@ -209,6 +210,7 @@ class MoELayer(_lib.Owned):
         E, I, H = g.shape
         if d.shape != (E, H, I):
             raise invalid(f"down: shape {list(d.shape)}, expected [E, H, I] = {[E, H, I]}")
+        (g, _), (u, _), (d, _) = _float_ready(g, code), _float_ready(u, code), _float_ready(d, code)
         bias = None
         if correction_bias is not None:
             bias = _float32(correction_bias, "correction_bias").reshape(-1)
@@ -219,15 +221,15 @@ class MoELayer(_lib.Owned):
         if shared:
             if len(shared) != 3:
                 raise invalid("shared_gate, shared_up and shared_down go together")
-            sg, sc = _float_experts(_np3(shared_gate), "shared_gate")
-            su, uc = _float_experts(_np3(shared_up), "shared_up")
-            sd, dc = _float_experts(_np3(shared_down), "shared_down")
+            sg, sc = _float_view(_np3(shared_gate), "shared_gate")
+            su, uc = _float_view(_np3(shared_up), "shared_up")
+            sd, dc = _float_view(_np3(shared_down), "shared_down")
             Is = sg.shape[1]
             if (sg.shape != (1, Is, H) or su.shape != (1, Is, H) or sd.shape != (1, H, Is)
                     or {sc, uc, dc} != {code}):
                 raise invalid(f"shared expert: expected [Is, H], [Is, H], [H, Is] with H = {H} in "
                               "the experts' dtype")
-            keep = [np.ascontiguousarray(a) for a in (sg, su, sd)]
+            keep = [np.ascontiguousarray(_float_ready(a, code)[0]) for a in (sg, su, sd)]
         cfg = _LayerConfig(ctypes.sizeof(_LayerConfig), H, I, E, _int(top_k, "top_k", 1),
                            _GATINGS[gating], int(bool(renormalize)), _int(group_count, "group_count", 1),
                            _int(k_group, "k_group", 1), float(routed_scaling_factor),

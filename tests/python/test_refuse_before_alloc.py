@@ -78,6 +78,11 @@ try:
         else:
             gl = big(np.int32, (2 ** 33,))
         qmoe.grouped_matmul_swiglu_quant(x, w, gl, ws, xs)
+    elif case in ("from-float-wrong-down", "quantize-wrong-down"):
+        gate = big(np.float64, (64, 2048, 4096))  # 2 GiB as float32
+        fn = qmoe.MoELayer.from_float if case.startswith("from") else qmoe.quantize_experts
+        kw = {"top_k": 2} if case.startswith("from") else {}
+        fn(gate, gate, big(np.float32, (64, 4096, 2047)), **kw)
     elif case == "swiglu-odd-broadcast":
         qmoe.npu_swiglu(big(np.float16, (2 ** 30, 4, 3)), dim=-1)
     print("no error")
@@ -103,6 +108,8 @@ CASES = {
     "swiglu-odd-broadcast": (161002, ""),
     "grouped-matmul-wrong-K": (161002, "x"),
     "fused-x_scale-f16": (161002, "x_scale"),
+    "from-float-wrong-down": (161002, "down"),
+    "quantize-wrong-down": (161002, "down"),
     "fused-group_list-i32": (161002, "group_list"),
 }
 
