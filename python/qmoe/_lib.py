@@ -198,7 +198,8 @@ class Owned:
     _handle: Any = None
 
     def _own(self, handle: Any) -> None:
-        self._calls = 0
+        self._calls = 0  # calls holding the handle (in _use)
+        self._closing = False  # close() began: new calls are refused
         self._cond = threading.Condition()
         self._handle = handle
 
@@ -213,7 +214,7 @@ class Owned:
     def _use(self) -> Iterator[Any]:
         """The live handle, held for the block: close() waits until the block ends."""
         with self._cond:
-            if self._handle is None or self._closing():
+            if self._handle is None or self._closing:
                 raise self._closed()
             self._calls += 1
             handle = self._handle
@@ -225,17 +226,14 @@ class Owned:
                 if not self._calls:
                     self._cond.notify_all()
 
-    def _closing(self) -> bool:
-        return getattr(self, "_close_started", False)
-
     def close(self) -> None:
         """Frees the handle once no call holds it (idempotent; later calls raise QmoeError)."""
         cond = getattr(self, "_cond", None)
         if cond is None:  # the constructor failed before the handle was owned
             return
         with cond:
-            self._close_started = True
-            while self._calls:
+            self._closing = True
+            while self._calls:  # (a close() inside a call's own block would wait for itself)
                 cond.wait()
             handle, self._handle = self._handle, None
         if handle is not None:

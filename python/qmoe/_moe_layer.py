@@ -12,6 +12,7 @@ import numpy as np
 
 from . import _lib
 from ._arrays import Tensors, invalid, is_torch, torch_bfloat16_bits
+from ._errors import QmoeError
 from ._quantize import _float_ready, _float_view, _pointers
 
 ArrayLike = Any
@@ -98,9 +99,7 @@ def _native(arr: np.ndarray, dtype: Any) -> np.ndarray:
         raise _lib_oom(f"a copy of {list(arr.shape)} {np.dtype(dtype).name}") from exc
 
 
-def _lib_oom(what: str):
-    from ._errors import QmoeError
-
+def _lib_oom(what: str) -> QmoeError:
     return QmoeError(_lib.ERR_INNER, f"out of memory for {what}", _lib.status_name(_lib.ERR_INNER))
 
 
