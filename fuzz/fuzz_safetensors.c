@@ -2,8 +2,8 @@
  * The safetensors reader of `qmoe moe run` (tools/safetensors_read.c) on arbitrary bytes: the
  * input is a whole file image (8-byte header length, JSON, data). str_parse_header on the image
  * and str_open on the same bytes as a file must agree, never crash or read outside the input;
- * every accepted tensor lies inside the data section with nbytes = count * itemsize, and no name
- * is given twice.
+ * every accepted tensor lies inside the data section with nbytes = count * itemsize, the tensors
+ * tile it (disjoint, covering it), and no name or metadata key is given twice.
  */
 #define _DEFAULT_SOURCE /* getpid under -std=c11 */
 #include <stdio.h>
@@ -45,13 +45,28 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             parsed = str_parse_header(json, hlen, d, dlen, &f, err);
             if (!parsed) {
                 n = f.n;
+                uint64_t covered = 0;
                 for (size_t i = 0; i < f.n; i++) {
                     const str_tensor *t = &f.tensors[i];
                     const uint8_t *p = t->data;
                     require(p >= d && t->nbytes <= dlen && (uint64_t)(p - d) <= dlen - t->nbytes, "tensor outside the data");
                     require(t->nbytes == (uint64_t)t->count * t->itemsize, "nbytes != count * itemsize");
+                    require(t->offset == (uint64_t)(p - d), "offset is not the data's");
                     require(str_find(&f, t->name) == t, "a name given twice");
+                    covered += t->nbytes;
                 }
+                /* in bounds and (below) disjoint: then covering dlen bytes is tiling them */
+                require(covered == dlen, "the tensors do not cover the data section exactly");
+                for (size_t i = 0; i + 1 < f.n && f.n < 512; i++)
+                    for (size_t j = i + 1; j < f.n; j++) {
+                        const str_tensor *a = &f.tensors[i], *b = &f.tensors[j];
+                        require(!a->nbytes || !b->nbytes || a->offset + a->nbytes <= b->offset ||
+                                    b->offset + b->nbytes <= a->offset,
+                                "two tensors share bytes");
+                    }
+                for (size_t i = 0; i + 2 < f.nmeta && f.nmeta < 512; i += 2)
+                    for (size_t j = i + 2; j + 1 < f.nmeta; j += 2)
+                        require(strcmp(f.meta[i], f.meta[j]) != 0, "a metadata key given twice");
                 str_close(&f);
             } else {
                 require(f.n == 0 && f.tensors == NULL && f.meta == NULL, "a refused header left state");

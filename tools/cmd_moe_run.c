@@ -139,7 +139,7 @@ static int expert_name(const char *rest, int64_t *e, int *role)
     if (strncmp(rest, "experts.", 8)) return -1;
     const char *s = rest + 8;
     char *end;
-    if (*s < '0' || *s > '9') return -1;
+    if (*s < '0' || *s > '9' || (s[0] == '0' && s[1] != '.')) return -1; /* no leading zero */
     long long v = strtoll(s, &end, 10);
     if (*end != '.' || v < 0 || v > 1000000) return -1;
     char proj[16];
@@ -172,37 +172,75 @@ static int float_dtype(const char *d, qmoe_dtype *out)
     return 0;
 }
 
+/* Which of the two namings a name under the prefix uses (docs/moe-layer.md "Checkpoint rules"):
+ * experts 1 gate_proj/up_proj/down_proj, 2 w1/w3/w2; shared 1 shared_experts., 2 shared_expert.;
+ * 0 for the other names. */
+static int naming(const char *rest, int expert)
+{
+    if (expert) return strstr(rest, ".w1.") || strstr(rest, ".w2.") || strstr(rest, ".w3.") ? 2 : 1;
+    return !strncmp(rest, "shared_experts.", 15) ? 1 : !strncmp(rest, "shared_expert.", 14) ? 2 : 0;
+}
+
 static int load_layer(const str_file *f, const char *prefix, layer_in *L, char *err)
 {
     size_t plen = strlen(prefix);
     int64_t max_e = -1;
+    int named[2] = {0, 0}; /* the naming of the first expert / shared tensor, in name order */
     for (size_t k = 0; k < f->n; k++) {
-        const char *n = f->tensors[k].name;
+        const char *n = f->by_name[k]->name; /* name order: the tensor named is Python's too */
         if (strncmp(n, prefix, plen) || n[plen] != '.') continue;
         int64_t e;
-        int role;
-        if (!expert_name(n + plen + 1, &e, &role)) {
+        int role, expert = !expert_name(n + plen + 1, &e, &role);
+        if (expert) {
             if (e > max_e) max_e = e;
         } else if (!known_other(n + plen + 1)) {
             snprintf(err, RUN_ERR_LEN, "tensor %.400s: not a MoE layer tensor under prefix %.200s (extra)", n, prefix);
             return -1;
         }
+        int kind = naming(n + plen + 1, expert), *seen = &named[expert ? 0 : 1];
+        if (kind && *seen && kind != *seen) {
+            snprintf(err, RUN_ERR_LEN, "tensor %.400s: %s naming beside the layer's other one (one naming per layer) (extra)",
+                     n, expert ? (kind == 2 ? "Mixtral's w1/w3/w2" : "a gate_proj/up_proj/down_proj")
+                               : (kind == 2 ? "a shared_expert." : "a shared_experts."));
+            return -1;
+        }
+        if (kind) *seen = kind;
     }
     char name[NAME_MAX_LEN];
+    static const char *const hf[3] = {"gate_proj", "up_proj", "down_proj"}, *const mx[3] = {"w1", "w3", "w2"};
+    const char *const *proj = named[0] == 2 ? mx : hf;
     snprintf(name, sizeof name, "%s.gate.weight", prefix);
     const str_tensor *router = str_find(f, name);
-    L->E = router && router->ndim == 2 ? router->shape[0] : max_e + 1;
-    if (L->E < 1) {
+    if (max_e < 0) {
         snprintf(err, RUN_ERR_LEN, "tensor %.400s.experts.0.gate_proj.weight is missing (no experts under the prefix)", prefix);
         return -1;
     }
+    snprintf(name, sizeof name, "%s.experts.0.%s.weight", prefix, proj[0]);
+    const str_tensor *g0 = str_find(f, name);
+    if (!g0) return snprintf(err, RUN_ERR_LEN, "tensor %.400s is missing", name), -1;
+    if (g0->ndim != 2 || !g0->shape[0] || !g0->shape[1])
+        return snprintf(err, RUN_ERR_LEN, "tensor %.400s: expected a non-empty [I, H] matrix", name), -1;
+    if (router) { /* checked before E is used: a router [2^40, 0] is a shape error, not E */
+        qmoe_dtype rd;
+        if (router->ndim != 2 || router->shape[1] != g0->shape[1] || router->shape[0] < 1)
+            return snprintf(err, RUN_ERR_LEN, "tensor %.400s: shape [%" PRId64 ", %" PRId64 "%s], expected [E, H = %" PRId64 "]",
+                            router->name, router->ndim > 0 ? router->shape[0] : 0, router->ndim > 1 ? router->shape[1] : 0,
+                            router->ndim > 2 ? ", ..." : "", g0->shape[1]), -1;
+        if (float_dtype(router->dtype, &rd))
+            return snprintf(err, RUN_ERR_LEN, "tensor %.400s: dtype %s; expected F32, F16 or BF16", router->name,
+                            router->dtype), -1;
+    }
+    L->E = router && router->ndim == 2 ? router->shape[0] : max_e + 1;
     if (max_e >= L->E) {
         snprintf(err, RUN_ERR_LEN, "expert %" PRId64 " under %.400s is beyond E = %" PRId64 " (extra)", max_e, prefix, L->E);
         return -1;
     }
-    static const char *const hf[3] = {"gate_proj", "up_proj", "down_proj"}, *const mx[3] = {"w1", "w3", "w2"};
-    snprintf(name, sizeof name, "%s.experts.0.w1.weight", prefix);
-    const char *const *proj = str_find(f, name) ? mx : hf;
+    /* the first missing expert tensor, before E sizes any allocation (a router may claim 2^40) */
+    for (int64_t e = 0; e < L->E && e <= max_e + 1; e++)
+        for (int r = 0; r < 3; r++) {
+            snprintf(name, sizeof name, "%s.experts.%" PRId64 ".%s.weight", prefix, e, proj[r]);
+            if (!str_find(f, name)) return snprintf(err, RUN_ERR_LEN, "tensor %.400s is missing", name), -1;
+        }
     for (int r = 0; r < 3; r++) {
         L->w[r] = calloc((size_t)L->E, sizeof(void *));
         if (!L->w[r]) return snprintf(err, RUN_ERR_LEN, "out of memory"), -1;

@@ -95,14 +95,16 @@ static int string(cursor *c, char **out)
     return 0;
 }
 
+/* A decimal integer 0 .. 2^62 (no sign, fraction, exponent or leading zero). */
 static int integer(cursor *c, int64_t *v)
 {
     skip_ws(c);
+    const uint64_t max = UINT64_C(1) << 62;
     uint64_t x = 0;
     size_t start = c->i;
     while (c->i < c->n && c->s[c->i] >= '0' && c->s[c->i] <= '9') {
         unsigned d = (unsigned)(c->s[c->i++] - '0');
-        if (x > (UINT64_C(1) << 62) / 10) return fail(c, "integer too large");
+        if (x > (max - d) / 10) return fail(c, "integer over 2^62");
         x = x * 10 + d;
     }
     if (c->i == start) return fail(c, "expected a non-negative integer");
@@ -191,6 +193,7 @@ static int tensor(cursor *c, str_tensor *t, const uint8_t *data, uint64_t data_l
         return fail(c, "tensor %s: data_offsets [%" PRId64 ", %" PRId64 "] do not hold %" PRIu64
                     " bytes inside the %" PRIu64 "-byte data section", t->name, off[0], off[1], t->nbytes, data_len);
     t->data = data + off[0];
+    t->offset = (uint64_t)off[0];
     return 0;
 }
 
@@ -219,6 +222,92 @@ static int metadata(cursor *c, str_file *f)
     }
 }
 
+static int by_name(const void *a, const void *b)
+{
+    return strcmp((*(const str_tensor *const *)a)->name, (*(const str_tensor *const *)b)->name);
+}
+
+/* By begin, then end; equal ranges (empty tensors) by position, so the order is total. */
+static int by_offset(const void *a, const void *b)
+{
+    const str_tensor *x = *(const str_tensor *const *)a, *y = *(const str_tensor *const *)b;
+    uint64_t xe = x->offset + x->nbytes, ye = y->offset + y->nbytes;
+    if (x->offset != y->offset) return x->offset < y->offset ? -1 : 1;
+    if (xe != ye) return xe < ye ? -1 : 1;
+    return (x > y) - (x < y);
+}
+
+static int by_key(const void *a, const void *b)
+{
+    return strcmp(**(char *const *const *)a, **(char *const *const *)b);
+}
+
+/* Pointers to n elements of `size` bytes from `base`, sorted by `cmp`; NULL (with err) when out
+ * of memory. qsort is n log n at worst (unlike a hash set, which crafted names can flood). */
+static const void **sorted(const void *base, size_t n, size_t size, int (*cmp)(const void *, const void *),
+                           char *err)
+{
+    const void **ix = n <= SIZE_MAX / sizeof *ix ? malloc((n ? n : 1) * sizeof *ix) : NULL;
+    if (!ix) {
+        snprintf(err, STR_ERR_LEN, "out of memory for an index of %zu entries", n);
+        return NULL;
+    }
+    for (size_t k = 0; k < n; k++) ix[k] = (const char *)base + k * size;
+    qsort(ix, n, sizeof *ix, cmp);
+    return ix;
+}
+
+/* The name index (str_find); a name given twice is refused (neighbours once sorted). */
+static int index_names(str_file *f, char *err)
+{
+    const void **ix = sorted(f->tensors, f->n, sizeof *f->tensors, by_name, err);
+    if (!ix) return -1;
+    f->by_name = (const str_tensor **)ix;
+    for (size_t k = 1; k < f->n; k++)
+        if (!strcmp(f->by_name[k]->name, f->by_name[k - 1]->name)) {
+            snprintf(err, STR_ERR_LEN, "tensor %.400s given twice", f->by_name[k]->name);
+            return -1;
+        }
+    return 0;
+}
+
+static int check_meta(const str_file *f, char *err)
+{
+    size_t n = f->nmeta / 2;
+    const void **ix = sorted(f->meta, n, 2 * sizeof *f->meta, by_key, err);
+    if (!ix) return -1;
+    int r = 0;
+    for (size_t k = 1; k < n && !r; k++)
+        if (!strcmp(*(char *const *)ix[k], *(char *const *)ix[k - 1]))
+            r = -1, snprintf(err, STR_ERR_LEN, "__metadata__ key %.400s given twice", *(char *const *)ix[k]);
+    free(ix);
+    return r;
+}
+
+/* In order of their offsets, the tensors' bytes cover the data section exactly: each begins
+ * where the one before ends, the last ends at the file's end. */
+static int check_tiling(const str_file *f, uint64_t data_len, char *err)
+{
+    const void **ix = sorted(f->tensors, f->n, sizeof *f->tensors, by_offset, err);
+    if (!ix) return -1;
+    uint64_t at = 0;
+    int r = 0;
+    for (size_t k = 0; k < f->n && !r; k++) {
+        const str_tensor *t = ix[k];
+        if (t->offset != at)
+            r = -1, snprintf(err, STR_ERR_LEN, "tensor %.300s: data_offsets [%" PRIu64 ", %" PRIu64 "] %s %" PRIu64
+                             " (the tensors' bytes must tile the data section)", t->name, t->offset,
+                             t->offset + t->nbytes,
+                             t->offset < at ? "overlap the tensor before, which ends at" : "leave a hole from", at);
+        at = t->offset + t->nbytes;
+    }
+    if (!r && at != data_len)
+        r = -1, snprintf(err, STR_ERR_LEN, "the tensors' bytes end at %" PRIu64 " of a %" PRIu64
+                         "-byte data section (bytes after the last tensor)", at, data_len);
+    free(ix);
+    return r;
+}
+
 int str_parse_header(const char *json, size_t len, const uint8_t *data, uint64_t data_len,
                      str_file *f, char *err)
 {
@@ -243,11 +332,6 @@ int str_parse_header(const char *json, size_t len, const uint8_t *data, uint64_t
                 }
                 if (metadata(&c, f)) goto bad;
             } else {
-                if (str_find(f, name)) {
-                    fail(&c, "tensor %s given twice", name);
-                    free(name);
-                    goto bad;
-                }
                 if (f->n == cap) {
                     str_tensor *t = realloc(f->tensors, (cap = cap ? 2 * cap : 64) * sizeof *t);
                     if (!t) {
@@ -275,6 +359,7 @@ int str_parse_header(const char *json, size_t len, const uint8_t *data, uint64_t
         fail(&c, "text after the header object");
         goto bad;
     }
+    if (index_names(f, err) || check_meta(f, err) || check_tiling(f, data_len, err)) goto bad;
     return 0;
 bad:
     str_close(f);
@@ -323,8 +408,15 @@ int str_open(const char *path, str_file *f, char *err)
 
 const str_tensor *str_find(const str_file *f, const char *name)
 {
-    for (size_t k = 0; k < f->n; k++)
-        if (!strcmp(f->tensors[k].name, name)) return &f->tensors[k];
+    size_t lo = 0, hi = f->by_name ? f->n : 0;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        const str_tensor *t = f->by_name[mid];
+        int c = strcmp(t->name, name);
+        if (!c) return t;
+        if (c < 0) lo = mid + 1;
+        else hi = mid;
+    }
     return NULL;
 }
 
@@ -341,6 +433,7 @@ void str_close(str_file *f)
     for (size_t k = 0; k < f->nmeta; k++) free(f->meta[k]);
     free(f->tensors);
     free(f->meta);
+    free((void *)f->by_name);
     if (f->map) munmap(f->map, f->size);
     memset(f, 0, sizeof *f);
 }

@@ -2,7 +2,16 @@
  * Reading a safetensors file: an 8-byte little-endian header length N, N bytes of JSON (an object
  * of tensor name -> {"dtype", "shape", "data_offsets"} plus an optional "__metadata__" object of
  * strings), then the tensors' bytes. The parser accepts only that shape of JSON, checks every
- * size and offset against the file, and refuses duplicates; the file is mapped read-only.
+ * size and offset against the file, refuses duplicate names and metadata keys, and requires the
+ * tensors' bytes to tile the data section (no overlap, no hole, nothing after): the rules of
+ * docs/moe-layer.md "Checkpoint rules", which python/qmoe/_safetensors.py enforces too. Names are
+ * found through a sorted index (n log n at worst, whatever the names), so a header at the 100 MB
+ * cap parses in seconds.
+ *
+ * The file is mapped read-only, not copied (a layer file is gigabytes): it must not be truncated
+ * or rewritten while it is read, since a mapped page past a shortened file's end raises SIGBUS,
+ * which no reader can turn into an error. Replace a checkpoint by writing a new file and renaming
+ * it over the old one (a reader keeps the old file's mapping).
  */
 #ifndef QMOE_TOOLS_SAFETENSORS_READ_H
 #define QMOE_TOOLS_SAFETENSORS_READ_H
@@ -21,6 +30,7 @@ typedef struct str_tensor {
     int64_t shape[STR_MAX_DIMS];
     int64_t count;
     const void *data; /* inside the mapping; may be unaligned for the dtype */
+    uint64_t offset;  /* of data in the data section */
     uint64_t nbytes;
 } str_tensor;
 
@@ -31,6 +41,7 @@ typedef struct str_file {
     size_t n;
     char **meta; /* key, value, key, value ... */
     size_t nmeta;
+    const str_tensor **by_name; /* the tensors in strcmp order of their names (str_find) */
 } str_file;
 
 /* Opens and validates `path`; -1 with a reason in err (STR_ERR_LEN) and nothing held. */

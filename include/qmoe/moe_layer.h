@@ -86,7 +86,13 @@ QMOE_API qmoe_status qmoe_moe_layer_create(const qmoe_moe_layer_config *config,
                                            const qmoe_tensor *w13_bias, const qmoe_tensor *w2,
                                            const qmoe_tensor *w2_scale, qmoe_moe_layer **layer);
 
-QMOE_API void qmoe_moe_layer_destroy(qmoe_moe_layer *layer); /* NULL is a no-op */
+/* NULL is a no-op. Destroy is not synchronised with use: the caller makes sure that no call
+ * with the layer is running on any thread, that every forward queued on a stream has finished
+ * (qmoe_stream_synchronize), and that none starts after; destroying a layer another thread is
+ * using is undefined behaviour. Calls on several threads at once are safe; destroy is the one
+ * call that must not overlap any other. (The Python MoELayer.close() waits for calls in flight
+ * and refuses later ones with QMOE_ERR_PARAM_NULLPTR.) */
+QMOE_API void qmoe_moe_layer_destroy(qmoe_moe_layer *layer);
 
 /* Bytes of the workspace a forward pass of T tokens of hidden dtype `dtype` needs. */
 QMOE_API qmoe_status qmoe_moe_layer_workspace_size(const qmoe_moe_layer *layer, int64_t tokens,

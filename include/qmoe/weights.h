@@ -54,7 +54,11 @@ QMOE_API qmoe_status qmoe_weights_prepack(const qmoe_tensor *weight,
 
 /* The object is read only once made: executors on any threads and devices may share it. */
 
-/* NULL is a no-op. Every executor planned with a view of the object must be destroyed first. */
+/* NULL is a no-op. Every executor planned with a view of the object must be destroyed first,
+ * and so every call running one (on any thread, or queued on a stream and not yet
+ * synchronised) must have finished; destroy is not synchronised with them, so destroying an
+ * object another thread is using is undefined behaviour. (The Python PrepackedWeights.close()
+ * waits for calls in flight and refuses later ones with QMOE_ERR_PARAM_NULLPTR.) */
 QMOE_API void qmoe_weights_destroy(qmoe_weights *weights);
 
 /*

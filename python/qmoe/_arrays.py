@@ -157,11 +157,34 @@ def dtype_code(arr: np.ndarray, name: str, accepted: str, obj: Any = None) -> in
     return code
 
 
+class Later:
+    """An input converted (widened) only when the call runs: while Tensors.probing, a tensor
+    of its shape over a few bytes stands in, so an input of an impossible size is refused by the
+    library before it is copied. The converted array is kept here for the call's duration."""
+
+    _STAND = np.zeros(8, dtype=np.int64)
+
+    def __init__(self, shape: Sequence[int], make: Callable[[], np.ndarray]) -> None:
+        self.shape = tuple(int(d) for d in shape)
+        self.size = int(np.prod(self.shape, dtype=object)) if self.shape else 1
+        self._make, self._arr = make, None
+
+    def get(self) -> np.ndarray:
+        if self._arr is None:
+            try:
+                self._arr = self._make()
+            except MemoryError as exc:
+                raise QmoeError(_lib.ERR_INNER, f"out of memory for a converted copy of "
+                                f"{list(self.shape)}", _lib.status_name(_lib.ERR_INNER)) from exc
+        return self._arr
+
+
 class Tensors:
     """Owns the qmoe_tensor handles of one call and destroys them when the block ends."""
 
     def __init__(self) -> None:
         self._handles: List[ctypes.c_void_p] = []
+        self.probing = False  # Later inputs are stand-ins (see Later)
 
     def __enter__(self) -> "Tensors":
         return self
@@ -178,6 +201,10 @@ class Tensors:
         default to the array's own, with byte strides divided by the item size."""
         if arr is None:
             return None
+        if isinstance(arr, Later):
+            if self.probing:
+                return self._stand(arr.shape, dtype, fmt)
+            arr = arr.get()
         if shape is None:
             shape = arr.shape
         if len(shape) > _lib.MAX_DIMS:
@@ -192,5 +219,17 @@ class Tensors:
         handle = ctypes.c_void_p()
         _lib.check(_lib.lib.qmoe_tensor_create(c_shape, n, c_strides, dtype, fmt,
                                                arr.ctypes.data, ctypes.byref(handle)))
+        self._handles.append(handle)
+        return handle
+
+    def _stand(self, shape: Sequence[int], dtype: int, fmt: int) -> ctypes.c_void_p:
+        n = len(shape)
+        if n > _lib.MAX_DIMS:
+            raise invalid(f"tensor of rank {n}: qmoe supports at most {_lib.MAX_DIMS}")
+        c_shape = (ctypes.c_int64 * max(n, 1))(*shape)
+        c_strides = (ctypes.c_int64 * max(n, 1))(*([0] * n))
+        handle = ctypes.c_void_p()
+        _lib.check(_lib.lib.qmoe_tensor_create(c_shape, n, c_strides, dtype, fmt,
+                                               Later._STAND.ctypes.data, ctypes.byref(handle)))
         self._handles.append(handle)
         return handle

@@ -1,4 +1,5 @@
-"""Reading a MoE layer's float weights from a safetensors checkpoint (the `safetensors` package).
+"""Reading a MoE layer's float weights from a safetensors checkpoint (python/qmoe/_safetensors.py:
+the file and naming rules of docs/moe-layer.md "Checkpoint rules", which `qmoe moe run` applies too).
 
 Tensor names, under the layer's ``prefix`` (e.g. ``"model.layers.3.mlp"``), as common MoE
 checkpoints (Qwen3-MoE, DeepSeek-V3, Mixtral) write them:
@@ -22,7 +23,9 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
+from . import _lib
 from ._arrays import invalid
+from ._errors import QmoeError
 
 MoECheckpoint = namedtuple("MoECheckpoint", [
     "gate", "up", "down", "router", "router_bias",
@@ -35,59 +38,48 @@ None."""
 
 _PROJ = {"gate_proj": "gate", "up_proj": "up", "down_proj": "down",
          "w1": "gate", "w3": "up", "w2": "down"}
-_EXPERT = re.compile(r"experts\.(\d+)\.(gate_proj|up_proj|down_proj|w1|w2|w3)\.weight")
+# e in decimal without a leading zero, at most 1000000 (as tools/cmd_moe_run.c reads it)
+_EXPERT = re.compile(r"experts\.(0|[1-9]\d{0,6})\.(gate_proj|up_proj|down_proj|w1|w2|w3)\.weight")
 _SHARED = re.compile(r"(shared_experts|shared_expert)\.(gate_proj|up_proj|down_proj)\.weight")
+_FLOATS = ("F32", "F16", "BF16")
+MAX_EXPERT = 1000000
 
 
-def _open(path: str):
-    try:
-        from safetensors import safe_open
-    except ImportError as exc:  # pragma: no cover - a dependency of the checkpoint loader
-        raise ImportError("qmoe.load_experts needs the `safetensors` package "
-                          "(pip install safetensors)") from exc
-    try:
-        return safe_open(str(path), framework="numpy")
-    except Exception as exc:  # the package raises several types for unreadable files
-        raise invalid(f"{path}: cannot be read as safetensors ({exc})") from exc
+def _naming(rest: str, expert: bool) -> int:
+    """Which naming a layer tensor uses: experts 1 gate_proj/up_proj/down_proj, 2 w1/w3/w2;
+    shared 1 shared_experts., 2 shared_expert.; 0 for the others."""
+    if expert:
+        return 2 if re.search(r"\.w[123]\.", rest) else 1
+    return 1 if rest.startswith("shared_experts.") else 2 if rest.startswith("shared_expert.") else 0
 
 
-def _bfloat16():
-    try:
-        import ml_dtypes
-    except ImportError as exc:
-        raise invalid("bfloat16 tensors need the `ml_dtypes` package (NumPy has no "
-                      "bfloat16)") from exc
-    return ml_dtypes.bfloat16
+_NAMINGS = {(True, 1): "a gate_proj/up_proj/down_proj", (True, 2): "Mixtral's w1/w3/w2",
+            (False, 1): "a shared_experts.", (False, 2): "a shared_expert."}
 
 
 class _File:
-    """Names, shapes and dtypes from the header; data read tensor by tensor."""
+    """The checkpoint's checked header (the file rules), data read tensor by tensor."""
 
     def __init__(self, path: str):
-        self.path = str(path)
-        self.handle = _open(path)
-        self.f = self.handle.__enter__()
+        from ._safetensors import SafetensorsFile
+
+        self.st = SafetensorsFile(path)
+        self.path = self.st.path
 
     def close(self) -> None:
-        self.handle.__exit__(None, None, None)
+        self.st.close()
 
     def keys(self) -> List[str]:
-        return list(self.f.keys())
+        return self.st.keys()
 
     def shape(self, name: str) -> Tuple[int, ...]:
-        return tuple(self.f.get_slice(name).get_shape())
+        return self.st.shape(name)
 
     def dtype(self, name: str) -> str:
-        return self.f.get_slice(name).get_dtype()
+        return self.st.dtype(name)
 
-    def read(self, name: str) -> np.ndarray:
-        bf16 = self.dtype(name) == "BF16"
-        if bf16:
-            _bfloat16()  # importing ml_dtypes lets NumPy (and safetensors) name bfloat16
-        t = np.asarray(self.f.get_tensor(name))
-        if bf16 and t.dtype.name != "bfloat16":
-            t = t.view(_bfloat16())  # older safetensors hand NumPy bfloat16 as its bits
-        return t
+    def read(self, name: str, out: Optional[np.ndarray] = None) -> np.ndarray:
+        return self.st.read(name, out)
 
 
 def _expect(file: _File, name: str, shape: Tuple[int, ...]) -> None:
@@ -96,24 +88,37 @@ def _expect(file: _File, name: str, shape: Tuple[int, ...]) -> None:
         raise invalid(f"{file.path}: tensor {name}: shape {list(got)}, expected {list(shape)}")
 
 
+def _float(file: _File, name: str, want: Optional[str] = None) -> None:
+    dt = file.dtype(name)
+    if dt not in _FLOATS:
+        raise invalid(f"{file.path}: tensor {name}: dtype {dt}; expected F32, F16 or BF16")
+    if want is not None and dt != want:
+        raise invalid(f"{file.path}: tensor {name}: dtype {dt} differs from the experts' {want}")
+
+
 def _stack(file: _File, names: List[str], shape: Tuple[int, ...]) -> np.ndarray:
     dtype = file.dtype(names[0])
-    out = None
-    for e, name in enumerate(names):
+    for name in names:
         _expect(file, name, shape)
+        _float(file, name)
         if file.dtype(name) != dtype:
             raise invalid(f"{file.path}: tensor {name}: dtype {file.dtype(name)} differs from "
                           f"{names[0]}'s {dtype}")
+    try:
+        out = np.empty((len(names),) + tuple(shape), dtype=file.st.numpy_dtype(names[0]))
+    except MemoryError as exc:
+        raise QmoeError(_lib.ERR_INNER, f"{file.path}: out of memory for {len(names)} x "
+                        f"{list(shape)} {dtype}", _lib.status_name(_lib.ERR_INNER)) from exc
     for e, name in enumerate(names):
-        t = file.read(name)
-        if out is None:
-            out = np.empty((len(names),) + tuple(shape), dtype=t.dtype)
-        out[e] = t
-    return out if out is not None else np.empty((0,) + tuple(shape), np.float32)
+        file.read(name, out[e])  # straight into the stack: one copy of the weights in memory
+    return out
 
 
 def load_experts(path: str, prefix: str, *, num_experts: Optional[int] = None) -> MoECheckpoint:
     """Read one MoE layer's float weights from a safetensors file.
+
+    The file and its names must follow docs/moe-layer.md "Checkpoint rules" (the rules
+    ``qmoe moe run`` applies to the same file).
 
     Args:
         path: the ``.safetensors`` file.
@@ -124,7 +129,7 @@ def load_experts(path: str, prefix: str, *, num_experts: Optional[int] = None) -
 
     Returns:
         MoECheckpoint (see its doc). Raises QmoeError naming the tensor that is missing, extra
-        or mis-shaped.
+        or mis-shaped, or the file rule that is broken.
     """
     p = prefix.rstrip(".") + "." if prefix else ""
     file = _File(path)
@@ -138,11 +143,25 @@ def _load(file: _File, p: str, num_experts: Optional[int]) -> MoECheckpoint:
     experts: Dict[int, Dict[str, str]] = {}
     shared: Dict[str, str] = {}
     router = router_bias = shared_gate_w = None
+    named = {True: 0, False: 0}  # the naming of the first expert / shared tensor in name order
     for name in sorted(file.keys()):
         if not name.startswith(p):
             continue
         rest = name[len(p):]
         m, s = _EXPERT.fullmatch(rest), _SHARED.fullmatch(rest)
+        if m and int(m.group(1)) > MAX_EXPERT:
+            m = None
+        others = ("gate.weight", "gate.e_score_correction_bias", "shared_expert_gate.weight")
+        if not (m or s or rest in others):
+            raise invalid(f"{file.path}: tensor {name}: not a MoE layer tensor under prefix "
+                          f"{p!r} (extra)")
+        is_expert = m is not None
+        kind = _naming(rest, is_expert)
+        if kind and named[is_expert] and kind != named[is_expert]:
+            raise invalid(f"{file.path}: tensor {name}: {_NAMINGS[is_expert, kind]} naming beside "
+                          "the layer's other one (one naming per layer) (extra)")
+        if kind:
+            named[is_expert] = kind
         if m:
             slot = experts.setdefault(int(m.group(1)), {})
             role = _PROJ[m.group(2)]
@@ -156,38 +175,41 @@ def _load(file: _File, p: str, num_experts: Optional[int]) -> MoECheckpoint:
             router = name
         elif rest == "gate.e_score_correction_bias":
             router_bias = name
-        elif rest == "shared_expert_gate.weight":
-            shared_gate_w = name
         else:
-            raise invalid(f"{file.path}: tensor {name}: not a MoE layer tensor under prefix "
-                          f"{p!r} (extra)")
+            shared_gate_w = name
+    own = {"gate": "w1", "up": "w3", "down": "w2"} if named[True] == 2 else \
+        {"gate": "gate_proj", "up": "up_proj", "down": "down_proj"}
     if not experts:
         raise invalid(f"{file.path}: no tensor {p}experts.0.gate_proj.weight (missing): no experts "
                       f"under prefix {p!r}")
+    g0 = f"{p}experts.0.{own['gate']}.weight"
+    if g0 not in experts.get(0, {}).values():
+        raise invalid(f"{file.path}: tensor {g0} is missing")
+    gshape = file.shape(g0)
+    if len(gshape) != 2 or not all(gshape):
+        raise invalid(f"{file.path}: tensor {g0}: shape {list(gshape)}, expected a non-empty "
+                      "[I, H] matrix")
+    I, H = gshape
+    if router is not None:  # checked before E is used: a router [2^40, 0] is a shape error
+        rshape = file.shape(router)
+        if len(rshape) != 2 or rshape[1] != H or rshape[0] < 1:
+            raise invalid(f"{file.path}: tensor {router}: shape {list(rshape)}, expected "
+                          f"[E, H = {H}]")
+        _float(file, router)
     E = num_experts
     if E is None:
-        E = file.shape(router)[0] if router is not None and file.shape(router) else \
-            max(experts) + 1
+        E = file.shape(router)[0] if router is not None else max(experts) + 1
     for e in sorted(experts):
         if e >= E:
             raise invalid(f"{file.path}: tensor {next(iter(experts[e].values()))}: expert {e} "
                           f"beyond E = {E} (extra)")
-    names = {"gate": [], "up": [], "down": []}
-    style = next(iter(experts[min(experts)].values()))
-    mixtral = re.search(r"\.w[123]\.weight$", style) is not None
-    own = {"gate": "w1", "up": "w3", "down": "w2"} if mixtral else \
-        {"gate": "gate_proj", "up": "up_proj", "down": "down_proj"}
-    for e in range(E):
+    names: Dict[str, List[str]] = {"gate": [], "up": [], "down": []}
+    for e in range(E):  # stops at the first missing one: E is at most max(experts) + 1 here
         for role in ("gate", "up", "down"):
             name = experts.get(e, {}).get(role)
             if name is None:
                 raise invalid(f"{file.path}: tensor {p}experts.{e}.{own[role]}.weight is missing")
             names[role].append(name)
-    gshape = file.shape(names["gate"][0])
-    if len(gshape) != 2:
-        raise invalid(f"{file.path}: tensor {names['gate'][0]}: shape {list(gshape)}, expected "
-                      "[I, H]")
-    I, H = gshape
     gate = _stack(file, names["gate"], (I, H))
     up = _stack(file, names["up"], (I, H))
     down = _stack(file, names["down"], (H, I))
@@ -197,22 +219,28 @@ def _load(file: _File, p: str, num_experts: Optional[int]) -> MoECheckpoint:
         r = file.read(router)
     if router_bias is not None:
         _expect(file, router_bias, (E,))
+        if file.dtype(router_bias) != "F32":
+            raise invalid(f"{file.path}: tensor {router_bias}: dtype {file.dtype(router_bias)}; "
+                          "expected F32")
         rb = file.read(router_bias)
     sg = su = sd = sgw = None
     if shared:
         for role in ("gate", "up", "down"):
             if role not in shared:
-                kind = next(iter(shared.values())).split(".")[len(p.split(".")) - 1]
+                kind = next(iter(shared.values()))[len(p):].split(".")[0]
                 raise invalid(f"{file.path}: tensor {p}{kind}.{role}_proj.weight is missing")
         sshape = file.shape(shared["gate"])
-        if len(sshape) != 2 or sshape[1] != H:
+        if len(sshape) != 2 or sshape[1] != H or sshape[0] < 1:
             raise invalid(f"{file.path}: tensor {shared['gate']}: shape {list(sshape)}, expected "
                           f"[Is, H = {H}]")
         Is = sshape[0]
         _expect(file, shared["up"], (Is, H))
         _expect(file, shared["down"], (H, Is))
+        for k in ("gate", "up", "down"):
+            _float(file, shared[k], file.dtype(names["gate"][0]))
         sg, su, sd = (file.read(shared[k]) for k in ("gate", "up", "down"))
     if shared_gate_w is not None:
         _expect(file, shared_gate_w, (1, H))
+        _float(file, shared_gate_w)
         sgw = file.read(shared_gate_w)
     return MoECheckpoint(gate, up, down, r, rb, sg, su, sd, sgw)

@@ -14,6 +14,7 @@ x) uses prepacked weights: ``scale`` may then be omitted; the results are the ra
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 from ctypes import POINTER, c_int, c_int32, c_int64, c_uint32, c_uint64, c_void_p
 from typing import Any, List, Optional, Sequence
@@ -21,7 +22,7 @@ from typing import Any, List, Optional, Sequence
 import numpy as np
 
 from . import _lib
-from ._moe_ops import _Arr, _Call, _give, _invalid, _out, _torch
+from ._moe_ops import _Arr, _Call, _give, _invalid, _out, _Stand, _torch
 
 ArrayLike = Any
 _P = c_void_p
@@ -151,35 +152,58 @@ def npu_grouped_matmul(x: Sequence[ArrayLike], weight: Sequence[ArrayLike], *,
         code = _lib.DTYPE_INT32
     else:
         code = _dtype_code(output_dtype) if output_dtype is not None else _lib.DTYPE_BFLOAT16
-    out = np.zeros((M, N), dtype=_out((0,), code).dtype)
-    with _Call() as c:
-        if pre is not None:
-            wh = c_void_p()
-            _lib.check(_lib.lib.qmoe_weights_tensor(pre._live(), ctypes.byref(wh)))
-            c.handles.append(wh)
-        else:
-            wh = c.t(wa)
-        if nz:  # the same memory, declared FRACTAL_NZ
-            arr = wa.arr
-            shape = (c_int64 * 5)(*arr.shape)
-            strides = (c_int64 * 5)(*[st // arr.itemsize for st in arr.strides])
-            wh = c_void_p()
-            _lib.check(_lib.lib.qmoe_tensor_create(shape, 5, strides, wa.code,
-                                                   _lib.FORMAT_FRACTAL_NZ,
-                                                   arr.ctypes.data if arr.size else None,
-                                                   ctypes.byref(wh)))
-            c.handles.append(wh)
-        args = [c.t(xa), wh, c.t(ba), c.t(sa), c.t(pa), c.t(ga), int(group_list_type),
-                c.t(out, code)]
-        lib = _lib.lib
-        ws = c_uint64()
-        ex = c_void_p()
-        opts = _Options(ctypes.sizeof(_Options), 0, 0)
-        _lib.check(lib.qmoe_grouped_matmul_workspace_size(*args, ctypes.byref(opts),
-                                                          ctypes.byref(ws), ctypes.byref(ex)))
-        try:
-            buf = np.empty(max(1, (ws.value + 7) // 8), dtype=np.int64)
-            _lib.check(lib.qmoe_grouped_matmul(buf.ctypes.data, ws.value, ex, None))
-        finally:
-            lib.qmoe_grouped_matmul_executor_destroy(ex)
+    # A prepacked weight is held for the whole call: close() on another thread waits for it.
+    with pre._use() if pre is not None else contextlib.nullcontext() as handle:
+        # First with a stand-in out ([M, N] over a few bytes, strides 0), which only out's own
+        # overlap rule refuses (after every input's): out is allocated once the inputs passed.
+        out = _Stand((M, N), code)
+        for probing in (True, False):
+            if not probing:
+                out = _out((M, N), code, zero=True)
+            with _Call() as c:
+                _plan_run(c, pre, handle, wa, nz, xa, ba, sa, pa, ga, group_list_type, out, code,
+                          probing)
     return [_give(out, code, xa)]
+
+
+def _plan_run(c: _Call, pre: Any, handle: Any, wa: Any, nz: bool, xa: Any, ba: Any, sa: Any,
+              pa: Any, ga: Any, group_list_type: int, out: Any, code: int, probing: bool) -> None:
+    """Phase one over `out` (a stand-in when probing: then only planned), then the run."""
+    if pre is not None:
+        wh = c_void_p()
+        _lib.check(_lib.lib.qmoe_weights_tensor(handle, ctypes.byref(wh)))
+        c.handles.append(wh)
+    else:
+        wh = c.t(wa)
+    if nz:  # the same memory, declared FRACTAL_NZ
+        arr = wa.arr
+        shape = (c_int64 * 5)(*arr.shape)
+        strides = (c_int64 * 5)(*[st // arr.itemsize for st in arr.strides])
+        wh = c_void_p()
+        _lib.check(_lib.lib.qmoe_tensor_create(shape, 5, strides, wa.code,
+                                               _lib.FORMAT_FRACTAL_NZ,
+                                               arr.ctypes.data if arr.size else None,
+                                               ctypes.byref(wh)))
+        c.handles.append(wh)
+    args = [c.t(xa), wh, c.t(ba), c.t(sa), c.t(pa), c.t(ga), int(group_list_type),
+            c.t(out, code)]
+    lib = _lib.lib
+    ws = c_uint64()
+    ex = c_void_p()
+    opts = _Options(ctypes.sizeof(_Options), 0, 0)
+    st = lib.qmoe_grouped_matmul_workspace_size(*args, ctypes.byref(opts),
+                                                ctypes.byref(ws), ctypes.byref(ex))
+    if probing:
+        info = lib.qmoe_last_error_info().contents
+        if st == _lib.OK:
+            lib.qmoe_grouped_matmul_executor_destroy(ex)
+        elif not (st == _lib.ERR_PARAM_INVALID and info.rule == _lib.RULE_OVERLAP
+                  and info.arg == b"out"):
+            _lib.check(st)
+        return
+    _lib.check(st)
+    try:
+        buf = np.empty(max(1, (ws.value + 7) // 8), dtype=np.int64)
+        _lib.check(lib.qmoe_grouped_matmul(buf.ctypes.data, ws.value, ex, None))
+    finally:
+        lib.qmoe_grouped_matmul_executor_destroy(ex)

@@ -6,9 +6,12 @@ while the operator computes; no call here holds the GIL inside C.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
+import threading
 from ctypes import POINTER, c_char_p, c_float, c_int, c_int64, c_uint32, c_uint64, c_void_p
+from typing import Any, Iterator
 
 from ._errors import QmoeError
 
@@ -181,11 +184,60 @@ def kernel_name(kernel: int) -> str:
 
 
 class Owned:
-    """Base of the objects that own a library handle and free it in ``close()``: usable as a
-    context manager, and closed when garbage-collected."""
+    """Base of the objects that own a library handle: usable as a context manager, closed when
+    garbage-collected, and safe to close while other threads call with it.
 
-    def close(self) -> None:  # pragma: no cover - every subclass frees its own handle
+    Every call that passes the handle to the library holds it through :meth:`_use` for as long
+    as the library may touch it; :meth:`close` waits for the calls in flight, then frees the
+    handle, and a call that starts after ``close()`` began raises :class:`QmoeError` (161001).
+    The C objects leave that to the caller (destroying one in use is undefined behaviour), so
+    this is where a Python program gets it.
+    """
+
+    _closed_what = "object"  # named in the error of a call after close()
+    _handle: Any = None
+
+    def _own(self, handle: Any) -> None:
+        self._calls = 0  # calls holding the handle (in _use)
+        self._closing = False  # close() began: new calls are refused
+        self._cond = threading.Condition()
+        self._handle = handle
+
+    def _destroy(self, handle: Any) -> None:  # pragma: no cover - every subclass frees its own
         raise NotImplementedError
+
+    def _closed(self) -> QmoeError:
+        return QmoeError(ERR_PARAM_NULLPTR, f"{self._closed_what}: closed",
+                         status_name(ERR_PARAM_NULLPTR), arg="self")
+
+    @contextlib.contextmanager
+    def _use(self) -> Iterator[Any]:
+        """The live handle, held for the block: close() waits until the block ends."""
+        with self._cond:
+            if self._handle is None or self._closing:
+                raise self._closed()
+            self._calls += 1
+            handle = self._handle
+        try:
+            yield handle
+        finally:
+            with self._cond:
+                self._calls -= 1
+                if not self._calls:
+                    self._cond.notify_all()
+
+    def close(self) -> None:
+        """Frees the handle once no call holds it (idempotent; later calls raise QmoeError)."""
+        cond = getattr(self, "_cond", None)
+        if cond is None:  # the constructor failed before the handle was owned
+            return
+        with cond:
+            self._closing = True
+            while self._calls:  # (a close() inside a call's own block would wait for itself)
+                cond.wait()
+            handle, self._handle = self._handle, None
+        if handle is not None:
+            self._destroy(handle)
 
     def __enter__(self):
         return self

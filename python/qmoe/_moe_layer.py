@@ -5,15 +5,15 @@ the C library (the GIL is released while it runs: ctypes drops it around the cal
 from __future__ import annotations
 
 import ctypes
-import threading
 from ctypes import POINTER, c_double, c_int, c_int64, c_uint32, c_uint64, c_void_p
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
 import numpy as np
 
 from . import _lib
 from ._arrays import Tensors, invalid, is_torch, torch_bfloat16_bits
-from ._quantize import _float_experts, _pointers
+from ._errors import QmoeError
+from ._quantize import _float_ready, _float_view, _pointers
 
 ArrayLike = Any
 
@@ -78,32 +78,74 @@ def _int(value: Any, name: str, lo: int) -> int:
     return int(value)
 
 
-def _activations(obj: ArrayLike, name: str):
-    """(C-contiguous array, dtype code, how to wrap the output) for hidden states."""
+def _view(obj: ArrayLike) -> np.ndarray:
+    """The caller's array as NumPy without copying (a torch tensor through .numpy())."""
+    return np.asarray(obj.detach().cpu().numpy() if is_torch(obj) else obj)
+
+
+def _check_2d(arr: np.ndarray, name: str, rows: int, cols: int) -> None:
+    """The layer's shape rule (the C layer's words), checked on the caller's array before any
+    copy: a broadcast array of the wrong shape costs nothing, however large it claims to be."""
+    if arr.ndim != 2 or arr.shape[1] != cols or (rows >= 0 and arr.shape[0] != rows):
+        dims = list(arr.shape[:2]) + [0] * (2 - min(arr.ndim, 2))
+        raise invalid(f"{name} must be [{rows}, {cols}] (rank {arr.ndim}, {dims} given)")
+
+
+def _native(arr: np.ndarray, dtype: Any) -> np.ndarray:
+    """A C-contiguous native-order copy (or the array itself), out of memory as QmoeError."""
+    try:
+        return np.ascontiguousarray(arr, dtype=np.dtype(dtype).newbyteorder("="))
+    except MemoryError as exc:
+        raise _lib_oom(f"a copy of {list(arr.shape)} {np.dtype(dtype).name}") from exc
+
+
+def _lib_oom(what: str) -> QmoeError:
+    return QmoeError(_lib.ERR_INNER, f"out of memory for {what}", _lib.status_name(_lib.ERR_INNER))
+
+
+def _activations(obj: ArrayLike, name: str, H: int):
+    """(C-contiguous array, dtype code, how to wrap the output) for hidden states [T, H]; the
+    shape is checked before anything is copied. Any byte order is read (as the operator
+    functions do): a big-endian array is converted to native order."""
     bits = torch_bfloat16_bits(obj)
     if bits is not None:
-        return np.ascontiguousarray(bits), _lib.DTYPE_BFLOAT16, "torch-bf16"
+        _check_2d(bits, name, -1, H)
+        return _native(bits, np.uint16), _lib.DTYPE_BFLOAT16, "torch-bf16"
     torch_in = is_torch(obj)
-    arr = np.asarray(obj.detach().cpu().numpy() if torch_in else obj)
+    arr = _view(obj)
     wrap = "torch" if torch_in else "numpy"
     if arr.dtype.name == "bfloat16":  # ml_dtypes
-        return np.ascontiguousarray(arr).view(np.uint16), _lib.DTYPE_BFLOAT16, ("ml-bf16", arr.dtype)
-    if arr.dtype == np.float16:
-        return np.ascontiguousarray(arr), _lib.DTYPE_FLOAT16, wrap
-    if arr.dtype in (np.float32, np.float64):
-        return np.ascontiguousarray(arr, dtype=np.float32), _lib.DTYPE_FLOAT32, wrap
+        _check_2d(arr, name, -1, H)
+        return _native(arr, arr.dtype).view(np.uint16), _lib.DTYPE_BFLOAT16, ("ml-bf16", arr.dtype)
+    if arr.dtype.kind == "f" and arr.dtype.itemsize in (2, 4, 8):
+        _check_2d(arr, name, -1, H)
+        if arr.dtype.itemsize == 2:
+            return _native(arr, np.float16), _lib.DTYPE_FLOAT16, wrap
+        return _native(arr, np.float32), _lib.DTYPE_FLOAT32, wrap
     raise invalid(f"{name}: dtype {arr.dtype} is not supported; expected float32, float16 or "
                   "bfloat16")
 
 
-def _float32(obj: ArrayLike, name: str) -> np.ndarray:
+def _float32(obj: ArrayLike, name: str, shape: Optional[Tuple[int, int]] = None) -> np.ndarray:
+    """float32 values of `obj`; with `shape` (rows, cols) the 2-D shape is checked first."""
     bits = torch_bfloat16_bits(obj)
+    arr = bits if bits is not None else _view(obj)
+    if shape is not None:
+        _check_2d(arr, name, *shape)
     if bits is not None:
-        return (bits.astype(np.uint32) << 16).view(np.float32)
-    arr = np.asarray(obj.detach().cpu().numpy() if is_torch(obj) else obj)
+        return (_native(bits, np.uint16).astype(np.uint32) << 16).view(np.float32)
     if arr.dtype.kind != "f":
         raise invalid(f"{name}: dtype {arr.dtype} is not a float type")
-    return np.ascontiguousarray(arr, dtype=np.float32)
+    return _native(arr, np.float32)
+
+
+def _hidden_rows(hidden: ArrayLike) -> int:
+    """T of hidden [T, H] (its rank checked), read without copying."""
+    bits = torch_bfloat16_bits(hidden)
+    arr = bits if bits is not None else _view(hidden)
+    if arr.ndim != 2:
+        raise invalid(f"hidden: rank {arr.ndim}, expected 2 ([T, H])")
+    return int(arr.shape[0])
 
 
 def _wrap(out: np.ndarray, wrap: Any) -> Any:
@@ -124,17 +166,17 @@ class MoELayer(_lib.Owned):
     ``layer(hidden [T, H], router_logits [T, E]) -> out [T, H]`` (hidden's dtype: float32,
     float16 or bfloat16; NumPy arrays or PyTorch CPU tensors, the output of the same kind), or
     :meth:`forward_routed` with precomputed top-k ids and weights. Safe to call from several
-    Python threads at once (each call has its own workspace).
+    Python threads at once (each call has its own workspace); :meth:`close` waits for the calls
+    in flight, and a call after it raises :class:`QmoeError` (161001).
     """
 
     def __init__(self, handle: c_void_p, config: _LayerConfig, bias: Optional[np.ndarray]):
-        self._handle = handle
+        self._own(handle)
         self.hidden_size = int(config.hidden_size)
         self.intermediate_size = int(config.intermediate_size)
         self.num_experts = int(config.num_experts)
         self.top_k = int(config.top_k)
         self._bias = bias
-        self._lock = threading.Lock()
 
     @classmethod
     def from_float(cls, gate: ArrayLike, up: ArrayLike, down: ArrayLike, *, top_k: int,
@@ -156,9 +198,10 @@ class MoELayer(_lib.Owned):
             raise invalid(f"mode = {mode!r}: expected 'a8w8' or 'a8w4'")
         if gating not in _GATINGS:
             raise invalid(f"gating = {gating!r}: expected 'softmax' or 'sigmoid'")
-        g, code = _float_experts(gate, "gate")
-        u, ucode = _float_experts(up, "up")
-        d, dcode = _float_experts(down, "down")
+        # shapes checked on the caller's arrays; copies (if any) only of weights that fit
+        g, code = _float_view(gate, "gate")
+        u, ucode = _float_view(up, "up")
+        d, dcode = _float_view(down, "down")
         if g.ndim != 3 or u.shape != g.shape or code != ucode or dcode != code:
             raise invalid(f"gate {list(g.shape)} ({g.dtype}), up {list(u.shape)} ({u.dtype}) and "
                           f"down {list(d.shape)} ({d.dtype}) must be [E, I, H], [E, I, H], "
@@ -166,6 +209,7 @@ class MoELayer(_lib.Owned):
         E, I, H = g.shape
         if d.shape != (E, H, I):
             raise invalid(f"down: shape {list(d.shape)}, expected [E, H, I] = {[E, H, I]}")
+        (g, _), (u, _), (d, _) = _float_ready(g, code), _float_ready(u, code), _float_ready(d, code)
         bias = None
         if correction_bias is not None:
             bias = _float32(correction_bias, "correction_bias").reshape(-1)
@@ -176,15 +220,15 @@ class MoELayer(_lib.Owned):
         if shared:
             if len(shared) != 3:
                 raise invalid("shared_gate, shared_up and shared_down go together")
-            sg, sc = _float_experts(_np3(shared_gate), "shared_gate")
-            su, uc = _float_experts(_np3(shared_up), "shared_up")
-            sd, dc = _float_experts(_np3(shared_down), "shared_down")
+            sg, sc = _float_view(_np3(shared_gate), "shared_gate")
+            su, uc = _float_view(_np3(shared_up), "shared_up")
+            sd, dc = _float_view(_np3(shared_down), "shared_down")
             Is = sg.shape[1]
             if (sg.shape != (1, Is, H) or su.shape != (1, Is, H) or sd.shape != (1, H, Is)
                     or {sc, uc, dc} != {code}):
                 raise invalid(f"shared expert: expected [Is, H], [Is, H], [H, Is] with H = {H} in "
                               "the experts' dtype")
-            keep = [np.ascontiguousarray(a) for a in (sg, su, sd)]
+            keep = [np.ascontiguousarray(_float_ready(a, code)[0]) for a in (sg, su, sd)]
         cfg = _LayerConfig(ctypes.sizeof(_LayerConfig), H, I, E, _int(top_k, "top_k", 1),
                            _GATINGS[gating], int(bool(renormalize)), _int(group_count, "group_count", 1),
                            _int(k_group, "k_group", 1), float(routed_scaling_factor),
@@ -218,72 +262,67 @@ class MoELayer(_lib.Owned):
                           shared_down=ck.shared_down)
         return cls.from_float(ck.gate, ck.up, ck.down, top_k=top_k, **kwargs)
 
+    _closed_what = "MoELayer"
+
     @property
     def nbytes(self) -> int:
         """Bytes of the prepacked weights."""
-        return int(_lib.lib.qmoe_moe_layer_weight_bytes(self._live()))
+        with self._use() as handle:
+            return int(_lib.lib.qmoe_moe_layer_weight_bytes(handle))
 
-    def _live(self) -> c_void_p:
-        if self._handle is None:
-            raise QmoeClosed()
-        return self._handle
-
-    def _run(self, hidden: ArrayLike, route: Any, routed: bool) -> Any:
-        x, code, wrap = _activations(hidden, "hidden")
-        if x.ndim != 2:
-            raise invalid(f"hidden: rank {x.ndim}, expected 2 ([T, H])")
+    def _run(self, x: np.ndarray, code: int, wrap: Any, route: Any, routed: bool) -> Any:
         T = x.shape[0]
-        out = np.empty_like(x)
-        size = c_uint64()
-        _lib.check(_lib.lib.qmoe_moe_layer_workspace_size(self._live(), T, code,
-                                                          ctypes.byref(size)))
-        raw = np.empty(size.value + 64, np.uint8)
-        skip = (-raw.ctypes.data) % 64
-        ws = raw[skip:skip + size.value]
-        with Tensors() as ts:
+        try:
+            out = np.empty_like(x)
+        except MemoryError as exc:
+            raise _lib_oom(f"an output of {list(x.shape)}") from exc
+        # Held from the first call to the last: close() on another thread waits for this call,
+        # and a call after close() raises QmoeError instead of using a freed layer.
+        with self._use() as handle, Tensors() as ts:
+            size = c_uint64()
+            _lib.check(_lib.lib.qmoe_moe_layer_workspace_size(handle, T, code, ctypes.byref(size)))
+            raw = np.empty(size.value + 64, np.uint8)
+            skip = (-raw.ctypes.data) % 64
+            ws = raw[skip:skip + size.value]
             th = ts.create(x, code)
             to = ts.create(out, code)
             wsp = ws.ctypes.data if size.value else None
             if routed:
                 ids, wts = route
                 ti, tw = ts.create(ids, _lib.DTYPE_INT32), ts.create(wts, _lib.DTYPE_FLOAT32)
-                _lib.check(_lib.lib.qmoe_moe_layer_forward_routed(self._live(), th, ti, tw, to, wsp,
+                _lib.check(_lib.lib.qmoe_moe_layer_forward_routed(handle, th, ti, tw, to, wsp,
                                                                   size.value, None))
             else:
                 tl = ts.create(route, _lib.DTYPE_FLOAT32)
-                _lib.check(_lib.lib.qmoe_moe_layer_forward(self._live(), th, tl, to, wsp,
-                                                           size.value, None))
+                _lib.check(_lib.lib.qmoe_moe_layer_forward(handle, th, tl, to, wsp, size.value,
+                                                           None))
         return _wrap(out, wrap)
 
     def __call__(self, hidden: ArrayLike, router_logits: ArrayLike) -> Any:
         """out [T, H] = the layer applied to hidden [T, H] routed by router_logits [T, E]."""
-        return self._run(hidden, _float32(router_logits, "router_logits"), False)
+        T = _hidden_rows(hidden)
+        logits = _float32(router_logits, "router_logits", (T, self.num_experts))
+        return self._run(*_activations(hidden, "hidden", self.hidden_size), logits, False)
 
     def forward_routed(self, hidden: ArrayLike, topk_ids: ArrayLike,
                        topk_weights: ArrayLike) -> Any:
         """As calling the layer, with the routing given: topk_ids [T, k] (int, in [0, E)) and
         topk_weights [T, k] (used as given)."""
-        ids_in = np.asarray(topk_ids.detach().cpu().numpy() if is_torch(topk_ids) else topk_ids)
+        T = _hidden_rows(hidden)
+        ids_in = _view(topk_ids)
+        _check_2d(ids_in, "topk_ids", T, self.top_k)
         if ids_in.dtype.kind not in "iu":
             raise invalid(f"topk_ids: dtype {ids_in.dtype} is not an integer type")
-        ids = np.ascontiguousarray(ids_in, dtype=np.int32)
-        if not np.array_equal(ids, ids_in):
+        if ids_in.size and (ids_in.min() < -(2 ** 31) or ids_in.max() >= 2 ** 31):
             raise invalid("topk_ids: values outside int32")
-        return self._run(hidden, (ids, _float32(topk_weights, "topk_weights")), True)
+        ids = _native(ids_in, np.int32)
+        wts = _float32(topk_weights, "topk_weights", (T, self.top_k))
+        return self._run(*_activations(hidden, "hidden", self.hidden_size), (ids, wts), True)
 
-    def close(self) -> None:
-        with self._lock:
-            if self._handle is not None:
-                _lib.lib.qmoe_moe_layer_destroy(self._handle)
-                self._handle = None
+    def _destroy(self, handle: c_void_p) -> None:
+        _lib.lib.qmoe_moe_layer_destroy(handle)
 
     def __repr__(self) -> str:
         return (f"MoELayer(H={self.hidden_size}, I={self.intermediate_size}, E={self.num_experts}, "
                 f"top_k={self.top_k}{', closed' if self._handle is None else ''})")
 
-
-def QmoeClosed():
-    from ._errors import QmoeError
-
-    return QmoeError(_lib.ERR_PARAM_NULLPTR, "MoELayer: closed",
-                     _lib.status_name(_lib.ERR_PARAM_NULLPTR))

@@ -11,9 +11,10 @@ same kind as the first tensor argument. Each call runs the two C phases of inclu
 from __future__ import annotations
 
 import ctypes
+import operator
 import sys
 from ctypes import POINTER, c_double, c_int, c_int64, c_uint32, c_uint64, c_void_p
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -156,6 +157,7 @@ class _Call:
 
     def __init__(self) -> None:
         self.handles: List[c_void_p] = []
+        self.keep: List[np.ndarray] = []  # arrays the tensors point into, alive until the end
 
     def __enter__(self) -> "_Call":
         return self
@@ -163,26 +165,52 @@ class _Call:
     def __exit__(self, *exc: Any) -> None:
         for h in self.handles:
             _lib.lib.qmoe_tensor_destroy(h)
+        self.keep.clear()
 
     def t(self, a: Optional[Any], code: Optional[int] = None) -> Optional[c_void_p]:
         if a is None:
             return None
+        if isinstance(a, _Stand):
+            return self._make(a.shape, a.code, _PROBE.ctypes.data, [0] * len(a.shape))
         arr = a.arr if isinstance(a, _Arr) else a
         if code is None:
             code = a.code if isinstance(a, _Arr) else _CODES[arr.dtype]
-        n = arr.ndim
+        strides = [s // arr.itemsize for s in arr.strides] if arr.size else None
+        self.keep.append(arr)
+        return self._make(arr.shape, code, arr.ctypes.data if arr.size else None, strides)
+
+    def _make(self, shape_: Sequence[int], code: int, data: Optional[int],
+              strides_: Optional[Sequence[int]]) -> c_void_p:
+        n = len(shape_)
         if n > _lib.MAX_DIMS:
             raise _invalid(f"a tensor of rank {n}: qmoe supports at most {_lib.MAX_DIMS}")
-        shape = (c_int64 * max(n, 1))(*arr.shape)
-        strides = None
-        if arr.size:
-            strides = (c_int64 * max(n, 1))(*[s // arr.itemsize for s in arr.strides])
+        shape = (c_int64 * max(n, 1))(*shape_)
+        strides = None if strides_ is None else (c_int64 * max(n, 1))(*strides_)
         h = c_void_p()
-        _lib.check(_lib.lib.qmoe_tensor_create(shape, n, strides, code, _lib.FORMAT_ND,
-                                               arr.ctypes.data if arr.size else None,
+        _lib.check(_lib.lib.qmoe_tensor_create(shape, n, strides, code, _lib.FORMAT_ND, data,
                                                ctypes.byref(h)))
         self.handles.append(h)
         return h
+
+    @staticmethod
+    def probe(op: str, plan_args: Sequence[Any], outputs: Sequence[str]) -> None:
+        """Phase one with stand-ins for the outputs (and for inputs still to be converted):
+        tensors of the right shape and dtype over a few bytes (strides 0), so a refused input
+        costs no memory, however large its shape. The stand-in outputs share those bytes, which
+        only the outputs' own overlap rule refuses (checked after every other rule): that
+        refusal, or success, means the arguments passed."""
+        lib = _lib.lib
+        ws, ex = c_uint64(), c_void_p()
+        opts = _Options(ctypes.sizeof(_Options), 0)
+        st = getattr(lib, f"qmoe_{op}_workspace_size")(*plan_args, ctypes.byref(opts),
+                                                       ctypes.byref(ws), ctypes.byref(ex))
+        if st == _lib.OK:
+            lib.qmoe_moe_executor_destroy(ex)
+            return
+        info = lib.qmoe_last_error_info().contents
+        if not (st == _lib.ERR_PARAM_INVALID and info.rule == _lib.RULE_OVERLAP
+                and info.arg.decode() in outputs):
+            _lib.check(st)
 
     @staticmethod
     def run(op: str, plan_args: Sequence[Any]) -> None:
@@ -200,8 +228,52 @@ class _Call:
             lib.qmoe_moe_executor_destroy(ex)
 
 
-def _out(shape: Sequence[int], code: int) -> np.ndarray:
-    return np.empty(tuple(shape), dtype=_NP_OF[code])
+# The bytes every stand-in tensor of a probe points at (strides 0: one element each).
+_PROBE = np.zeros(8, dtype=np.int64)
+
+
+class _Stand:
+    """A stand-in of `shape` and dtype `code` for a probe (see _Call.probe)."""
+
+    def __init__(self, shape: Sequence[int], code: int) -> None:
+        self.shape, self.code = tuple(int(d) for d in shape), code
+
+
+def _out(shape: Sequence[int], code: int, zero: bool = False) -> np.ndarray:
+    """A new output, after the probe accepted the call: out of memory is a QmoeError."""
+    try:
+        return (np.zeros if zero else np.empty)(tuple(shape), dtype=_NP_OF[code])
+    except (MemoryError, ValueError) as exc:
+        raise QmoeError(_lib.ERR_INNER, f"out of memory for an output of {list(shape)}",
+                        _lib.status_name(_lib.ERR_INNER)) from exc
+
+
+def _planned(op: str, plan: Any, outputs: Dict[str, Tuple[Sequence[int], int, bool]],
+             probe_names: Sequence[str]) -> Dict[str, np.ndarray]:
+    """Runs `op` after a probe: plan(call, out) gives phase one's arguments, with out(key) the
+    tensor of output `key` (shape, dtype code, zero-filled) and `call.t(_Stand)` where an input
+    is converted only once the probe passed (plan(call, out, probing) says which). New outputs
+    are allocated only after the library accepted every argument."""
+    with _Call() as c:
+        _Call.probe(op, plan(c, lambda k: c.t(_Stand(outputs[k][0], outputs[k][1])), True),
+                    probe_names)
+    made = {k: _out(shape, code, zero) for k, (shape, code, zero) in outputs.items()}
+    with _Call() as c:
+        c.run(op, plan(c, lambda k: c.t(made[k], outputs[k][1]), False))
+    return made
+
+
+def _i64(value: Any, name: str) -> int:
+    """An integer attribute as the C int64 it becomes (bool and out-of-range refused)."""
+    try:
+        if isinstance(value, bool):
+            raise TypeError("a bool")
+        v = operator.index(value)
+    except TypeError as exc:
+        raise _invalid(f"{name} = {value!r}: expected an integer") from exc
+    if not -(2 ** 63) <= v < 2 ** 63:
+        raise _invalid(f"{name} = {v} does not fit int64")
+    return v
 
 
 def _give(arr: np.ndarray, code: int, like: _Arr) -> Any:
@@ -262,13 +334,12 @@ def npu_dynamic_quant(x: ArrayLike, *, smooth_scales: ArrayLike = None,
     xa = _Arr(x, "x")
     if xa.arr.ndim < 2:
         raise _invalid(f"x: rank {xa.arr.ndim}; expected 2 to 8")
-    y = _out(xa.shape, _lib.DTYPE_INT8)
-    scale = _out(xa.shape[:-1], _lib.DTYPE_FLOAT32)
     sm = _Arr(smooth_scales, "smooth_scales") if smooth_scales is not None else None
     if group_index is None:
-        with _Call() as c:
-            c.run("dynamic_quant", [c.t(xa), c.t(sm), c.t(y), c.t(scale)])
-        return _give(y, _lib.DTYPE_INT8, xa), _give(scale, _lib.DTYPE_FLOAT32, xa)
+        made = _planned("dynamic_quant", lambda c, o, probing: [c.t(xa), c.t(sm), o("y"), o("scale")],
+                        {"y": (xa.shape, _lib.DTYPE_INT8, False),
+                         "scale": (xa.shape[:-1], _lib.DTYPE_FLOAT32, False)}, ("y", "scale"))
+        return _give(made["y"], _lib.DTYPE_INT8, xa), _give(made["scale"], _lib.DTYPE_FLOAT32, xa)
     if sm is None or sm.arr.ndim != 2:
         raise _invalid("group_index needs smooth_scales of shape [groups, H]")
     ends = _Arr(group_index, "group_index").values().astype(np.int64).reshape(-1)
@@ -278,6 +349,10 @@ def npu_dynamic_quant(x: ArrayLike, *, smooth_scales: ArrayLike = None,
         raise _invalid(f"group_index has {ends.shape[0]} entries; smooth_scales has {sm.shape[0]} rows")
     if ends.size and (np.any(np.diff(ends) < 0) or ends[0] < 0 or ends[-1] != rows):
         raise _invalid(f"group_index must be non-decreasing cumulative row ends ending at {rows}")
+    if sm.shape[1] != H:
+        raise _invalid(f"smooth_scales: shape {list(sm.shape)}, expected [groups, H = {H}]")
+    y = _out(xa.shape, _lib.DTYPE_INT8)
+    scale = _out(xa.shape[:-1], _lib.DTYPE_FLOAT32)
     x2, y2, s2 = xa.arr.reshape(rows, H), y.reshape(rows, H), scale.reshape(rows)
     start = 0
     for g, end in enumerate(ends):
@@ -299,16 +374,19 @@ def npu_moe_gating_top_k_softmax(x: ArrayLike, finished: ArrayLike = None,
     """Softmax over the experts, then the k largest: ``(y, expert_idx, row_idx)``. Ties go to the
     lower expert index; a finished row's expert ids are E; ``row_idx[r, j] = j * rows + r``."""
     xa = _Arr(x, "x")
-    k = int(k)
+    k = _i64(k, "k")
     if xa.arr.ndim not in (2, 3) or k < 0:
         raise _invalid(f"x: rank {xa.arr.ndim} (expected 2 or 3) / k = {k}")
     oshape = xa.shape[:-1] + (k,)
-    y, idx, rows = _out(oshape, xa.code), _out(oshape, _lib.DTYPE_INT32), _out(oshape, _lib.DTYPE_INT32)
     fin = _Arr(finished, "finished") if finished is not None else None
-    with _Call() as c:
-        c.run("moe_gating_top_k_softmax", [c.t(xa), c.t(fin, _lib.DTYPE_INT8) if fin else None,
-                                           k, c.t(y, xa.code), c.t(idx), c.t(rows)])
-    return _give(y, xa.code, xa), _give(idx, _lib.DTYPE_INT32, xa), _give(rows, _lib.DTYPE_INT32, xa)
+    made = _planned("moe_gating_top_k_softmax",
+                    lambda c, o, probing: [c.t(xa), c.t(fin, _lib.DTYPE_INT8) if fin else None, k,
+                                           o("y"), o("idx"), o("rows")],
+                    {"y": (oshape, xa.code, False), "idx": (oshape, _lib.DTYPE_INT32, False),
+                     "rows": (oshape, _lib.DTYPE_INT32, False)},
+                    ("yOut", "expertIdxOut", "rowIdxOut"))
+    return (_give(made["y"], xa.code, xa), _give(made["idx"], _lib.DTYPE_INT32, xa),
+            _give(made["rows"], _lib.DTYPE_INT32, xa))
 
 
 def npu_moe_gating_top_k(x: ArrayLike, k: int, *, bias: ArrayLike = None, k_group: int = 1,
@@ -325,17 +403,20 @@ def npu_moe_gating_top_k(x: ArrayLike, k: int, *, bias: ArrayLike = None, k_grou
     if xa.arr.ndim != 2:
         raise _invalid(f"x: rank {xa.arr.ndim}; expected 2")
     R, E = xa.shape
-    attrs = _GatingAttrs(int(k), int(k_group), int(group_count), int(group_select_mode),
-                         int(renorm), int(norm_type), 1 if out_flag else 0,
+    attrs = _GatingAttrs(_i64(k, "k"), _i64(k_group, "k_group"), _i64(group_count, "group_count"),
+                         _i64(group_select_mode, "group_select_mode"), _i64(renorm, "renorm"),
+                         _i64(norm_type, "norm_type"), 1 if out_flag else 0,
                          float(routed_scaling_factor), float(eps))
-    kk = max(int(k), 0)
-    y, idx = _out((R, kk), xa.code), _out((R, kk), _lib.DTYPE_INT32)
-    out = _out((R, E) if out_flag else (0,), _lib.DTYPE_FLOAT32)
+    kk = max(attrs.k, 0)
     b = _Arr(bias, "bias") if bias is not None else None
-    with _Call() as c:
-        c.run("moe_gating_top_k", [c.t(xa), c.t(b), ctypes.byref(attrs), c.t(y, xa.code), c.t(idx),
-                                   c.t(out) if out_flag else None])
-    return _give(y, xa.code, xa), _give(idx, _lib.DTYPE_INT32, xa), _give(out, _lib.DTYPE_FLOAT32, xa)
+    made = _planned("moe_gating_top_k",
+                    lambda c, o, probing: [c.t(xa), c.t(b), ctypes.byref(attrs), o("y"), o("idx"),
+                                           o("out") if out_flag else None],
+                    {"y": ((R, kk), xa.code, False), "idx": ((R, kk), _lib.DTYPE_INT32, False),
+                     "out": ((R, E) if out_flag else (0,), _lib.DTYPE_FLOAT32, False)},
+                    ("yOut", "expertIdxOut", "outOut"))
+    return (_give(made["y"], xa.code, xa), _give(made["idx"], _lib.DTYPE_INT32, xa),
+            _give(made["out"], _lib.DTYPE_FLOAT32, xa))
 
 
 def npu_moe_init_routing_v2(x: ArrayLike, expert_idx: ArrayLike, *, scale: ArrayLike = None,
@@ -351,7 +432,7 @@ def npu_moe_init_routing_v2(x: ArrayLike, expert_idx: ArrayLike, *, scale: Array
     is not supported). expert_tokens_num_type 0: cumsum, 1: count (with expert_tokens_num_flag).
     active_expert_range [start, end): the local experts; other pairs get row index -1."""
     xa = _Arr(x, "x")
-    ia = _int32(_Arr(expert_idx, "expert_idx"), "expert_idx")
+    ia = _Arr(expert_idx, "expert_idx")  # converted to int32 only once the probe passed
     if xa.arr.ndim != 2 or ia.arr.ndim != 2:
         raise _invalid("x must be [N, H] and expert_idx [N, K]")
     if offset is not None or quant_mode == 0:
@@ -364,38 +445,73 @@ def npu_moe_init_routing_v2(x: ArrayLike, expert_idx: ArrayLike, *, scale: Array
     rng = list(active_expert_range) if active_expert_range is not None else []
     if rng and len(rng) != 2:
         raise _invalid("active_expert_range must be [start, end]")
-    if expert_num is None or expert_num <= 0:  # qmoe's reading of "unset": the range, else max + 1
-        expert_num = rng[1] if rng else int(ia.arr.max()) + 1 if ia.arr.size else 1
-    start, end = (int(rng[0]), int(rng[1])) if rng else (0, int(expert_num))
+    rng = [_i64(v, "active_expert_range") for v in rng]
     N, H = xa.shape
     K = ia.shape[1]
-    A = min(N * K, active_num) if active_num and active_num > 0 else N * K
+    active_num = _i64(active_num or 0, "active_num")
+    expert_num = _i64(-1 if expert_num is None else expert_num, "expert_num")
+    if expert_num <= 0:  # qmoe's reading of "unset": the range, else max + 1
+        # (read only when N*K fits the row indices: otherwise the library refuses the shape)
+        fits = N * K <= 2 ** 31 - 1
+        expert_num = rng[1] if rng else int(ia.arr.max()) + 1 if ia.arr.size and fits else 1
+    start, end = (rng[0], rng[1]) if rng else (0, expert_num)
+    A = min(N * K, active_num) if active_num > 0 else N * K
     dyn = quant_mode == 1
-    attrs = _RoutingAttrs(max(int(active_num or 0), 0), 0, int(expert_num), int(drop_pad_mode),
+    attrs = _RoutingAttrs(max(active_num, 0), 0, expert_num, _i64(drop_pad_mode, "drop_pad_mode"),
                           (2 if expert_tokens_num_type == 1 else 1) if expert_tokens_num_flag else 0,
-                          1 if dyn else -1, start, end, int(row_idx_type))
+                          1 if dyn else -1, start, end, _c_int32(row_idx_type, "row_idx_type"))
     ecode = _lib.DTYPE_INT8 if dyn else xa.code
-    ex = np.zeros((A, H), dtype=_NP_OF[ecode])
-    ri = _out((N * K,), _lib.DTYPE_INT32)
-    tokens = np.zeros((end - start,) if expert_tokens_num_flag else (0,), dtype=np.int64)
-    escale = np.zeros((A,), dtype=np.float32)
     sc = _Arr(scale, "scale") if scale is not None else None
-    if sc is not None and sc.code != _lib.DTYPE_FLOAT32:
-        sc = sc.as_code(_lib.DTYPE_FLOAT32)
-    if sc is not None and dyn and sc.arr.ndim == 1:
-        sc.arr = sc.arr.reshape(1, -1)  # one smooth vector for all experts
-    with _Call() as c:
-        c.run("moe_init_routing", [c.t(xa), c.t(ia), c.t(sc), None, ctypes.byref(attrs), c.t(ex, ecode),
-                                   c.t(ri), c.t(tokens) if expert_tokens_num_flag else None,
-                                   c.t(escale) if (dyn or sc is not None) else None])
-    return (_give(ex, ecode, xa), _give(ri, _lib.DTYPE_INT32, xa),
-            _give(tokens, _lib.DTYPE_INT64, xa), _give(escale, _lib.DTYPE_FLOAT32, xa))
+    sshape = None if sc is None else (1, sc.arr.size) if dyn and sc.arr.ndim == 1 else sc.shape
+
+    def plan(c: _Call, o: Any, probing: bool) -> List[Any]:
+        if probing:
+            ti = c.t(_Stand(ia.shape, _lib.DTYPE_INT32))
+            ts = None if sc is None else c.t(_Stand(sshape, _lib.DTYPE_FLOAT32))
+        else:
+            ti = c.t(_int32(ia, "expert_idx"))
+            s32 = None if sc is None else sc if sc.code == _lib.DTYPE_FLOAT32 else \
+                sc.as_code(_lib.DTYPE_FLOAT32)
+            ts = None
+            if s32 is not None:
+                c.keep.append(s32.arr)
+                ts = c._make(sshape, _lib.DTYPE_FLOAT32, s32.arr.ctypes.data if s32.arr.size
+                             else None, _strides_as(s32.arr, sshape))
+        return [c.t(xa), ti, ts, None, ctypes.byref(attrs), o("ex"), o("ri"),
+                o("tokens") if expert_tokens_num_flag else None,
+                o("escale") if (dyn or sc is not None) else None]
+
+    made = _planned("moe_init_routing", plan,
+                    {"ex": ((A, H), ecode, True), "ri": ((N * K,), _lib.DTYPE_INT32, False),
+                     "tokens": ((max(end - start, 0),) if expert_tokens_num_flag else (0,),
+                                _lib.DTYPE_INT64, True),
+                     "escale": ((A,), _lib.DTYPE_FLOAT32, True)},
+                    ("expandedXOut", "expandedRowIdxOut", "expertTokensCountOrCumsumOut",
+                     "expandedScaleOut"))
+    return (_give(made["ex"], ecode, xa), _give(made["ri"], _lib.DTYPE_INT32, xa),
+            _give(made["tokens"], _lib.DTYPE_INT64, xa), _give(made["escale"], _lib.DTYPE_FLOAT32, xa))
+
+
+def _strides_as(arr: np.ndarray, shape: Sequence[int]) -> Optional[List[int]]:
+    """Element strides of `arr` viewed as `shape` (the same elements: equal shapes, or a 1-D
+    array as [1, n])."""
+    if not arr.size:
+        return None
+    st = [s // arr.itemsize for s in arr.strides]
+    return st if tuple(arr.shape) == tuple(shape) else [0] + st
+
+
+def _c_int32(value: Any, name: str) -> int:
+    v = _i64(value, name)
+    if not -(2 ** 31) <= v < 2 ** 31:
+        raise _invalid(f"{name} = {v} does not fit a C int")
+    return v
 
 
 def _finalize(ea: _Arr, ri: _Arr, s1: Optional[_Arr], s2: Optional[_Arr], b: Optional[_Arr],
-              sc: Optional[_Arr], ei: Optional[_Arr], mode: int) -> Any:
-    if sc is not None and sc.code not in (ea.code, _lib.DTYPE_FLOAT32):
-        sc = sc.as_code(_lib.DTYPE_FLOAT32)
+              sc: Optional[_Arr], ei: Optional[_Arr], mode: int, names: Tuple[str, str]) -> Any:
+    """ri and ei as given (any integer dtype): converted to int32, and sc to a dtype the
+    library reads, only once the probe accepted their shapes."""
     NK = ri.arr.size
     if sc is not None:
         N = sc.shape[0]
@@ -408,12 +524,23 @@ def _finalize(ea: _Arr, ri: _Arr, s1: Optional[_Arr], s2: Optional[_Arr], b: Opt
     else:
         N = NK
     H = ea.shape[-1] if ea.arr.ndim == 2 else 0
-    out = _out((N, H), ea.code)
-    with _Call() as c:
-        c.run("moe_finalize_routing", [c.t(ea), c.t(ri.arr.reshape(-1), _lib.DTYPE_INT32), c.t(s1),
-                                       c.t(s2), c.t(b), c.t(sc), c.t(ei), int(mode),
-                                       c.t(out, ea.code)])
-    return _give(out, ea.code, ea)
+    sc_code = None if sc is None else sc.code if sc.code in (ea.code, _lib.DTYPE_FLOAT32) else \
+        _lib.DTYPE_FLOAT32
+
+    def plan(c: _Call, o: Any, probing: bool) -> List[Any]:
+        if probing:
+            tr = c.t(_Stand((NK,), _lib.DTYPE_INT32))
+            te = None if ei is None else c.t(_Stand(ei.shape, _lib.DTYPE_INT32))
+            tsc = None if sc is None else c.t(_Stand(sc.shape, sc_code))
+        else:
+            tr = c.t(_int32(ri, names[0]).arr.reshape(-1), _lib.DTYPE_INT32)
+            te = None if ei is None else c.t(_int32(ei, names[1]))
+            tsc = None if sc is None else c.t(sc if sc.code == sc_code else sc.as_code(sc_code))
+        return [c.t(ea), tr, c.t(s1), c.t(s2), c.t(b), tsc, te, _i64(mode, "drop_pad_mode"),
+                o("out")]
+
+    made = _planned("moe_finalize_routing", plan, {"out": ((N, H), ea.code, False)}, ("out",))
+    return _give(made["out"], ea.code, ea)
 
 
 def npu_moe_finalize_routing(expanded_permuted_rows: ArrayLike, skip1: ArrayLike = None,
@@ -432,11 +559,11 @@ def npu_moe_finalize_routing(expanded_permuted_rows: ArrayLike, skip1: ArrayLike
         return _Arr(obj, name) if obj is not None else None
 
     ea = _Arr(expanded_permuted_rows, "expanded_permuted_rows")
-    ri = _int32(_Arr(expanded_src_to_dst_row, "expanded_src_to_dst_row"), "expanded_src_to_dst_row")
+    ri = _Arr(expanded_src_to_dst_row, "expanded_src_to_dst_row")
     ei = opt(export_for_source_row, "export_for_source_row")
     return _finalize(ea, ri, opt(skip1, "skip1"), opt(skip2, "skip2"), opt(bias, "bias"),
-                     opt(scales, "scales"), _int32(ei, "export_for_source_row") if ei else None,
-                     drop_pad_mode)
+                     opt(scales, "scales"), ei, drop_pad_mode,
+                     ("expanded_src_to_dst_row", "export_for_source_row"))
 
 
 def npu_moe_token_unpermute(permuted_tokens: ArrayLike, sorted_indices: ArrayLike,
@@ -447,9 +574,9 @@ def npu_moe_token_unpermute(permuted_tokens: ArrayLike, sorted_indices: ArrayLik
     if padded_mode:
         raise _invalid("padded_mode=True is not supported")
     pa = _Arr(permuted_tokens, "permuted_tokens")
-    si = _int32(_Arr(sorted_indices, "sorted_indices"), "sorted_indices")
+    si = _Arr(sorted_indices, "sorted_indices")
     pr = _Arr(probs, "probs") if probs is not None else None
-    return _finalize(pa, si, None, None, None, pr, None, 2)
+    return _finalize(pa, si, None, None, None, pr, None, 2, ("sorted_indices", ""))
 
 
 def npu_swiglu(x: ArrayLike, dim: int = -1) -> Any:
@@ -460,7 +587,6 @@ def npu_swiglu(x: ArrayLike, dim: int = -1) -> Any:
         raise _invalid(f"dim = {dim} for x of rank {nd}")
     shape = list(xa.shape)
     shape[dim] //= 2
-    out = _out(shape, xa.code)
-    with _Call() as c:
-        c.run("swiglu", [c.t(xa), int(dim), c.t(out, xa.code)])
-    return _give(out, xa.code, xa)
+    made = _planned("swiglu", lambda c, o, probing: [c.t(xa), int(dim), o("out")],
+                    {"out": (shape, xa.code, False)}, ("out",))
+    return _give(made["out"], xa.code, xa)

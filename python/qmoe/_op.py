@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import numbers
 import operator
@@ -11,8 +12,8 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import _lib
-from ._arrays import (Tensors, any_torch, as_torch, dtype_code, dtype_label, invalid, is_bfloat16,
-                      readable, to_numpy, torch_bfloat16_bits)
+from ._arrays import (Later, Tensors, any_torch, as_torch, dtype_code, dtype_label, invalid,
+                      is_bfloat16, readable, to_numpy, torch_bfloat16_bits)
 from ._errors import QmoeError
 
 ArrayLike = Any  # numpy.ndarray, a CPU torch.Tensor, any __array__ / __dlpack__ object, a list
@@ -182,20 +183,21 @@ def _weight_scale(obj: ArrayLike, flag: Optional[str],
     return arr, dtype_code(arr, name, _SCALE_DTYPES)
 
 
-def _x_scale(obj: ArrayLike) -> Tuple[Optional[np.ndarray], int]:
+def _x_scale(obj: ArrayLike) -> Tuple[Any, int]:
     """x_scale as float32 [M]: float16 and bfloat16 (the framework accepts them) are widened,
-    which is exact; [M, 1] is viewed as [M]."""
+    which is exact, once the library accepted the call's shapes (a Later); [M, 1] is viewed as
+    [M]."""
     bits = torch_bfloat16_bits(obj)
-    if bits is not None:
-        arr = (bits.astype(np.uint32) << 16).view(np.float32)
-    else:
-        arr = to_numpy(obj, "x_scale", np.float32)
-        if arr is None:
-            return None, _lib.DTYPE_FLOAT32
-        if is_bfloat16(arr) or arr.dtype == np.float16:
-            arr = arr.astype(np.float32)
+    arr = bits if bits is not None else to_numpy(obj, "x_scale", np.float32)
+    if arr is None:
+        return None, _lib.DTYPE_FLOAT32
     if arr.ndim == 2 and arr.shape[1] == 1:
         arr = arr[:, 0]
+    if bits is not None:
+        return Later(arr.shape, lambda: (arr.astype(np.uint32) << 16).view(np.float32)), \
+            _lib.DTYPE_FLOAT32
+    if is_bfloat16(arr) or arr.dtype == np.float16:
+        return Later(arr.shape, lambda: arr.astype(np.float32)), _lib.DTYPE_FLOAT32
     arr = readable(arr)
     return arr, dtype_code(arr, "x_scale", "float32, float16 or bfloat16, shaped [M] or [M, 1]")
 
@@ -208,9 +210,12 @@ def _group_list(obj: ArrayLike) -> Tuple[Optional[np.ndarray], int]:
     if arr.dtype == np.int64:
         return readable(arr), _lib.DTYPE_INT64
     if arr.dtype.kind in "iu" and torch_bfloat16_bits(obj) is None:
-        if arr.size and arr.dtype == np.uint64 and arr.max() > np.iinfo(np.int64).max:
-            raise invalid(f"group_list: value {int(arr.max())} does not fit int64")
-        return arr.astype(np.int64), _lib.DTYPE_INT64
+        def widened() -> np.ndarray:
+            if arr.size and arr.dtype == np.uint64 and arr.max() > np.iinfo(np.int64).max:
+                raise invalid(f"group_list: value {int(arr.max())} does not fit int64")
+            return arr.astype(np.int64)
+
+        return Later(arr.shape, widened), _lib.DTYPE_INT64
     raise invalid(f"group_list: dtype {dtype_label(obj, arr)} is not supported; expected int64 "
                   "or int32 (row ends or counts)")
 
@@ -271,11 +276,13 @@ def _execute(phase_one: PhaseOne, M: int, N2: int,
     with Tensors() as t:
         if out is None:
             probe = np.zeros(8, dtype=np.float32)
+            t.probing = True  # inputs still to be widened stand in (Later)
             st = phase_one(t, t.create(probe.view(np.int8), _lib.DTYPE_INT8, shape=(M, N2),
                                        strides=(0, 0)),
                            t.create(probe, _lib.DTYPE_FLOAT32, shape=(M,), strides=(0,)),
                            ctypes.byref(size), ctypes.byref(executor))
             info = _lib.lib.qmoe_last_error_info().contents
+            t.probing = False
             if st == _lib.OK:
                 _lib.lib.qmoe_executor_destroy(executor)
             elif not (st == _lib.ERR_PARAM_INVALID and info.rule == _lib.RULE_OVERLAP
@@ -341,15 +348,19 @@ def _run(x: ArrayLike, weight: ArrayLike, group_list: ArrayLike, weight_scale: A
     wN = pre.N if pre is not None else w.N
     N2 = wN // 2 if wN is not None and 0 <= wN <= 10240 else 0
 
-    def phase_one(t: Tensors, output: Any, output_scale: Any, size: Any, executor: Any) -> int:
-        return _lib.lib.qmoe_gmm_swiglu_quant_workspace_size(
-            t.create(x_arr, x_dt),
-            pre._view(t) if pre is not None else
-            t.create(w.arr, w.dtype, w.fmt, shape=w.shape, strides=w.strides),
-            t.create(b_arr, b_dt), None, t.create(ws_arr, ws_dt), t.create(xs_arr, xs_dt),
-            t.create(gl_arr, gl_dt), output, output_scale, None, ctypes.byref(opts), size, executor)
+    # The prepacked object is held from the first view to the last executor's end, so a
+    # close() on another thread waits for this call (or this call refuses a closed object).
+    with pre._use() if pre is not None else contextlib.nullcontext() as handle:
+        def phase_one(t: Tensors, output: Any, output_scale: Any, size: Any, executor: Any) -> int:
+            return _lib.lib.qmoe_gmm_swiglu_quant_workspace_size(
+                t.create(x_arr, x_dt),
+                pre._view(t, handle) if pre is not None else
+                t.create(w.arr, w.dtype, w.fmt, shape=w.shape, strides=w.strides),
+                t.create(b_arr, b_dt), None, t.create(ws_arr, ws_dt), t.create(xs_arr, xs_dt),
+                t.create(gl_arr, gl_dt), output, output_scale, None, ctypes.byref(opts), size,
+                executor)
 
-    output, output_scale = _execute(phase_one, M, N2, out)
+        output, output_scale = _execute(phase_one, M, N2, out)
     return _results(output, output_scale, (), out, torch_in)
 
 

@@ -50,8 +50,10 @@ class PrepackedWeights(_lib.Owned):
 
     _qmoe_prepacked = True  # how the operator functions recognise it
 
+    _closed_what = "prepacked weights"
+
     def __init__(self, handle: c_void_p) -> None:
-        self._handle = handle
+        self._own(handle)
         view = c_void_p()
         _lib.check(_lib.lib.qmoe_weights_tensor(handle, ctypes.byref(view)))
         try:
@@ -66,33 +68,31 @@ class PrepackedWeights(_lib.Owned):
     @property
     def nbytes(self) -> int:
         """Bytes held: the packed weights, their scales and corrections."""
-        return int(_lib.lib.qmoe_weights_bytes(self._live()))
+        with self._use() as handle:
+            return int(_lib.lib.qmoe_weights_bytes(handle))
 
     @property
     def kernel(self) -> str:
         """The kernel the weights were prepacked for (the operator must run it)."""
-        return _lib.kernel_name(_lib.lib.qmoe_weights_kernel(self._live()))
+        with self._use() as handle:
+            return _lib.kernel_name(_lib.lib.qmoe_weights_kernel(handle))
 
-    def _live(self) -> c_void_p:
-        if self._handle is None:
-            raise QmoeError(_lib.ERR_PARAM_NULLPTR, "prepacked weights: closed",
-                                 _lib.status_name(_lib.ERR_PARAM_NULLPTR))
-        return self._handle
-
-    def _view(self, tensors: Tensors) -> c_void_p:
-        """A qmoe_tensor view for one call, destroyed with the call's other tensors."""
+    def _view(self, tensors: Tensors, handle: c_void_p) -> c_void_p:
+        """A qmoe_tensor view for one call, destroyed with the call's other tensors; the caller
+        holds `handle` through self._use() until the call's executor is destroyed."""
         view = c_void_p()
-        _lib.check(_lib.lib.qmoe_weights_tensor(self._live(), ctypes.byref(view)))
+        _lib.check(_lib.lib.qmoe_weights_tensor(handle, ctypes.byref(view)))
         tensors._handles.append(view)
         return view
 
-    def close(self) -> None:
-        if self._handle is not None:
-            _lib.lib.qmoe_weights_destroy(self._handle)
-            self._handle = None
+    def _destroy(self, handle: c_void_p) -> None:
+        _lib.lib.qmoe_weights_destroy(handle)
 
     def __repr__(self) -> str:
-        state = "closed" if self._handle is None else f"{self.nbytes} bytes, kernel {self.kernel}"
+        try:
+            state = f"{self.nbytes} bytes, kernel {self.kernel}"
+        except QmoeError:
+            state = "closed"
         return f"PrepackedWeights(shape={self.shape}, {state})"
 
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from . import _lib
 from ._arrays import any_torch, as_torch, invalid, to_numpy, torch_bfloat16_bits
+from ._errors import QmoeError
 
 ArrayLike = Any
 
@@ -67,9 +68,9 @@ activated half), scale and, for A8W4, bias (the weight assist matrix; None for A
 down_*: the down projection's (K = I, N = H)."""
 
 
-def _float_experts(obj: ArrayLike, name: str):
-    """(array, qmoe dtype code) for float32 / float16 / bfloat16 weights [E, rows, cols]; float64
-    is rounded to float32. Each expert's [rows, cols] matrix is made C-contiguous."""
+def _float_view(obj: ArrayLike, name: str):
+    """(the caller's array as NumPy, uncopied (bfloat16 as its uint16 bits), qmoe dtype code):
+    shapes can be checked on it before anything is copied."""
     arr = to_numpy(obj, name, np.float32)
     if arr is None:
         raise invalid(f"{name} is None")
@@ -80,15 +81,27 @@ def _float_experts(obj: ArrayLike, name: str):
         code, arr = _lib.DTYPE_BFLOAT16, arr.view(np.uint16)
     elif arr.dtype == np.float16:
         code = _lib.DTYPE_FLOAT16
-    elif arr.dtype in (np.float32, np.float64):
-        code, arr = _lib.DTYPE_FLOAT32, arr.astype(np.float32, copy=False)
+    elif arr.dtype.kind == "f" and arr.dtype.itemsize in (4, 8):
+        code = _lib.DTYPE_FLOAT32
     else:
         raise invalid(f"{name}: dtype {arr.dtype} is not supported; expected float32, float16 or "
                       "bfloat16")
-    if not arr.dtype.isnative:
-        arr = arr.astype(arr.dtype.newbyteorder("="))
-    if arr.strides[1] != arr.shape[2] * arr.itemsize or arr.strides[2] != arr.itemsize:
-        arr = np.ascontiguousarray(arr)
+    return arr, code
+
+
+def _float_ready(arr: np.ndarray, code: int):
+    """_float_view's array as the library reads it: native float32 (float64 rounded), float16
+    or bfloat16 bits, each expert's matrix C-contiguous (a copy only where needed)."""
+    try:
+        if code == _lib.DTYPE_FLOAT32:
+            arr = arr.astype(np.dtype(np.float32).newbyteorder("="), copy=False)
+        elif not arr.dtype.isnative:
+            arr = arr.astype(arr.dtype.newbyteorder("="))
+        if arr.strides[1] != arr.shape[2] * arr.itemsize or arr.strides[2] != arr.itemsize:
+            arr = np.ascontiguousarray(arr)
+    except MemoryError as exc:
+        raise QmoeError(_lib.ERR_INNER, f"out of memory for a copy of the weights "
+                        f"{list(arr.shape)}", _lib.status_name(_lib.ERR_INNER)) from exc
     return arr, code
 
 
@@ -167,9 +180,9 @@ def quantize_experts(gate: ArrayLike, up: ArrayLike, down: ArrayLike, *, mode: s
         for A8W8. PyTorch tensors when any input is one.
     """
     opts = _options(mode, group_size, clip_search, weight_format, threads)
-    g, gcode = _float_experts(gate, "gate")
-    u, ucode = _float_experts(up, "up")
-    d, dcode = _float_experts(down, "down")
+    g, gcode = _float_view(gate, "gate")  # shapes first: a copy only of weights that fit
+    u, ucode = _float_view(up, "up")
+    d, dcode = _float_view(down, "down")
     if g.shape != u.shape:
         raise invalid(f"up: shape {list(u.shape)} differs from gate's {list(g.shape)} [E, I, H]")
     if gcode != ucode:
@@ -177,8 +190,13 @@ def quantize_experts(gate: ArrayLike, up: ArrayLike, down: ArrayLike, *, mode: s
     E, I, H = g.shape
     if d.shape != (E, H, I):
         raise invalid(f"down: shape {list(d.shape)}, expected [E, H, I] = {[E, H, I]}")
-    w13, s13, b13 = _outputs(opts, E, H, 2 * I)
-    w2, s2, b2 = _outputs(opts, E, I, H)
+    (g, _), (u, _), (d, _) = _float_ready(g, gcode), _float_ready(u, ucode), _float_ready(d, dcode)
+    try:
+        w13, s13, b13 = _outputs(opts, E, H, 2 * I)
+        w2, s2, b2 = _outputs(opts, E, I, H)
+    except MemoryError as exc:
+        raise QmoeError(_lib.ERR_INNER, f"out of memory for the quantized weights of E = {E}, "
+                        f"I = {I}, H = {H}", _lib.status_name(_lib.ERR_INNER)) from exc
     _lib.check(_lib.lib.qmoe_quantize_gate_up(_pointers(g), _pointers(u), gcode, E, I, H,
                                               ctypes.byref(opts), _ptr(w13), _ptr(s13), _ptr(b13)))
     _lib.check(_lib.lib.qmoe_quantize_linear(_pointers(d), dcode, E, H, I, ctypes.byref(opts),
