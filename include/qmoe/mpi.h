@@ -142,8 +142,9 @@ QMOE_API qmoe_status qmoe_ep_layer_forward(qmoe_ep *ep, const qmoe_moe_layer *la
                                            const qmoe_tensor *router_logits,
                                            const qmoe_tensor *out);
 
-/* The calling thread's last error from a function above, in words ("" after success). libqmoe's
- * qmoe_last_error() covers libqmoe's own calls only. Valid until the thread's next call. */
+/* The calling thread's last error, in words ("" after success): the functions above record their
+ * errors in libqmoe's one error channel, so this is qmoe_last_error() (and qmoe_last_error_info()
+ * has the status). Kept for 0.2 programs. Valid until the thread's next call. */
 QMOE_API const char *qmoe_mpi_last_error(void);
 
 #ifdef __cplusplus

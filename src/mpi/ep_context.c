@@ -187,7 +187,9 @@ void qmoe_ep_destroy(qmoe_ep *ep)
     free(ep->home);
     free(ep->stage);
     free(ep->ybuf);
-    void *own[] = {ep->rx, ep->rxs, ep->tq, ep->tqs, ep->tids, ep->tw, ep->twf, ep->ty, ep->tws};
+    qmoe_op_destroy(ep->quant);
+    void *own[] = {ep->rx, ep->rxs, ep->tq, ep->tqs, ep->tids, ep->tw, ep->twf, ep->ty, ep->tws,
+                   ep->quant_ws};
     for (size_t i = 0; i < sizeof own / sizeof own[0]; i++) free(own[i]);
     MPI_Type_free(&ep->x_rec);
     MPI_Comm_free(&ep->comm);

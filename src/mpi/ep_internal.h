@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "qmoe/mpi.h"
+#include "qmoe/op.h"
 
 #if defined(__GNUC__)
 #define EP_PRINTF(a, b) __attribute__((format(printf, a, b)))
@@ -72,6 +73,11 @@ struct qmoe_ep {
      * workspace. */
     void *rx, *rxs, *tq, *tqs, *tids, *tw, *twf, *ty, *tws;
     size_t rx_cap, rxs_cap, tq_cap, tqs_cap, tids_cap, tw_cap, twf_cap, ty_cap, tws_cap;
+    /* The tokens' dynamic quant, planned once for the last shape (qmoe/op.h), and its scratch. */
+    qmoe_op *quant;
+    int64_t quant_key[5]; /* tokens, dtype, strides of hidden, threads */
+    void *quant_ws;
+    size_t quant_ws_cap;
 };
 
 /* Where dispatch puts the rows arriving here: the caller's buffers (capacity >= 0 rows), or the

@@ -91,6 +91,34 @@ static int same_everywhere(const qmoe_ep *ep, const qmoe_moe_layer_config *c, qm
     return ep_same_values(ep->comm, v, 15, scratch);
 }
 
+/* hidden [T, H] -> ep->tq int8 rows and ep->tqs scales: the layer's own dynamic quant, planned
+ * once for the shape (the last one is kept) and run with this call's data. */
+static qmoe_status quant_tokens(qmoe_ep *ep, int threads, int64_t T, const qmoe_tensor *hidden)
+{
+    int64_t key[5] = {T, qmoe_tensor_dtype(hidden), qmoe_tensor_stride(hidden, 0),
+                      qmoe_tensor_stride(hidden, 1), threads};
+    if (!ep->quant || memcmp(key, ep->quant_key, sizeof key)) {
+        qmoe_op_destroy(ep->quant);
+        ep->quant = NULL;
+        int64_t xs[2] = {T, ep->H}, hs[2] = {T, ep->H}, hst[2] = {key[2], key[3]};
+        qmoe_tensor *th = NULL, *tq = NULL, *tqs = NULL;
+        qmoe_moe_options mo = QMOE_MOE_OPTIONS_INIT;
+        mo.threads = threads;
+        qmoe_status st = qmoe_tensor_desc_create(hs, 2, hst, qmoe_tensor_dtype(hidden), QMOE_FORMAT_ND, &th);
+        if (!st) st = qmoe_tensor_desc_create(xs, 2, NULL, QMOE_DTYPE_INT8, QMOE_FORMAT_ND, &tq);
+        if (!st) st = qmoe_tensor_desc_create(&T, 1, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, &tqs);
+        if (!st) st = qmoe_op_create_dynamic_quant(th, NULL, tq, tqs, &mo, &ep->quant);
+        qmoe_tensor_destroy(th), qmoe_tensor_destroy(tq), qmoe_tensor_destroy(tqs);
+        if (st) return st;
+        memcpy(ep->quant_key, key, sizeof key);
+    }
+    uint64_t w = qmoe_op_workspace_size(ep->quant);
+    if (w && !ep_reserve_aligned(&ep->quant_ws, &ep->quant_ws_cap, (size_t)w, 1))
+        return qmoe_error_set(QMOE_ERR_INNER, QMOE_RULE_NONE, "", "out of memory");
+    void *args[4] = {qmoe_tensor_data(hidden), NULL, ep->tq, ep->tqs};
+    return qmoe_op_execute(ep->quant, args, 4, ep->quant_ws, w, NULL);
+}
+
 /* The rank's tokens: int8 rows and scales (the layer's dynamic quantization), top-k ids and
  * weights (its gating; the weights widened to float32 for combine, exactly). */
 static qmoe_status gate_tokens(qmoe_ep *ep, const qmoe_moe_layer *layer, int threads, int64_t T,
@@ -106,26 +134,14 @@ static qmoe_status gate_tokens(qmoe_ep *ep, const qmoe_moe_layer *layer, int thr
         !ep_reserve_aligned(&ep->twf, &ep->twf_cap, (size_t)(T * K), sizeof(float)))
         return ep_fail(QMOE_ERR_INNER, "out of memory for %lld tokens", (long long)T);
     if (T == 0) return QMOE_OK;
-    int64_t xs[2] = {T, H}, ks[2] = {T, K};
-    qmoe_tensor *tq = NULL, *tqs = NULL, *ti = NULL, *tw = NULL;
-    qmoe_moe_executor *ex = NULL;
-    void *ws = NULL;
-    uint64_t w = 0;
-    qmoe_moe_options mo = QMOE_MOE_OPTIONS_INIT;
-    mo.threads = threads;
-    qmoe_status st = qmoe_tensor_create(xs, 2, NULL, QMOE_DTYPE_INT8, QMOE_FORMAT_ND, ep->tq, &tq);
-    if (!st) st = qmoe_tensor_create(&T, 1, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, ep->tqs, &tqs);
+    int64_t ks[2] = {T, K};
+    qmoe_tensor *ti = NULL, *tw = NULL;
+    qmoe_status st = quant_tokens(ep, threads, T, hidden);
     if (!st) st = qmoe_tensor_create(ks, 2, NULL, QMOE_DTYPE_INT32, QMOE_FORMAT_ND, ep->tids, &ti);
     if (!st) st = qmoe_tensor_create(ks, 2, NULL, ld, QMOE_FORMAT_ND, ep->tw, &tw);
-    if (!st) st = qmoe_dynamic_quant_workspace_size(hidden, NULL, tq, tqs, &mo, &w, &ex);
-    if (!st && w && !(ws = aligned_alloc(64, (size_t)((w + 63) & ~(uint64_t)63))))
-        st = QMOE_ERR_INNER;
-    if (!st) st = qmoe_dynamic_quant(ws, w, ex, NULL);
     if (!st) st = qmoe_moe_layer_route(layer, logits, ti, tw);
     if (st) st = ep_fail(st, "%s", st == QMOE_ERR_INNER && !qmoe_last_error()[0] ? "out of memory" : qmoe_last_error());
-    qmoe_moe_executor_destroy(ex);
-    free(ws);
-    qmoe_tensor_destroy(tq), qmoe_tensor_destroy(tqs), qmoe_tensor_destroy(ti), qmoe_tensor_destroy(tw);
+    qmoe_tensor_destroy(ti), qmoe_tensor_destroy(tw);
     if (st) return st;
     float *wf = ep->twf;
     for (int64_t i = 0; i < T * K; i++) {

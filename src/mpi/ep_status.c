@@ -1,24 +1,27 @@
-/* Error reporting and agreement for libqmoe_mpi. Its messages live here (libqmoe keeps its own
- * last error, which the hidden-visibility library does not let another library set). */
+/* Error reporting and agreement for libqmoe_mpi. Its errors go to the library's one error
+ * channel (qmoe_error_set), where qmoe_last_error() / qmoe_last_error_info() read them. */
 #include <stdarg.h>
 #include <stdio.h>
 
 #include "ep_internal.h"
 
-static _Thread_local char ep_message[512];
-
 qmoe_status ep_fail(qmoe_status status, const char *fmt, ...)
 {
+    char msg[1024]; /* formatted first: the arguments may be the channel's own message */
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(ep_message, sizeof ep_message, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    return status;
+    qmoe_error_rule rule = status == QMOE_ERR_PARAM_NULLPTR ? QMOE_RULE_NULL : QMOE_RULE_NONE;
+    const qmoe_error_info *now = qmoe_last_error_info();
+    const char *arg = "";
+    if (now->status == status) rule = now->rule, arg = now->arg; /* a library error passed on */
+    return qmoe_error_set(status, rule, arg, msg);
 }
 
-void ep_clear_error(void) { ep_message[0] = '\0'; }
+void ep_clear_error(void) { qmoe_error_clear(); }
 
-const char *qmoe_mpi_last_error(void) { return ep_message; }
+const char *qmoe_mpi_last_error(void) { return qmoe_last_error(); }
 
 qmoe_status ep_agree(MPI_Comm comm, qmoe_status local)
 {

@@ -106,6 +106,9 @@ int main(int argc, char **argv)
     st = qmoe_ep_create(MPI_COMM_WORLD, &cfg, &ep);
     agreed("map out of range", st, QMOE_ERR_PARAM_INVALID);
     CHECK(ep == NULL);
+    /* one error channel: libqmoe's structured last error is this face's error too */
+    CHECK(qmoe_last_error_info()->status == QMOE_ERR_PARAM_INVALID &&
+          !strcmp(qmoe_last_error(), qmoe_mpi_last_error()) && qmoe_last_error()[0] != '\0');
     /* threads out of range on one rank; threads differing between ranks is fine */
     cfg.expert_rank = NULL;
     cfg.threads = me == last ? 4097 : 1;
