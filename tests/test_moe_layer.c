@@ -411,6 +411,18 @@ static void threads_streams_routed(void)
         int untouched = 1;
         for (size_t i = 0; i < bytes; i++) untouched &= ((uint8_t *)out)[i] == 0x5A;
         CHECK_MSG(untouched, "a refused forward wrote its output");
+        /* ... and on a stream: the forward is queued (QMOE_OK), synchronize reports the bad id,
+         * and the chain stopped at init routing, so out is untouched there as well */
+        for (int bad = 0; bad < 2; bad++) {
+            ids2[3] = bad ? -1 : (int32_t)s.E;
+            CHECK(qmoe_moe_layer_forward_routed(L1, th, ti, ty, to, lw, wsz, st) == QMOE_OK);
+            CHECK(qmoe_stream_synchronize(st) == QMOE_ERR_PARAM_INVALID);
+            untouched = 1;
+            for (size_t i = 0; i < bytes; i++) untouched &= ((uint8_t *)out)[i] == 0x5A;
+            CHECK_MSG(untouched, "a forward refused on a stream wrote its output (id %d)", ids2[3]);
+        }
+        ids2[3] = (int32_t)s.E;
+        CHECK(qmoe_stream_synchronize(st) == QMOE_OK); /* the error was reported once */
 
         /* the plan kept for the same buffers: new contents are read, a new output is written */
         void *o1 = mt_alloc(s.T * s.H, s.hd), *o2 = mt_alloc(s.T * s.H, s.hd);

@@ -99,12 +99,17 @@ QMOE_API qmoe_status qmoe_moe_layer_workspace_size(const qmoe_moe_layer *layer, 
                                                    qmoe_dtype dtype, uint64_t *workspace_size);
 
 /* Forward: hidden [T, H] float32/float16/bfloat16, router_logits [T, E] float32 or hidden's
- * dtype, out [T, H] hidden's dtype (must not overlap the inputs or the workspace). workspace:
- * at least qmoe_moe_layer_workspace_size(T) bytes, 64-byte aligned. stream NULL: runs
+ * dtype, out [T, H] hidden's dtype. out may be hidden itself (in place: hidden is read in full
+ * before out is written) but must not overlap the routing tensors or the workspace, and no input
+ * may overlap the workspace (QMOE_ERR_PARAM_INVALID, QMOE_RULE_OVERLAP). workspace: at least
+ * qmoe_moe_layer_workspace_size(T) bytes, 64-byte aligned. The operators are planned once per
+ * shape (tensors' shapes, strides, dtypes) and kept: a forward with the shapes of the last one
+ * plans nothing and allocates nothing, whatever its data and workspace. stream NULL: runs
  * synchronously on the default device and returns the first error (out is then untouched);
  * otherwise queued on the stream (errors of data, e.g. expert ids, from
- * qmoe_stream_synchronize(); the memory must stay valid until then). A layer may run on
- * several threads at once, each with its own workspace and output. */
+ * qmoe_stream_synchronize(), with out untouched as well: the chain stops at the failing
+ * operator; the memory must stay valid until then). A layer may run on several threads at
+ * once, each with its own workspace and output. */
 QMOE_API qmoe_status qmoe_moe_layer_forward(const qmoe_moe_layer *layer, const qmoe_tensor *hidden,
                                             const qmoe_tensor *router_logits,
                                             const qmoe_tensor *out, void *workspace,

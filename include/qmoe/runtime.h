@@ -84,7 +84,9 @@ QMOE_API qmoe_status qmoe_stream_create_group(qmoe_device *const *devices, int c
 
 /* Waits for every operator submitted so far; returns the first error among the operators that
  * finished since the previous synchronize (then forgets it), QMOE_OK otherwise. On error,
- * qmoe_last_error() says which operator failed and why. */
+ * qmoe_last_error() says which operator failed and why. Once an operator fails, the operators
+ * queued after it on the same stream are not run (their outputs are left untouched: a chain such
+ * as the MoE layer's stops at the failing operator) until this call reports the error. */
 QMOE_API qmoe_status qmoe_stream_synchronize(qmoe_stream *stream);
 
 /* Waits for the work in flight, then frees the stream. NULL is a no-op. */

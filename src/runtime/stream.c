@@ -217,6 +217,14 @@ static int injected(qmoe_device *dev)
     return 0;
 }
 
+static int stream_failed(qmoe_stream *s)
+{
+    pthread_mutex_lock(&s->mu);
+    int failed = s->status != QMOE_OK;
+    pthread_mutex_unlock(&s->mu);
+    return failed;
+}
+
 /* Runs the command's share of its job on the device (its command thread), fences included. */
 static void job_exec(qmoe_cmd *c, qmoe_device *dev)
 {
@@ -231,6 +239,17 @@ static void job_exec(qmoe_cmd *c, qmoe_device *dev)
     qmoe_status own = st; /* an error of this device, not one adopted from a peer */
     qmoe_fence_watch watch = {qmoe_device_progress_of, job->devs}; /* busy peers are not late */
     if (n > 1) st = qmoe_device_fence(dev, job->fence, k, n, job->seq + 1, st, &watch);
+    /* An operator queued after a failed one on the same stream is not run: its inputs are what
+     * the failed one did not write, so its outputs stay untouched too (a chain stops at the
+     * failing operator). The failure is already the stream's; this one adds none. Every device
+     * of the group reads the same status here: the previous job finished on all of them before
+     * this job's first fence (and with one device, before this command started). */
+    if (!st && !job->sync && stream_failed(job->stream)) {
+        atomic_store(&dev->last_status, (int)QMOE_OK);
+        if (n > 1) qmoe_device_fence(dev, job->fence, k, n, job->seq + 2, QMOE_OK, &watch);
+        job_finish(job, QMOE_OK, "", 0);
+        return;
+    }
     if (!st) own = st = job->run(job->op, dev, k, n);
     if (n > 1) st = qmoe_device_fence(dev, job->fence, k, n, job->seq + 2, st, &watch);
     if (st && !qmoe_last_error()[0])
