@@ -423,6 +423,24 @@ static void threads_streams_routed(void)
         }
         ids2[3] = (int32_t)s.E;
         CHECK(qmoe_stream_synchronize(st) == QMOE_OK); /* the error was reported once */
+        /* in place: out may be hidden itself (read in full before out is written) */
+        void *io = mt_alloc(s.T * s.H, s.hd);
+        memcpy(io, s.hidden, bytes);
+        qmoe_tensor *tio = mt_tensor(io, s.hd, 2, hs, NULL), *tlg = mt_tensor(s.logits, QMOE_DTYPE_FLOAT32, 2, ls, NULL);
+        CHECK_MSG(qmoe_moe_layer_forward(L1, tio, tlg, tio, lw, wsz, NULL) == QMOE_OK, "%s", qmoe_last_error());
+        CHECK_MSG(memcmp(io, a, bytes) == 0, "the forward in place differs");
+        /* out inside the workspace, or over the router logits: refused, nothing written */
+        qmoe_tensor *tow = mt_tensor((char *)lw + 64, s.hd, 2, hs, NULL);
+        CHECK(qmoe_moe_layer_forward(L1, th, tlg, tow, lw, wsz, NULL) == QMOE_ERR_PARAM_INVALID &&
+              qmoe_last_error_info()->rule == QMOE_RULE_OVERLAP);
+        qmoe_tensor *tol = mt_tensor(s.logits, s.hd, 2, hs, NULL);
+        float *lcopy = malloc(4 * (size_t)(s.T * s.E));
+        memcpy(lcopy, s.logits, 4 * (size_t)(s.T * s.E));
+        CHECK(qmoe_moe_layer_forward(L1, th, tlg, tol, lw, wsz, NULL) == QMOE_ERR_PARAM_INVALID &&
+              !strcmp(qmoe_last_error_info()->arg, "out"));
+        CHECK(!memcmp(lcopy, s.logits, 4 * (size_t)(s.T * s.E)));
+        free(lcopy), free(io);
+        qmoe_tensor_destroy(tio), qmoe_tensor_destroy(tlg), qmoe_tensor_destroy(tow), qmoe_tensor_destroy(tol);
 
         /* the plan kept for the same buffers: new contents are read, a new output is written */
         void *o1 = mt_alloc(s.T * s.H, s.hd), *o2 = mt_alloc(s.T * s.H, s.hd);
