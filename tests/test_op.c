@@ -355,8 +355,69 @@ static void test_devices(void)
     qmoe_op_destroy(op);
 }
 
+/* An output whose strides put two elements in one place would be written by two threads at
+ * once: every element-wise operator refuses it at planning, naming it. */
+static qmoe_tensor *desc(int nd, const int64_t *sh, const int64_t *st, qmoe_dtype dt)
+{
+    qmoe_tensor *t = NULL;
+    CHECK(qmoe_tensor_desc_create(sh, nd, st, dt, QMOE_FORMAT_ND, &t) == QMOE_OK);
+    return t;
+}
+
+static void expect_overlap(qmoe_status st, qmoe_op *op, const char *arg)
+{
+    CHECK_MSG(st == QMOE_ERR_PARAM_INVALID && qmoe_last_error_info()->rule == QMOE_RULE_OVERLAP &&
+                  !strcmp(qmoe_last_error_info()->arg, arg),
+              "%s: status %d rule %d arg %s (%s)", arg, (int)st, (int)qmoe_last_error_info()->rule,
+              qmoe_last_error_info()->arg, qmoe_last_error());
+    qmoe_op_destroy(op);
+}
+
+static void test_self_overlapping_outputs(void)
+{
+    enum { R = 6, H = 16, E2 = 4, K2 = 2 };
+    int64_t rh[2] = {R, H}, r1[1] = {R}, z2[2] = {0, 1}, z1[1] = {0}, re[2] = {R, E2}, rk[2] = {R, K2},
+            half[2] = {R, H / 2}, ak[2] = {R * K2, H}, a1[1] = {R * K2}, e1[1] = {E2}, h2[2] = {1, 0};
+    qmoe_tensor *xf = desc(2, rh, NULL, QMOE_DTYPE_FLOAT32), *y0 = desc(2, rh, z2, QMOE_DTYPE_INT8),
+                *s1 = desc(1, r1, NULL, QMOE_DTYPE_FLOAT32), *s0 = desc(1, r1, z1, QMOE_DTYPE_FLOAT32),
+                *y8 = desc(2, rh, NULL, QMOE_DTYPE_INT8);
+    qmoe_op *op = NULL;
+    expect_overlap(qmoe_op_create_dynamic_quant(xf, NULL, y0, s1, NULL, &op), op, "y");
+    op = NULL;
+    expect_overlap(qmoe_op_create_dynamic_quant(xf, NULL, y8, s0, NULL, &op), op, "scale");
+    qmoe_tensor *h0 = desc(2, half, h2, QMOE_DTYPE_FLOAT32);
+    op = NULL;
+    expect_overlap(qmoe_op_create_swiglu(xf, -1, h0, NULL, &op), op, "out");
+    qmoe_tensor *lg = desc(2, re, NULL, QMOE_DTYPE_FLOAT32), *yk0 = desc(2, rk, z2, QMOE_DTYPE_FLOAT32),
+                *ik = desc(2, rk, NULL, QMOE_DTYPE_INT32), *rik = desc(2, rk, NULL, QMOE_DTYPE_INT32),
+                *yk = desc(2, rk, NULL, QMOE_DTYPE_FLOAT32), *ik0 = desc(2, rk, z2, QMOE_DTYPE_INT32);
+    op = NULL;
+    expect_overlap(qmoe_op_create_moe_gating_top_k_softmax(lg, NULL, K2, yk0, ik, rik, NULL, &op), op,
+                   "yOut");
+    qmoe_moe_gating_attrs ga = {.k = K2, .k_group = 1, .group_count = 1, .routed_scaling_factor = 1,
+                                .eps = 1e-20};
+    op = NULL;
+    expect_overlap(qmoe_op_create_moe_gating_top_k(lg, NULL, &ga, yk, ik0, NULL, NULL, &op), op,
+                   "expertIdxOut");
+    qmoe_tensor *ex0 = desc(2, ak, z2, QMOE_DTYPE_INT8), *ri = desc(1, a1, NULL, QMOE_DTYPE_INT32),
+                *tok = desc(1, e1, NULL, QMOE_DTYPE_INT64), *es = desc(1, a1, NULL, QMOE_DTYPE_FLOAT32);
+    qmoe_moe_routing_attrs ra = {.expert_num = E2, .tokens_mode = QMOE_MOE_TOKENS_CUMSUM,
+                                 .quant_mode = QMOE_MOE_QUANT_DYNAMIC};
+    op = NULL;
+    expect_overlap(qmoe_op_create_moe_init_routing(xf, ik, NULL, NULL, &ra, ex0, ri, tok, es, NULL, &op),
+                   op, "expandedXOut");
+    qmoe_tensor *exf = desc(2, ak, NULL, QMOE_DTYPE_FLOAT32), *o0 = desc(2, rh, z2, QMOE_DTYPE_FLOAT32);
+    op = NULL;
+    expect_overlap(qmoe_op_create_moe_finalize_routing(exf, ri, NULL, NULL, NULL, yk, NULL, 2, o0, NULL,
+                                                       &op),
+                   op, "out");
+    qmoe_tensor *all[] = {xf, y0, s1, s0, y8, h0, lg, yk0, ik, rik, yk, ik0, ex0, ri, tok, es, exf, o0};
+    destroy_all(all, (int)(sizeof all / sizeof all[0]));
+}
+
 int main(void)
 {
+    test_self_overlapping_outputs();
     test_devices();
     test_runs();
     test_threads();

@@ -197,8 +197,40 @@ static uint64_t view_bytes(const moe_view *v)
     return (uint64_t)((last + 1) * qmoe_dtype_bits((qmoe_dtype)v->dtype) / 8);
 }
 
+/* Whether distinct elements of the view are distinct memory: with its axes sorted by stride,
+ * each stride reaches past everything the smaller ones address (axes of one element aside). */
+static int view_injective(const moe_view *v)
+{
+    int order[QMOE_MAX_DIMS], n = 0;
+    for (int d = 0; d < v->nd; d++)
+        if (v->shape[d] == 0) return 1; /* no elements */
+        else if (v->shape[d] > 1) order[n++] = d;
+    for (int i = 1; i < n; i++) /* insertion sort by stride: at most 8 axes */
+        for (int j = i; j > 0 && v->st[order[j]] < v->st[order[j - 1]]; j--) {
+            int t = order[j];
+            order[j] = order[j - 1], order[j - 1] = t;
+        }
+    int64_t reach = 0; /* elements the smaller axes address, minus one */
+    for (int i = 0; i < n; i++) {
+        int64_t st = v->st[order[i]];
+        if (st <= reach) return 0;
+        reach += (v->shape[order[i]] - 1) * st; /* bounded by the tensor's extent checks */
+    }
+    return 1;
+}
+
 qmoe_status moe_finish_plan(const moe_plan *plan, qmoe_op **out)
 {
+    int nslots;
+    const moe_slot *sl0 = slots_of(plan->kind, &nslots);
+    for (int i = 0; i < nslots; i++) {
+        /* two elements of one output in one place would be written by two threads at once */
+        const moe_view *v = sl0[i].off >= 0 ? view_at((void *)(uintptr_t)plan, sl0[i].off) : NULL;
+        if (v && v->data && sl0[i].role == OP_OUT && !view_injective(v))
+            return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_OVERLAP, sl0[i].name,
+                                 "%s: %s: its strides put two elements in one place",
+                                 desc_of(plan->kind)->name, sl0[i].name);
+    }
     int n;
     const moe_slot *sl = slots_of(plan->kind, &n);
     qmoe_op *op;
