@@ -347,6 +347,17 @@ static void validation(void)
         MT_EXPECT_FAIL(qmoe_grouped_matmul(wk, wsz, ex, NULL), INV);
         CHECK(memcmp(before, out, sizeof out) == 0);
     }
+    qmoe_grouped_matmul_executor_destroy(ex);
+    /* counts whose running total would overflow int64 ({2, INT64_MAX}: a signed overflow if
+     * summed before its range check; UBSan builds catch one) */
+    CHECK(qmoe_grouped_matmul_workspace_size(tx, tw, NULL, ts, tp, tg, 1, to, NULL, &wsz, &ex) == QMOE_OK);
+    const int64_t huge_lists[3][2] = {{2, INT64_MAX}, {INT64_MAX, 2}, {INT64_MAX, INT64_MAX}};
+    for (int i = 0; i < 3; i++) {
+        gl[0] = huge_lists[i][0];
+        gl[1] = huge_lists[i][1];
+        MT_EXPECT_FAIL(qmoe_grouped_matmul(wk, wsz, ex, NULL), INV);
+        CHECK(memcmp(before, out, sizeof out) == 0);
+    }
     MT_EXPECT_FAIL(qmoe_grouped_matmul(NULL, wsz, ex, NULL), NUL);
     MT_EXPECT_FAIL(qmoe_grouped_matmul(wk, wsz - 1, ex, NULL), INV);
     MT_EXPECT_FAIL(qmoe_grouped_matmul(wk, wsz, NULL, NULL), NUL);
