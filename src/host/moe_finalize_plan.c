@@ -38,6 +38,11 @@ qmoe_status qmoe_op_create_moe_finalize_routing(
         (st = moe_check_shape(OP, "expandedRowIdx", expanded_row_idx, 1, any2)))
         return st;
     int64_t NK = expanded_row_idx->shape[0], K;
+    /* int32 row indices address at most INT32_MAX rows: the same bound as init routing's N*K */
+    if (NK > INT32_MAX)
+        return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_LIMIT, "expandedRowIdx",
+                             OP ": expandedRowIdx has %lld entries; at most %d (N*K as init "
+                             "routing makes it)", (long long)NK, INT32_MAX);
     /* K from scales or expertIdx when given, else from the row index count */
     const qmoe_tensor *kt = scales ? scales : expert_idx;
     if (kt) {
