@@ -22,9 +22,9 @@
 #include "safetensors_read.h"
 
 #define CMD "moe run"
-/* RUN_MAX_THREADS: quantizing the weights on load (qmoe/quantize.h) takes at most 1024 threads,
- * fewer than the layer's operators: the one limit of --threads here. */
-enum { NAME_MAX_LEN = 512, RUN_ERR_LEN = 1024, RUN_MAX_THREADS = 1024 };
+/* RUN_MAX_THREADS: the library's one limit of a threads option (the layer's operators and the
+ * quantization on load alike). */
+enum { NAME_MAX_LEN = 512, RUN_ERR_LEN = 1024, RUN_MAX_THREADS = 4096 };
 
 typedef struct run_opts {
     const char *layer, *hidden, *logits, *out, *prefix;
@@ -51,7 +51,7 @@ static void usage(FILE *f)
             "  --gating softmax|softmax-norenorm|sigmoid  (default: qmoe.gating, else softmax)\n"
             "  --groups N --k-group N --scaling F   sigmoid gating's expert groups, groups kept,\n"
             "                    routed scaling (default for sigmoid: 8, 4, 2.5 when E/8 >= 2)\n"
-            "  --threads N       0..1024 (0: every online core; with --ep, shared by the host's\n"
+            "  --threads N       0..4096 (0: every online core; with --ep, shared by the host's\n"
             "                    ranks)\n"
             "  --ep P            expert parallelism over P MPI ranks: run as\n"
             "                    mpirun -np P qmoe moe run --ep P ...; each rank quantizes only its\n"

@@ -18,7 +18,8 @@
 #pragma STDC FP_CONTRACT OFF
 #endif
 
-enum { TILE = 64, CLIP_STEPS = 50, MAX_THREADS = 1024 };
+/* MAX_THREADS: the library's one limit of a threads option (the operators', the layer's) */
+enum { TILE = 64, CLIP_STEPS = 50, MAX_THREADS = 4096 };
 
 /* Everything a worker needs; validated before any worker starts. */
 typedef struct job {
@@ -200,10 +201,11 @@ static void *run_worker(void *arg)
  * Threads that cannot be started leave their range to the calling thread. */
 static int run_pass(job *j, int pass, int threads)
 {
-    worker ws[MAX_THREADS];
     int64_t T = threads < j->items ? threads : j->items, groups = j->G ? j->G : 1;
-    int oom = 0;
     if (T < 1) T = 1;
+    worker *ws = calloc((size_t)T, sizeof *ws);
+    if (!ws) return -1;
+    int oom = 0;
     for (int64_t t = 0; t < T; t++) {
         ws[t] = (worker){.j = j, .pass = pass, .first = j->items * t / T,
                          .last = j->items * (t + 1) / T};
@@ -226,6 +228,7 @@ static int run_pass(job *j, int pass, int threads)
         free(ws[t].q);
         free(ws[t].tile_scale);
     }
+    free(ws);
     return oom ? -1 : 0;
 }
 

@@ -114,11 +114,11 @@ def moe_run(d, out, *extra, layer=None):
 def test_moe_run_threads_one_limit(tmp_path):
     d = small_layer(tmp_path)
     out = tmp_path / "out.npy"
-    rc, _, err, _ = moe_run(d, out, "--threads", 1025)
-    assert rc == 2 and "[0, 1024]" in err and not out.exists(), err
-    rc, _, err, _ = moe_run(d, out, "--threads", 1024)  # the limit stated is the one that runs
+    rc, _, err, _ = moe_run(d, out, "--threads", 4097)
+    assert rc == 2 and "[0, 4096]" in err and not out.exists(), err
+    rc, _, err, _ = moe_run(d, out, "--threads", 4096)  # the limit stated is the one that runs
     assert rc == 0 and out.exists(), err
-    assert "--threads N       0..1024" in qmoe("moe", "run", "--help").stdout
+    assert "--threads N       0..4096" in qmoe("moe", "run", "--help").stdout
 
 
 def test_moe_run_invalid_metadata(tmp_path):
