@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "kernels/cpu_features.h"
+#include "kernels/gmm_fast.h"
 #include "kernels/kernel.h"
 #include "qmoe/qmoe.h"
 #include "support/testlib.h"
@@ -24,7 +25,7 @@ static int32_t auto_with(const char *isa)
 {
     if (isa) setenv("QMOE_ISA", isa, 1);
     else unsetenv("QMOE_ISA");
-    const qmoe_kernel_ops *k = qmoe_kernel_lookup(QMOE_KERNEL_AUTO);
+    const qmoe_kernel_entry *k = qmoe_kernel_lookup(QMOE_KERNEL_AUTO);
     return k ? k->id : -1;
 }
 
@@ -73,9 +74,19 @@ int main(void)
 
     /* explicit requests: the kernel itself, or NULL when the CPU cannot run it */
     for (int32_t k = QMOE_KERNEL_REFERENCE; k <= QMOE_KERNEL_NEON_I8MM; k++) {
-        const qmoe_kernel_ops *ops = qmoe_kernel_lookup(k);
+        const qmoe_kernel_entry *ops = qmoe_kernel_lookup(k);
         CHECK_MSG(qmoe_cpu_runs_kernel(k) ? ops && ops->id == k : ops == NULL, "kernel %d", k);
-        if (ops) CHECK(!strcmp(ops->name, qmoe_kernel_name((qmoe_kernel)k)));
+        if (!ops) continue;
+        CHECK(!strcmp(ops->name, qmoe_kernel_name((qmoe_kernel)k)));
+        /* every kernel has element-wise routines; all but the reference a GEMM table of its id
+         * and name */
+        CHECK(ops->eltwise && ops->eltwise->swiglu && ops->eltwise->quantize_row);
+        CHECK((ops->gemm == NULL) == (k == QMOE_KERNEL_REFERENCE));
+        CHECK(ops->gemm == qmoe_gemm_isa_for(k));
+        if (ops->gemm) {
+            CHECK(ops->gemm->kernel_id == k && !strcmp(ops->gemm->name, ops->name));
+            CHECK(qmoe_kernel_row_block(ops) > 0 && qmoe_kernel_col_align(ops) == QMOE_PK_UNIT);
+        }
     }
     setenv("QMOE_ISA", "portable", 1); /* the cap does not apply to explicit requests */
     CHECK(qmoe_kernel_lookup(best_at_most(-1))->id == best_at_most(-1));
