@@ -5,6 +5,7 @@
 
 #include "kernels/cpu_features.h"
 #include "kernels/gmm_fast.h"
+#include "kernels/isa_list.h"
 #include "kernels/kernel.h"
 #include "qmoe/qmoe.h"
 #include "support/testlib.h"
@@ -72,8 +73,26 @@ int main(void)
     CHECK(auto_with(NULL) == best_at_most(-1));
     unsetenv("QMOE_ISA");
 
+    /* The names: one per id, dense from auto through the list's last kernel (auto, reference,
+     * portable, then one per entry of kernels/isa_list.h), distinct, "unknown" past them; every
+     * kernel of AUTO's order among them, portable and reference last. */
+    int32_t ids = 0;
+    while (ids < 64 && strcmp(qmoe_kernel_name((qmoe_kernel)ids), "unknown")) ids++;
+#define ONE_(...) +1
+    CHECK(ids == QMOE_KERNEL_PORTABLE + 1 QMOE_ISA_LIST(ONE_, QMOE_ISA_SKIP));
+#undef ONE_
+    CHECK(!strcmp(qmoe_kernel_name((qmoe_kernel)-1), "unknown"));
+    for (int32_t a = 0; a < ids; a++)
+        for (int32_t b = a + 1; b < ids; b++)
+            CHECK(strcmp(qmoe_kernel_name((qmoe_kernel)a), qmoe_kernel_name((qmoe_kernel)b)));
+    size_t norder;
+    const int32_t *order = qmoe_kernel_priority(&norder);
+    CHECK(norder >= 2 && order[norder - 2] == QMOE_KERNEL_PORTABLE &&
+          order[norder - 1] == QMOE_KERNEL_REFERENCE);
+    for (size_t i = 0; i < norder; i++) CHECK(order[i] > QMOE_KERNEL_AUTO && order[i] < ids);
+
     /* explicit requests: the kernel itself, or NULL when the CPU cannot run it */
-    for (int32_t k = QMOE_KERNEL_REFERENCE; k <= QMOE_KERNEL_NEON_I8MM; k++) {
+    for (int32_t k = QMOE_KERNEL_REFERENCE; k < ids; k++) {
         const qmoe_kernel_entry *ops = qmoe_kernel_lookup(k);
         CHECK_MSG(qmoe_cpu_runs_kernel(k) ? ops && ops->id == k : ops == NULL, "kernel %d", k);
         if (!ops) continue;
@@ -91,6 +110,7 @@ int main(void)
     setenv("QMOE_ISA", "portable", 1); /* the cap does not apply to explicit requests */
     CHECK(qmoe_kernel_lookup(best_at_most(-1))->id == best_at_most(-1));
     unsetenv("QMOE_ISA");
+    CHECK(qmoe_kernel_lookup(ids) == NULL);
     CHECK(qmoe_kernel_lookup(99) == NULL);
     CHECK(qmoe_kernel_lookup(-1) == NULL);
 

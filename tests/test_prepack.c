@@ -532,6 +532,10 @@ static void check_refusals(qt_rng *r)
         raw->cpu ^= 1u << 7;
         REFUSED(run_op(&c, c.tx, view, NULL, NULL, c.N2, QMOE_KERNEL_AUTO, 1, &res), "CPU");
         raw->cpu ^= 1u << 7;
+        /* the CPU word holds the features of the kernel it was packed for, on every
+         * architecture (the NEON kernels' were once left out: a word of 0 on ARM) */
+        CHECK_MSG(auto_k == QMOE_KERNEL_PORTABLE || raw->cpu != 0, "%s: CPU word 0",
+                  qmoe_kernel_name(auto_k));
         const void *b = raw->build;
         raw->build = &res;
         REFUSED(run_op(&c, c.tx, view, NULL, NULL, c.N2, QMOE_KERNEL_AUTO, 1, &res), "build");

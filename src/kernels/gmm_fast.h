@@ -36,6 +36,14 @@ typedef struct qmoe_gemm_isa {
     int mr;            /* rows per micro-tile */
     int nu;            /* units per micro-tile (<= QMOE_PK_BLOCK) */
     int mc;            /* rows per accumulator block of the driver (0: its default) */
+    int row_block;     /* rows per block call the planners aim for (0: 512): each call packs its
+                          column panels once and every row reuses them */
+    /* Optional (NULL: none): blocks of fewer than few_rows_below rows run on this table instead
+     * (the same bits); release, called on the thread that ran a block after it (state the
+     * micro-kernels set up). */
+    const struct qmoe_gemm_isa *few_rows;
+    int few_rows_below;
+    void (*release)(void);
 
     /* acc[r * ldacc + c] (= or +=) sum_{q < kq} sum_{t < 4} x[r * ldx + 4q + t] * wp[q * wstep +
      * 4c + t] for r < mr, c < 16 * nu (unit u at wp + 64u). wstep 0 repeats one step. */
@@ -100,19 +108,6 @@ typedef struct qmoe_gemm_isa {
     /* Optional (NULL: the portable loop): n floats -> bfloat16 by core/halfconv.h's
      * qmoe_f32_to_bf16, the same bits (epilogues with bf16 output). */
     void (*to_bf16)(uint16_t *d, const float *v, int64_t n);
-
-    /* Optional (0: 512): rows per block call the operators' planners aim for (each call packs
-     * its column panels once and every row reuses them). */
-    int row_block;
-
-    /* Optional (NULL: none): blocks of fewer than few_rows_below rows run on this table instead
-     * (its results are the same bits). */
-    const struct qmoe_gemm_isa *few_rows;
-    int few_rows_below;
-
-    /* Optional (NULL: none): called on the thread that ran a block, after it (e.g. releasing
-     * state the micro-kernels set up). */
-    void (*release)(void);
 
     /* The benchmark's peak: `iters` rounds of the set's int8 dot-product instruction on
      * independent register accumulators; returns the int8 operations done (2 per multiply-add). */
