@@ -1,10 +1,12 @@
 /*
  * The instruction sets of qmoe's kernels: the one list. Adding an instruction set is its kernel
- * files (src/kernels/...<suffix>.c, defining qmoe_isa_<name>) plus one entry here; from the list
- * come the kernel registry and AUTO's order (registry.c), the names, the CPU checks
- * (cpu_features.c), the check against the public enum qmoe_kernel (include/qmoe/qmoe.h, whose
- * value the entry needs), and the compiler flags, the compiler probes and QMOE_HAVE_<SET>
- * (cmake/qmoe_isa.cmake reads this file). Python and the CLI ask the library for the names.
+ * files (src/kernels/...<suffix>.c, defining qmoe_isa_<name>; the test
+ * tests/test_kernel_<suffix>.c) plus one entry here, with its value in the public enum qmoe_kernel (include/qmoe/qmoe.h, which
+ * cannot include this file). From the list come the kernel registry and AUTO's order
+ * (registry.c), the names, the CPU checks (cpu_features.c), the check that the enum and the list
+ * agree (registry.c), and the compiler flags, the compiler probes and QMOE_HAVE_<SET>
+ * (cmake/qmoe_isa.cmake reads this file). Python, the CLI and the tests ask the library for the
+ * names.
  *
  * A kernel entry: ISA(SET, name, arch, suffix, needs, eltwise, (check), "flags", "gnu", "probe")
  *   SET      QMOE_KERNEL_<SET> (public enum) and QMOE_HAVE_<SET> (1: this build compiled it)
