@@ -1,6 +1,6 @@
 #define _POSIX_C_SOURCE 200809L
 /*
- * bench_kernel: one expert's swiglu_block + quantize_rows called directly with large blocks
+ * bench_kernel: one expert's qmoe_swiglu_quant_block + _rows called directly with large blocks
  * (rows split over threads), FRACTAL_NZ weights, for tuning the micro-kernels independently of
  * the driver. usage: bench_kernel KERNEL M K N a8w8|a8w4 G THREADS REPEAT
  */
@@ -12,9 +12,10 @@
 
 #include "kernels/gmm_fast.h"
 #include "kernels/kernel.h"
+#include "kernels/swiglu_quant.h"
 
 typedef struct job {
-    const qmoe_kernel_ops *k;
+    const qmoe_kernel_entry *k;
     const qmoe_gmm_params *p;
     int64_t m0, m1;
     void *scratch;
@@ -30,8 +31,8 @@ static void *run(void *arg)
     int64_t rb = getenv("ROWS") ? atoll(getenv("ROWS")) : 512;
     for (int64_t m = j->m0; m < j->m1; m += rb) {
         int64_t me = m + rb < j->m1 ? m + rb : j->m1;
-        j->k->swiglu_block(j->p, &ctx, 0, m, me, 0, N2, j->s + (m - j->m0) * N2, N2);
-        j->k->quantize_rows(j->p, j->s + (m - j->m0) * N2, N2, m, me);
+        qmoe_swiglu_quant_block(j->k, j->p, &ctx, 0, m, me, 0, N2, j->s + (m - j->m0) * N2, N2);
+        qmoe_swiglu_quant_rows(j->k, j->p, j->s + (m - j->m0) * N2, N2, m, me);
     }
     return NULL;
 }
@@ -54,7 +55,7 @@ int main(int argc, char **argv)
     int kid = atoi(argv[1]);
     int64_t M = atoll(argv[2]), K = atoll(argv[3]), N = atoll(argv[4]), G = atoll(argv[6]);
     int a8w4 = !strcmp(argv[5], "a8w4"), T = atoi(argv[7]), R = atoi(argv[8]);
-    const qmoe_kernel_ops *k = qmoe_kernel_lookup(kid);
+    const qmoe_kernel_entry *k = qmoe_kernel_lookup(kid);
     if (!k) {
         fprintf(stderr, "kernel %d not available\n", kid);
         return 1;
@@ -91,7 +92,7 @@ int main(int argc, char **argv)
     for (int t = 0; t < T; t++) {
         jobs[t].k = k, jobs[t].p = &p;
         jobs[t].m0 = M * t / T, jobs[t].m1 = M * (t + 1) / T;
-        jobs[t].bytes = k->scratch_bytes(&p, getenv("ROWS") ? atoll(getenv("ROWS")) : 512, p.N2);
+        jobs[t].bytes = qmoe_swiglu_quant_scratch_bytes(k, &p, getenv("ROWS") ? atoll(getenv("ROWS")) : 512, p.N2);
         jobs[t].scratch = aligned_alloc(64, (jobs[t].bytes + 63) & ~(uint64_t)63);
         jobs[t].s = malloc(sizeof(float) * (size_t)((jobs[t].m1 - jobs[t].m0) * p.N2));
     }

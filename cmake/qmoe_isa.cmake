@@ -1,28 +1,14 @@
-# Per-instruction-set kernels, by file-name suffix (x86-64: *_avx2.c, *_avxvnni.c, *_avx512vnni.c,
-# *_amx.c; aarch64: *_neon.c, *_neondot.c, *_i8mm.c): each gets its set's compiler flags, and only
-# where the target architecture is the set's and this compiler takes them (checked once, with the
-# intrinsics the kernels use). Files of a set that is not
-# available are left out of the build, and every source sees QMOE_HAVE_<SET> (0 or 1), so the
-# registry lists only the kernels that were compiled; the portable kernel builds everywhere.
+# Per-instruction-set kernels, from the one list src/kernels/isa_list.h: each set's files (by
+# file-name suffix, *_<suffix>.c) get its compiler flags (those of the set it needs first), and
+# only where the target architecture is the set's and this compiler takes them (checked once, by
+# the entry's probe). Files of a set that is not available are left out of the build, and every
+# source sees QMOE_HAVE_<SET> (0 or 1), so the registry lists only the kernels that were
+# compiled; the portable kernel builds everywhere.
 include(CheckCSourceCompiles)
 
-set(QMOE_ISA_FLAGS_AVX2 "-mavx2;-mfma;-mf16c")
-set(QMOE_ISA_FLAGS_AVX_VNNI "-mavx2;-mavxvnni;-mfma;-mf16c")
-set(QMOE_ISA_FLAGS_AVX512_VNNI "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512vnni;-mfma;-mf16c")
-set(QMOE_ISA_FLAGS_AMX_INT8 "-mamx-tile;-mamx-int8;${QMOE_ISA_FLAGS_AVX512_VNNI}")
-# aarch64: NEON is part of the base architecture; the epilogue's float steps must not be contracted
-# into fused multiply-adds where the portable code has separate roundings (-ffp-contract=off).
-set(QMOE_ISA_FLAGS_NEON "-ffp-contract=off")
-set(QMOE_ISA_FLAGS_NEON_DOT "-march=armv8.2-a+dotprod;-ffp-contract=off")
-set(QMOE_ISA_FLAGS_NEON_I8MM "-march=armv8.2-a+dotprod+i8mm;-ffp-contract=off")
-if(CMAKE_C_COMPILER_ID STREQUAL "GNU")
-  # GCC's pre-allocation scheduling hoists the next steps' weight loads and spills accumulators
-  # in both micro-kernels (24 live tiles); without it their loops have no stack traffic.
-  list(APPEND QMOE_ISA_FLAGS_NEON_DOT -fno-schedule-insns)
-  list(APPEND QMOE_ISA_FLAGS_NEON_I8MM -fno-schedule-insns)
-endif()
+set(QMOE_ISA_LIST_FILE "${CMAKE_CURRENT_LIST_DIR}/../src/kernels/isa_list.h")
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${QMOE_ISA_LIST_FILE}")
 
-# One probe per set: the flags and an intrinsic only that set has, on the set's architecture.
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64|amd64")
   set(QMOE_ISA_ARCH x86_64)
 elseif(CMAKE_SYSTEM_PROCESSOR MATCHES "aarch64|arm64|ARM64")
@@ -30,76 +16,102 @@ elseif(CMAKE_SYSTEM_PROCESSOR MATCHES "aarch64|arm64|ARM64")
 else()
   set(QMOE_ISA_ARCH other)
 endif()
-function(qmoe_isa_probe var flags body)
+
+# Read the list: continued lines joined, comments dropped, `;` kept out of CMake's list syntax.
+file(READ "${QMOE_ISA_LIST_FILE}" _text)
+string(REPLACE ";" "<semicolon>" _text "${_text}")
+string(REGEX REPLACE "\\\\\n" " " _text "${_text}")
+string(REGEX REPLACE "/\\*([^*]|\\*+[^*/])*\\*+/" " " _text "${_text}")
+set(_str "\"[^\"]*\"")
+string(REGEX MATCHALL "(ISA|BASE)\\([^\"]*${_str} *, *${_str} *, *(${_str} *)+\\)" _entries
+  "${_text}")
+set(QMOE_ISA_SETS "")
+foreach(_e IN LISTS _entries)
+  if(NOT _e MATCHES "^(ISA|BASE)\\( *([A-Z0-9_]+) *, *([a-z0-9_]+) *, *([a-z0-9_]+) *, *([a-z0-9_]+) *, *([A-Z0-9_]+) *, *([a-z0-9_]+) *, *\\([^\"]*\\) *,")
+    message(FATAL_ERROR "src/kernels/isa_list.h: cannot read the entry ${_e}")
+  endif()
+  set(_set ${CMAKE_MATCH_2})
+  list(APPEND QMOE_ISA_SETS ${_set})
+  set(QMOE_ISA_NAME_${_set} ${CMAKE_MATCH_3})
+  set(QMOE_ISA_ARCH_${_set} ${CMAKE_MATCH_4})
+  set(QMOE_ISA_SUFFIX_${_set} ${CMAKE_MATCH_5})
+  set(QMOE_ISA_NEEDS_${_set} ${CMAKE_MATCH_6})
+  string(REGEX MATCH "\"([^\"]*)\" *, *\"([^\"]*)\" *, *((${_str} *)+)\\)$" _tail "${_e}")
+  separate_arguments(_own UNIX_COMMAND "${CMAKE_MATCH_1}")
+  if(CMAKE_C_COMPILER_ID STREQUAL "GNU")
+    separate_arguments(_gnu UNIX_COMMAND "${CMAKE_MATCH_2}")
+    list(APPEND _own ${_gnu})
+  endif()
+  set(QMOE_ISA_OWN_FLAGS_${_set} ${_own})
+  string(REGEX REPLACE "\" *\"" "" _probe "${CMAKE_MATCH_3}")
+  string(REGEX REPLACE "^\"|\" *$" "" _probe "${_probe}")
+  string(REPLACE "<semicolon>" ";" _probe "${_probe}")
+  set(QMOE_ISA_PROBE_${_set} "${_probe}")
+endforeach()
+if(NOT QMOE_ISA_SETS)
+  message(FATAL_ERROR "src/kernels/isa_list.h: no instruction set read")
+endif()
+
+# A set's flags: those of the sets it needs, outermost first, then its own. Its chain: itself
+# and the sets it needs (all must be available).
+foreach(_set IN LISTS QMOE_ISA_SETS)
+  set(_flags "")
+  set(_chain "")
+  set(_s ${_set})
+  while(NOT _s STREQUAL "NONE")
+    if(NOT DEFINED QMOE_ISA_NAME_${_s} OR _s IN_LIST _chain)
+      message(FATAL_ERROR "src/kernels/isa_list.h: ${_set} needs ${_s}, not a set of the list")
+    endif()
+    list(APPEND _chain ${_s})
+    set(_flags ${QMOE_ISA_OWN_FLAGS_${_s}} ${_flags})
+    set(_s ${QMOE_ISA_NEEDS_${_s}})
+  endwhile()
+  set(QMOE_ISA_FLAGS_${_set} ${_flags})
+  set(QMOE_ISA_CHAIN_${_set} ${_chain})
+endforeach()
+
+# One probe per set: its flags and its probe's intrinsics, on the set's architecture.
+function(qmoe_isa_probe set)
+  set(var QMOE_ISA_PROBED_${set})
   if(DEFINED ${var})
     return()
   endif()
-  if(var MATCHES "NEON")
-    set(arch aarch64)
-    set(header arm_neon.h)
-  else()
-    set(arch x86_64)
-    set(header immintrin.h)
-  endif()
-  if(NOT QMOE_ISA_ARCH STREQUAL arch)
+  if(NOT QMOE_ISA_ARCH STREQUAL QMOE_ISA_ARCH_${set})
     set(${var} 0 CACHE INTERNAL "")
     return()
   endif()
-  string(REPLACE ";" " " CMAKE_REQUIRED_FLAGS "${flags}")
+  if(QMOE_ISA_ARCH STREQUAL "aarch64")
+    set(header arm_neon.h)
+  else()
+    set(header immintrin.h)
+  endif()
+  string(REPLACE ";" " " CMAKE_REQUIRED_FLAGS "${QMOE_ISA_FLAGS_${set}}")
   set(CMAKE_REQUIRED_QUIET ON)
   check_c_source_compiles("#include <${header}>
-int main(void) { ${body} }" ${var}_PROBE)
-  if(${var}_PROBE)
+int main(void) { ${QMOE_ISA_PROBE_${set}} }" ${var}_OK)
+  if(${var}_OK)
     set(${var} 1 CACHE INTERNAL "")
   else()
     set(${var} 0 CACHE INTERNAL "")
   endif()
 endfunction()
 
-qmoe_isa_probe(QMOE_HAVE_AVX2 "${QMOE_ISA_FLAGS_AVX2}"
-  "__m256i a = _mm256_set1_epi16(1); a = _mm256_madd_epi16(a, a);
-   __m256 f = _mm256_fmadd_ps(_mm256_set1_ps(1.f), _mm256_set1_ps(2.f), _mm256_set1_ps(3.f));
-   return _mm256_extract_epi32(a, 0) + (int)_mm256_cvtss_f32(f);")
-qmoe_isa_probe(QMOE_HAVE_AVX_VNNI "${QMOE_ISA_FLAGS_AVX_VNNI}"
-  "__m256i a = _mm256_set1_epi8(1);
-   a = _mm256_dpbusd_avx_epi32(a, a, a); return _mm256_extract_epi32(a, 0);")
-qmoe_isa_probe(QMOE_HAVE_AVX512_VNNI "${QMOE_ISA_FLAGS_AVX512_VNNI}"
-  "__m512i a = _mm512_set1_epi8(1);
-   a = _mm512_dpbusd_epi32(a, a, a); return _mm512_reduce_add_epi32(a);")
-qmoe_isa_probe(QMOE_HAVE_AMX_INT8 "${QMOE_ISA_FLAGS_AMX_INT8}"
-  "_tile_zero(0); _tile_dpbssd(0, 1, 2); _tile_release(); return 0;")
-qmoe_isa_probe(QMOE_HAVE_NEON "${QMOE_ISA_FLAGS_NEON}"
-  "float32x4_t f = vrndnq_f32(vdivq_f32(vdupq_n_f32(3.f), vdupq_n_f32(2.f)));
-   return (int)vmaxvq_f32(vmaxnmq_f32(f, f));")
-qmoe_isa_probe(QMOE_HAVE_NEON_DOT "${QMOE_ISA_FLAGS_NEON_DOT}"
-  "int8x16_t a = vdupq_n_s8(1);
-   int32x4_t c = vdotq_laneq_s32(vdupq_n_s32(0), a, a, 1); return vgetq_lane_s32(c, 0);")
-qmoe_isa_probe(QMOE_HAVE_NEON_I8MM "${QMOE_ISA_FLAGS_NEON_I8MM}"
-  "uint8x16_t a = vdupq_n_u8(1); int8x16_t b = vdupq_n_s8(1);
-   int32x4_t c = vusmmlaq_s32(vdupq_n_s32(0), a, b); return vgetq_lane_s32(c, 0);")
-# The NEON dot-product and I8MM tables use the NEON epilogue.
-if(NOT QMOE_HAVE_NEON)
-  set(QMOE_HAVE_NEON_DOT 0 CACHE INTERNAL "" FORCE)
-  set(QMOE_HAVE_NEON_I8MM 0 CACHE INTERNAL "" FORCE)
-endif()
-# The AVX-VNNI table reuses the AVX2 epilogue; the AMX table falls to AVX-512 VNNI below 16 rows.
-if(NOT QMOE_HAVE_AVX2)
-  set(QMOE_HAVE_AVX_VNNI 0 CACHE INTERNAL "" FORCE)
-endif()
-if(NOT QMOE_HAVE_AVX512_VNNI)
-  set(QMOE_HAVE_AMX_INT8 0 CACHE INTERNAL "" FORCE)
-endif()
-set(QMOE_ISA_DEFINITIONS
-  QMOE_HAVE_AVX2=${QMOE_HAVE_AVX2} QMOE_HAVE_AVX_VNNI=${QMOE_HAVE_AVX_VNNI}
-  QMOE_HAVE_AVX512_VNNI=${QMOE_HAVE_AVX512_VNNI} QMOE_HAVE_AMX_INT8=${QMOE_HAVE_AMX_INT8}
-  QMOE_HAVE_NEON=${QMOE_HAVE_NEON} QMOE_HAVE_NEON_DOT=${QMOE_HAVE_NEON_DOT}
-  QMOE_HAVE_NEON_I8MM=${QMOE_HAVE_NEON_I8MM})
-if(NOT QMOE_ISA_REPORTED)
-  set(QMOE_ISA_REPORTED ON CACHE INTERNAL "")
-  message(STATUS "qmoe kernels compiled: portable"
-    " avx2=${QMOE_HAVE_AVX2} avx_vnni=${QMOE_HAVE_AVX_VNNI}"
-    " avx512_vnni=${QMOE_HAVE_AVX512_VNNI} amx_int8=${QMOE_HAVE_AMX_INT8}"
-    " neon=${QMOE_HAVE_NEON} neon_dot=${QMOE_HAVE_NEON_DOT} neon_i8mm=${QMOE_HAVE_NEON_I8MM}")
+set(QMOE_ISA_DEFINITIONS "")
+set(_report "qmoe kernels compiled: portable")
+foreach(_set IN LISTS QMOE_ISA_SETS)
+  set(QMOE_HAVE_${_set} 1)
+  foreach(_s IN LISTS QMOE_ISA_CHAIN_${_set})
+    qmoe_isa_probe(${_s})
+    if(NOT QMOE_ISA_PROBED_${_s})
+      set(QMOE_HAVE_${_set} 0)
+    endif()
+  endforeach()
+  list(APPEND QMOE_ISA_DEFINITIONS QMOE_HAVE_${_set}=${QMOE_HAVE_${_set}})
+  string(APPEND _report " ${QMOE_ISA_NAME_${_set}}=${QMOE_HAVE_${_set}}")
+endforeach()
+if(NOT QMOE_ISA_REPORTED STREQUAL _report)
+  set(QMOE_ISA_REPORTED "${_report}" CACHE INTERNAL "")
+  message(STATUS "${_report}")
 endif()
 
 # Flags for the files of available sets; the others are not compiled (HEADER_FILE_ONLY keeps them
@@ -108,21 +120,11 @@ endif()
 function(qmoe_apply_isa_flags sources)
   foreach(src ${sources})
     set(isa "")
-    if(src MATCHES "_i8mm\\.c$")
-      set(isa NEON_I8MM)
-    elseif(src MATCHES "_neondot\\.c$")
-      set(isa NEON_DOT)
-    elseif(src MATCHES "_neon\\.c$")
-      set(isa NEON)
-    elseif(src MATCHES "_amx\\.c$")
-      set(isa AMX_INT8)
-    elseif(src MATCHES "_avx512vnni\\.c$")
-      set(isa AVX512_VNNI)
-    elseif(src MATCHES "_avxvnni\\.c$")
-      set(isa AVX_VNNI)
-    elseif(src MATCHES "_avx2\\.c$")
-      set(isa AVX2)
-    endif()
+    foreach(_set IN LISTS QMOE_ISA_SETS)
+      if(src MATCHES "_${QMOE_ISA_SUFFIX_${_set}}\\.c$")
+        set(isa ${_set})
+      endif()
+    endforeach()
     set_property(SOURCE ${src} APPEND PROPERTY COMPILE_DEFINITIONS ${QMOE_ISA_DEFINITIONS})
     if(isa AND QMOE_HAVE_${isa})
       set_property(SOURCE ${src} APPEND PROPERTY COMPILE_OPTIONS ${QMOE_ISA_FLAGS_${isa}})

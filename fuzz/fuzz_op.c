@@ -366,11 +366,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int8_t *ref = fz_xcalloc(c.out_bytes, 1), *out = fz_xcalloc(c.out_bytes, 1), *out1 = fz_xcalloc(c.out_bytes, 1);
     float *ref_s = fz_xcalloc(c.outs_count, sizeof(float)), *outs = fz_xcalloc(c.outs_count, sizeof(float)),
           *outs1 = fz_xcalloc(c.outs_count, sizeof(float));
-    static const qmoe_kernel kernels[] = {QMOE_KERNEL_REFERENCE, QMOE_KERNEL_PORTABLE, QMOE_KERNEL_AVX2,
-                                          QMOE_KERNEL_AVX_VNNI, QMOE_KERNEL_AVX512_VNNI,
-                                          QMOE_KERNEL_AMX_INT8, QMOE_KERNEL_NEON_DOT,
-                                          QMOE_KERNEL_NEON_I8MM};
-    for (size_t k = 0; k < sizeof kernels / sizeof kernels[0]; k++) {
+    /* every kernel the library names (the reference first), from its one list of instruction
+     * sets: the ids are dense, the first unnamed one ends them */
+    qmoe_kernel kernels[64];
+    size_t nkernels = 0;
+    while (nkernels < 64 && strcmp(qmoe_kernel_name((qmoe_kernel)(nkernels + 1)), "unknown")) {
+        kernels[nkernels] = (qmoe_kernel)(nkernels + 1);
+        nkernels++;
+    }
+    for (size_t k = 0; k < nkernels; k++) {
         const int thread_counts[] = {1, many};
         int available = 1;
         for (int t = 0; t < 2 && available; t++) {

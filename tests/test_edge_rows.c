@@ -16,6 +16,7 @@
 #include "kernels/cpu_features.h"
 #include "kernels/gmm_fast.h"
 #include "kernels/kernel.h"
+#include "kernels/swiglu_quant.h"
 #include "qmoe/qmoe.h"
 #include "support/oracle.h"
 #include "support/testlib.h"
@@ -55,12 +56,12 @@ static void params_for(const edge_case *c, const uint8_t *wst, qmoe_gmm_params *
 }
 
 /* Runs every expert through kernel k in blocks of rb rows x cb columns. */
-static void run_kernel(const qmoe_kernel_ops *k, qmoe_gmm_params *p, int64_t rb, int64_t cb,
+static void run_kernel(const qmoe_kernel_entry *k, qmoe_gmm_params *p, int64_t rb, int64_t cb,
                        int8_t *out, float *scale)
 {
     int64_t M = p->M, N2 = p->N2;
     float *S = edge_alloc(sizeof(float) * (size_t)(M * N2 + 1));
-    uint64_t bytes = k->scratch_bytes(p, rb, cb);
+    uint64_t bytes = qmoe_swiglu_quant_scratch_bytes(k, p, rb, cb);
     void *scratch = aligned_alloc(64, (bytes + 64) & ~(uint64_t)63);
     if (!scratch) abort();
     qmoe_thread_ctx ctx = {.thread = 0, .nthreads = 1, .scratch = scratch, .scratch_bytes = bytes};
@@ -69,11 +70,11 @@ static void run_kernel(const qmoe_kernel_ops *k, qmoe_gmm_params *p, int64_t rb,
             int64_t me = m + rb < p->gl[e] ? m + rb : p->gl[e];
             for (int64_t j = 0; j < N2; j += cb) {
                 int64_t je = j + cb < N2 ? j + cb : N2;
-                k->swiglu_block(p, &ctx, e, m, me, j, je, S + m * N2 + j, N2);
+                qmoe_swiglu_quant_block(k, p, &ctx, e, m, me, j, je, S + m * N2 + j, N2);
             }
         }
     p->out = out, p->out_scale = scale;
-    k->quantize_rows(p, S, N2, 0, M);
+    qmoe_swiglu_quant_rows(k, p, S, N2, 0, M);
     free(scratch);
     free(S);
 }
@@ -104,8 +105,9 @@ static int64_t compare(const edge_case *c, const char *kname, const char *how, c
  * random; every S bit equal. */
 static void check_swiglu_bits(void)
 {
-    const qmoe_gemm_isa *v2 = qmoe_gemm_isa_for(QMOE_KERNEL_AVX2);
-    const qmoe_gemm_isa *v5 = qmoe_gemm_isa_for(QMOE_KERNEL_AVX512_VNNI);
+    const qmoe_kernel_entry *k2 = qmoe_kernel_lookup(QMOE_KERNEL_AVX2);
+    const qmoe_kernel_entry *k5 = qmoe_kernel_lookup(QMOE_KERNEL_AVX512_VNNI);
+    const qmoe_eltwise_isa *v2 = k2 ? k2->eltwise : NULL, *v5 = k5 ? k5->eltwise : NULL;
     if (!v2 || !v5 || !qmoe_cpu_runs_kernel(QMOE_KERNEL_AVX2) ||
         !qmoe_cpu_runs_kernel(QMOE_KERNEL_AVX512_VNNI)) {
         printf("test_edge_rows: AVX2 vs AVX-512 SwiGLU bits skipped: this CPU lacks one\n");
@@ -169,8 +171,9 @@ static void check_swiglu_clamp_bits(void)
                      const float *, float, float *, int64_t);
     int tables = 0;
     for (int32_t id = QMOE_KERNEL_PORTABLE; id < 16; id++) {
-        const qmoe_gemm_isa *isa = qmoe_gemm_isa_for(id);
-        if (!isa || !qmoe_cpu_runs_kernel(id)) continue;
+        const qmoe_kernel_entry *k = qmoe_kernel_lookup(id);
+        const qmoe_eltwise_isa *isa = k ? k->eltwise : NULL;
+        if (!isa) continue;
         int dup = 0;
         for (int i = 0; i < tables; i++) dup |= seen[i] == isa->swiglu;
         if (dup) continue;
@@ -210,7 +213,7 @@ int main(void)
     check_swiglu_clamp_bits();
     int ran[NKERNELS] = {0};
     for (size_t i = 0; i < NKERNELS; i++) {
-        const qmoe_kernel_ops *k = qmoe_kernel_lookup(kernel_ids[i]);
+        const qmoe_kernel_entry *k = qmoe_kernel_lookup(kernel_ids[i]);
         if (!k) {
             /* only an instruction set this CPU lacks may be missing */
             CHECK(!qmoe_cpu_runs_kernel(kernel_ids[i]));
@@ -234,7 +237,7 @@ int main(void)
             {c.M, N2, "whole experts"}, {16, N2, "16-row blocks"}, {3, 16, "3 rows x 16 columns"},
             {1, 5, "1 row x 5 columns"}};
         for (size_t i = 0; i < NKERNELS; i++) {
-            const qmoe_kernel_ops *k = qmoe_kernel_lookup(kernel_ids[i]);
+            const qmoe_kernel_entry *k = qmoe_kernel_lookup(kernel_ids[i]);
             if (!k) continue;
             ran[i] = 1;
             /* the reference kernel is slow on huge K and has no blocking of its own */

@@ -8,6 +8,10 @@ static void check_fold_fused(const qmoe_gemm_isa *isa, int cases)
 {
     qmoe_gemm_isa plain = *isa;
     plain.gemm_fold = NULL;
+    const qmoe_kernel_entry *k = qmoe_kernel_lookup(QMOE_KERNEL_AVX512_VNNI);
+    qmoe_kernel_entry as_is = *k, unfused = *k;
+    as_is.gemm = isa;
+    unfused.gemm = &plain;
     qt_rng r = {4242};
     int fused = 0;
     for (int i = 0; i < cases; i++) {
@@ -19,14 +23,14 @@ static void check_fold_fused(const qmoe_gemm_isa *isa, int cases)
             int64_t m0 = kc_start(&c, e), m1 = c.ends[e], rows = m1 - m0;
             if (rows < 1) continue;
             fused += rows > isa->mr && p->group_k > 0;
-            uint64_t bytes = qmoe_fast_scratch_bytes(isa, p, rows, N2);
+            uint64_t bytes = qmoe_swiglu_quant_scratch_bytes(&as_is, p, rows, N2);
             void *sp = aligned_alloc(64, (bytes + 63) & ~(uint64_t)63);
             float *a = calloc((size_t)(rows * N2 + 1), sizeof(float));
             float *b = calloc((size_t)(rows * N2 + 1), sizeof(float));
             qmoe_thread_ctx ctx = {.thread = 0, .nthreads = 1, .scratch = sp,
                                    .scratch_bytes = bytes};
-            qmoe_fast_swiglu_block(isa, p, &ctx, e, m0, m1, 0, N2, a, N2);
-            qmoe_fast_swiglu_block(&plain, p, &ctx, e, m0, m1, 0, N2, b, N2);
+            qmoe_swiglu_quant_block(&as_is, p, &ctx, e, m0, m1, 0, N2, a, N2);
+            qmoe_swiglu_quant_block(&unfused, p, &ctx, e, m0, m1, 0, N2, b, N2);
             CHECK_MSG(!memcmp(a, b, sizeof(float) * (size_t)(rows * N2)),
                       "gemm_fold differs from gemm + fold: mode %d G %lld K %lld N %lld rows %lld",
                       p->mode, (long long)p->G, (long long)p->K, (long long)p->N, (long long)rows);

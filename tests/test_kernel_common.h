@@ -22,6 +22,7 @@
 #include "kernels/cpu_features.h"
 #include "kernels/gmm_fast.h"
 #include "kernels/kernel.h"
+#include "kernels/swiglu_quant.h"
 #include "support/oracle.h"
 #include "support/testlib.h"
 
@@ -194,19 +195,19 @@ static int64_t kc_start(const kcase *c, int64_t e) { return e ? c->ends[e - 1] :
 
 /* Runs one expert's rows through the kernel in blocks of random rows x random columns; the
  * scratchpad is sized by the kernel's own scratch_bytes for the largest block. */
-static void run_expert(const qmoe_kernel_ops *k, const qmoe_gmm_params *p, int64_t e,
+static void run_expert(const qmoe_kernel_entry *k, const qmoe_gmm_params *p, int64_t e,
                        int64_t m0, int64_t m1, float *S, qt_rng *r, int split)
 {
     int64_t rb = split ? qt_range(r, 1, 24) : (m1 - m0 > 0 ? m1 - m0 : 1);
     int64_t cb = split ? qt_range(r, 1, p->N2) : p->N2;
-    uint64_t bytes = k->scratch_bytes(p, rb, cb);
+    uint64_t bytes = qmoe_swiglu_quant_scratch_bytes(k, p, rb, cb);
     void *scratch = aligned_alloc(64, (bytes + 63) & ~(uint64_t)63);
     qmoe_thread_ctx ctx = {.thread = 0, .nthreads = 1, .scratch = scratch, .scratch_bytes = bytes};
     for (int64_t m = m0; m < m1; m += rb) {
         int64_t me = m + rb < m1 ? m + rb : m1;
         for (int64_t j = 0; j < p->N2; j += cb) {
             int64_t je = j + cb < p->N2 ? j + cb : p->N2;
-            k->swiglu_block(p, &ctx, e, m, me, j, je, S + m * p->N2 + j, p->N2);
+            qmoe_swiglu_quant_block(k, p, &ctx, e, m, me, j, je, S + m * p->N2 + j, p->N2);
         }
     }
     free(scratch);
@@ -324,8 +325,9 @@ static void check_row(const kcase *c, const koracle *o, int64_t m, const int8_t 
     }
 }
 
-static void check_outputs(const qmoe_kernel_ops *k, kcase *c, qt_rng *r, kstats *st)
+static void check_outputs(const qmoe_kernel_entry *k, kcase *c, qt_rng *r, kstats *st)
 {
+    const qmoe_kernel_entry *ref = qmoe_kernel_lookup(QMOE_KERNEL_REFERENCE);
     qmoe_gmm_params *p = &c->p;
     int64_t M = p->M, N2 = p->N2;
     float *S = calloc((size_t)(M * N2 + 1), sizeof(float));
@@ -340,7 +342,7 @@ static void check_outputs(const qmoe_kernel_ops *k, kcase *c, qt_rng *r, kstats 
         int64_t m0 = kc_start(c, e), m1 = c->ends[e];
         run_expert(k, p, e, m0, m1, S, r, 0);
         run_expert(k, p, e, m0, m1, S2, r, 1);
-        qmoe_kernel_reference.swiglu_block(p, NULL, e, m0, m1, 0, N2, Sr + m0 * N2, N2);
+        qmoe_swiglu_quant_block(ref, p, NULL, e, m0, m1, 0, N2, Sr + m0 * N2, N2);
     }
     CHECK_MSG(!memcmp(S, S2, sizeof(float) * (size_t)(M * N2)),
               "%s: S differs between one block and split blocks (K=%lld N=%lld)", k->name,
@@ -349,10 +351,10 @@ static void check_outputs(const qmoe_kernel_ops *k, kcase *c, qt_rng *r, kstats 
     koracle o = oracle_of(c);
     p->out = out;
     p->out_scale = sc;
-    k->quantize_rows(p, S, N2, 0, last);
+    qmoe_swiglu_quant_rows(k, p, S, N2, 0, last);
     p->out = outr;
     p->out_scale = scr;
-    qmoe_kernel_reference.quantize_rows(p, Sr, N2, 0, last);
+    qmoe_swiglu_quant_rows(ref, p, Sr, N2, 0, last);
     for (int64_t m = 0; m < last; m++) check_row(c, &o, m, out, sc[m], outr, st);
     /* rows past the last group are not written */
     int untouched = 1;
@@ -425,9 +427,9 @@ static void check_extremes(const qmoe_gemm_isa *isa)
 static int kernel_test_main(int32_t kernel_id, const char *suite, int cases)
 {
     if (!qmoe_cpu_runs_kernel(kernel_id)) return qt_skip(suite, "this CPU cannot run the kernel");
-    const qmoe_kernel_ops *k = qmoe_kernel_lookup(kernel_id);
+    const qmoe_kernel_entry *k = qmoe_kernel_lookup(kernel_id);
     const qmoe_gemm_isa *isa = qmoe_gemm_isa_for(kernel_id);
-    CHECK(k != NULL && isa != NULL && k->id == kernel_id);
+    CHECK(k != NULL && isa != NULL && k->id == kernel_id && k->gemm == isa && k->eltwise);
     if (!k || !isa) return qt_finish(suite);
     check_extremes(isa);
     qt_rng r = {(uint64_t)kernel_id * 7919u};

@@ -4,6 +4,8 @@
 #include <string.h>
 
 #include "kernels/cpu_features.h"
+#include "kernels/gmm_fast.h"
+#include "kernels/isa_list.h"
 #include "kernels/kernel.h"
 #include "qmoe/qmoe.h"
 #include "support/testlib.h"
@@ -24,7 +26,7 @@ static int32_t auto_with(const char *isa)
 {
     if (isa) setenv("QMOE_ISA", isa, 1);
     else unsetenv("QMOE_ISA");
-    const qmoe_kernel_ops *k = qmoe_kernel_lookup(QMOE_KERNEL_AUTO);
+    const qmoe_kernel_entry *k = qmoe_kernel_lookup(QMOE_KERNEL_AUTO);
     return k ? k->id : -1;
 }
 
@@ -71,15 +73,44 @@ int main(void)
     CHECK(auto_with(NULL) == best_at_most(-1));
     unsetenv("QMOE_ISA");
 
+    /* The names: one per id, dense from auto through the list's last kernel (auto, reference,
+     * portable, then one per entry of kernels/isa_list.h), distinct, "unknown" past them; every
+     * kernel of AUTO's order among them, portable and reference last. */
+    int32_t ids = 0;
+    while (ids < 64 && strcmp(qmoe_kernel_name((qmoe_kernel)ids), "unknown")) ids++;
+#define ONE_(...) +1
+    CHECK(ids == QMOE_KERNEL_PORTABLE + 1 QMOE_ISA_LIST(ONE_, QMOE_ISA_SKIP));
+#undef ONE_
+    CHECK(!strcmp(qmoe_kernel_name((qmoe_kernel)-1), "unknown"));
+    for (int32_t a = 0; a < ids; a++)
+        for (int32_t b = a + 1; b < ids; b++)
+            CHECK(strcmp(qmoe_kernel_name((qmoe_kernel)a), qmoe_kernel_name((qmoe_kernel)b)));
+    size_t norder;
+    const int32_t *order = qmoe_kernel_priority(&norder);
+    CHECK(norder >= 2 && order[norder - 2] == QMOE_KERNEL_PORTABLE &&
+          order[norder - 1] == QMOE_KERNEL_REFERENCE);
+    for (size_t i = 0; i < norder; i++) CHECK(order[i] > QMOE_KERNEL_AUTO && order[i] < ids);
+
     /* explicit requests: the kernel itself, or NULL when the CPU cannot run it */
-    for (int32_t k = QMOE_KERNEL_REFERENCE; k <= QMOE_KERNEL_NEON_I8MM; k++) {
-        const qmoe_kernel_ops *ops = qmoe_kernel_lookup(k);
+    for (int32_t k = QMOE_KERNEL_REFERENCE; k < ids; k++) {
+        const qmoe_kernel_entry *ops = qmoe_kernel_lookup(k);
         CHECK_MSG(qmoe_cpu_runs_kernel(k) ? ops && ops->id == k : ops == NULL, "kernel %d", k);
-        if (ops) CHECK(!strcmp(ops->name, qmoe_kernel_name((qmoe_kernel)k)));
+        if (!ops) continue;
+        CHECK(!strcmp(ops->name, qmoe_kernel_name((qmoe_kernel)k)));
+        /* every kernel has element-wise routines; all but the reference a GEMM table of its id
+         * and name */
+        CHECK(ops->eltwise && ops->eltwise->swiglu && ops->eltwise->quantize_row);
+        CHECK((ops->gemm == NULL) == (k == QMOE_KERNEL_REFERENCE));
+        CHECK(ops->gemm == qmoe_gemm_isa_for(k));
+        if (ops->gemm) {
+            CHECK(ops->gemm->kernel_id == k && !strcmp(ops->gemm->name, ops->name));
+            CHECK(qmoe_kernel_row_block(ops) > 0 && qmoe_kernel_col_align(ops) == QMOE_PK_UNIT);
+        }
     }
     setenv("QMOE_ISA", "portable", 1); /* the cap does not apply to explicit requests */
     CHECK(qmoe_kernel_lookup(best_at_most(-1))->id == best_at_most(-1));
     unsetenv("QMOE_ISA");
+    CHECK(qmoe_kernel_lookup(ids) == NULL);
     CHECK(qmoe_kernel_lookup(99) == NULL);
     CHECK(qmoe_kernel_lookup(-1) == NULL);
 

@@ -62,7 +62,9 @@ int main(void)
         int8_t *ro = rt_alloc((size_t)(M * c.N2)), *eo = rt_alloc((size_t)(M * c.N2));
         float *rs = rt_alloc((size_t)M * sizeof(float)), *es = rt_alloc((size_t)M * sizeof(float));
         rt_expected(&c, QMOE_KERNEL_REFERENCE, ro, rs);
-        for (int32_t k = QMOE_KERNEL_PORTABLE; k <= QMOE_KERNEL_NEON_I8MM; k++) {
+        /* every kernel the library names (kernels/isa_list.h): the ids are dense */
+        for (int32_t k = QMOE_KERNEL_PORTABLE; strcmp(qmoe_kernel_name((qmoe_kernel)k), "unknown");
+             k++) {
             if (!qmoe_cpu_runs_kernel(k)) continue;
             rt_expected(&c, (qmoe_kernel)k, eo, es);
             for (int t = 1; t <= MAX_T; t++)

@@ -19,6 +19,7 @@
 #include "host/gmm_plan.h"
 #include "kernels/cpu_features.h"
 #include "kernels/kernel.h"
+#include "kernels/swiglu_quant.h"
 #include "qmoe/qmoe.h"
 #include "qmoe/weights.h"
 #include "support/oracle.h"
@@ -359,19 +360,19 @@ static void check_ragged_columns(pcase *c, qmoe_kernel kernel, qt_rng *r)
                                                tos, NULL, &o, &wsb, &ex) == QMOE_OK);
     if (ex) {
         const qmoe_gmm_params *p = qmoe_executor_params(ex);
-        const qmoe_kernel_ops *k = qmoe_kernel_lookup(kernel);
+        const qmoe_kernel_entry *k = qmoe_kernel_lookup(kernel);
         int64_t N2 = c->N2;
         float *whole = malloc(sizeof(float) * (size_t)(M * N2 + 1));
         float *parts = malloc(sizeof(float) * (size_t)(M * N2 + 1));
         /* the kernel runs in the scratchpad its planner sizes for the largest block */
-        uint64_t sb = k->scratch_bytes(p, M > 0 ? M : 1, N2);
+        uint64_t sb = qmoe_swiglu_quant_scratch_bytes(k, p, M > 0 ? M : 1, N2);
         void *scratch = aligned_alloc(64, (sb + 63) / 64 * 64);
         qmoe_thread_ctx ctx = {.thread = 0, .nthreads = 1, .scratch = scratch, .scratch_bytes = sb};
         int64_t bad = 0;
         for (int64_t e = 0, m0 = 0; e < c->E; m0 = c->gl[e], e++) {
             int64_t m1 = c->gl[e];
             if (m1 == m0) continue;
-            k->swiglu_block(p, &ctx, e, m0, m1, 0, N2, whole + m0 * N2, N2);
+            qmoe_swiglu_quant_block(k, p, &ctx, e, m0, m1, 0, N2, whole + m0 * N2, N2);
             for (int64_t j = 0; j < N2;) {
                 int64_t j1 = j + qt_range(r, 1, 90);
                 if (j1 > N2) j1 = N2;
@@ -379,7 +380,7 @@ static void check_ragged_columns(pcase *c, qmoe_kernel kernel, qt_rng *r)
                 int64_t w = j1 - j, n = (m1 - m0) * w, guard = 128;
                 float *tmp = malloc(sizeof(float) * (size_t)(n + 2 * guard));
                 for (int64_t i = 0; i < n + 2 * guard; i++) tmp[i] = -12345.0f;
-                k->swiglu_block(p, &ctx, e, m0, m1, j, j1, tmp + guard, w);
+                qmoe_swiglu_quant_block(k, p, &ctx, e, m0, m1, j, j1, tmp + guard, w);
                 for (int64_t i = 0; i < guard; i++)
                     bad += tmp[i] != -12345.0f || tmp[guard + n + i] != -12345.0f;
                 for (int64_t m = m0; m < m1; m++)
@@ -531,6 +532,10 @@ static void check_refusals(qt_rng *r)
         raw->cpu ^= 1u << 7;
         REFUSED(run_op(&c, c.tx, view, NULL, NULL, c.N2, QMOE_KERNEL_AUTO, 1, &res), "CPU");
         raw->cpu ^= 1u << 7;
+        /* the CPU word holds the features of the kernel it was packed for, on every
+         * architecture (the NEON kernels' were once left out: a word of 0 on ARM) */
+        CHECK_MSG(auto_k == QMOE_KERNEL_PORTABLE || raw->cpu != 0, "%s: CPU word 0",
+                  qmoe_kernel_name(auto_k));
         const void *b = raw->build;
         raw->build = &res;
         REFUSED(run_op(&c, c.tx, view, NULL, NULL, c.N2, QMOE_KERNEL_AUTO, 1, &res), "build");

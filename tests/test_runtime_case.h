@@ -12,6 +12,7 @@
 
 #include "host/gmm_plan.h"
 #include "kernels/kernel.h"
+#include "kernels/swiglu_quant.h"
 #include "qmoe/qmoe.h"
 #include "qmoe/runtime.h"
 #include "support/testlib.h"
@@ -142,13 +143,13 @@ static void rt_expected(rt_case *c, qmoe_kernel kernel, int8_t *out, float *scal
     uint64_t wsb = 0;
     if (rt_case_plan(c, 1, 1, kernel, &ex, &wsb)) abort();
     qmoe_gmm_params p = *qmoe_executor_params(ex);
-    const qmoe_kernel_ops *k = qmoe_kernel_lookup(p.kernel);
+    const qmoe_kernel_entry *k = qmoe_kernel_lookup(p.kernel);
     p.out = out;
     p.out_scale = scale;
     p.out_s[0] = c->N2, p.out_s[1] = 1, p.out_scale_s = 1;
     memset(out, RT_SENTINEL, (size_t)(c->M * c->N2));
     memset(scale, RT_SENTINEL, (size_t)c->M * sizeof(float));
-    uint64_t sb = k->scratch_bytes(&p, 1, c->N2);
+    uint64_t sb = qmoe_swiglu_quant_scratch_bytes(k, &p, 1, c->N2);
     void *scratch = rt_alloc((size_t)sb + 64);
     float *row = rt_alloc((size_t)(c->N2 + 1) * sizeof(float));
     qmoe_thread_ctx ctx = {.thread = 0, .nthreads = 1, .scratch = scratch, .scratch_bytes = sb};
@@ -156,8 +157,8 @@ static void rt_expected(rt_case *c, qmoe_kernel kernel, int8_t *out, float *scal
     for (int64_t e = 0; e < c->E; e++) {
         int64_t end = c->count_list ? start + c->gl[e] : c->gl[e];
         for (int64_t m = start; m < end; m++) {
-            k->swiglu_block(&p, &ctx, e, m, m + 1, 0, c->N2, row, c->N2);
-            k->quantize_rows(&p, row, c->N2, m, m + 1);
+            qmoe_swiglu_quant_block(k, &p, &ctx, e, m, m + 1, 0, c->N2, row, c->N2);
+            qmoe_swiglu_quant_rows(k, &p, row, c->N2, m, m + 1);
         }
         start = end;
     }

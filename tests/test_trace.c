@@ -32,7 +32,8 @@ static char *traced_run(rt_case *c, int threads, int devices, int edit, qmoe_dev
         p->row_block = (int32_t)c->M;
         p->row_block_div = qmoe_fastdiv_init((uint32_t)p->row_block);
         p->col_max_rows = 0;
-        p->kernel_scratch_bytes = qmoe_kernel_lookup(p->kernel)->scratch_bytes(p, c->M, c->N2);
+        p->kernel_scratch_bytes =
+            qmoe_swiglu_quant_scratch_bytes(qmoe_kernel_lookup(p->kernel), p, c->M, c->N2);
         p->thread_scratch_bytes = qmoe_gmm_slice_layout_of(p).total;
     } else if (edit == EDIT_NO_COLUMNS) {
         p->col_max_rows = 0;

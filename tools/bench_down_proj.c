@@ -229,7 +229,7 @@ int bench_down_proj(int argc, char **argv)
                 (long long)a.n, err);
         return 2;
     }
-    const qmoe_kernel_ops *k = qmoe_kernel_lookup(QMOE_KERNEL_AUTO);
+    const qmoe_kernel_entry *k = qmoe_kernel_lookup(QMOE_KERNEL_AUTO);
     const qmoe_gemm_isa *isa = k ? qmoe_gemm_isa_for(k->id) : NULL;
     if (!isa) isa = &qmoe_isa_portable;
     fprintf(stderr, "qmoe bench down-proj: measuring the %s peak and DRAM bandwidth on %d threads\n",

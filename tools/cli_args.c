@@ -46,15 +46,45 @@ int args_choice(const char *cmd, const char *opt, const char *text, const char *
     return -1;
 }
 
+/* The library's kernel names, in qmoe_kernel order: dense from 0, the first unnamed id ends them
+ * (so a kernel added to the library's list is known here without a change). */
+enum { MAX_KERNELS = 64 };
+static int kernel_names(const char **names)
+{
+    int n = 0;
+    while (n < MAX_KERNELS && strcmp(qmoe_kernel_name((qmoe_kernel)n), "unknown")) {
+        names[n] = qmoe_kernel_name((qmoe_kernel)n);
+        n++;
+    }
+    return n;
+}
+
 int args_kernel(const char *cmd, const char *text, qmoe_kernel *out)
 {
-    enum { KERNELS = QMOE_KERNEL_NEON_I8MM + 1 };
-    const char *names[KERNELS];
-    int k;
-    for (int i = 0; i < KERNELS; i++) names[i] = qmoe_kernel_name((qmoe_kernel)i);
-    if (args_choice(cmd, "--kernel", text, names, KERNELS, &k)) return -1;
+    const char *names[MAX_KERNELS];
+    int k, n = kernel_names(names);
+    if (args_choice(cmd, "--kernel", text, names, n, &k)) return -1;
     *out = (qmoe_kernel)k;
     return 0;
+}
+
+const char *args_kernel_list(void)
+{
+    static char list[MAX_KERNELS * 16];
+    const char *names[MAX_KERNELS];
+    int n = kernel_names(names);
+    size_t at = 0, col = 20; /* after "  --kernel NAME     ", lines wrap before column 90 */
+    list[0] = '\0';
+    for (int i = 0; i < n && at < sizeof list; i++) {
+        int wrap = i > 0 && col + strlen(names[i]) + 2 > 90;
+        int w = snprintf(list + at, sizeof list - at, "%s%s%s", i == 0 ? "" : wrap ? ",\n" : ", ",
+                         wrap ? "                    " : "", names[i]);
+        col = wrap ? 20 + strlen(names[i]) : col + (size_t)w;
+        at += (size_t)w;
+        if (i == 0 && at < sizeof list)
+            at += (size_t)snprintf(list + at, sizeof list - at, " (default)"), col += 10;
+    }
+    return list;
 }
 
 int args_group_list_type(const char *cmd, const char *text, qmoe_group_list_type *out)

@@ -22,6 +22,8 @@ int args_choice(const char *cmd, const char *opt, const char *text, const char *
 
 /* A kernel by its qmoe_kernel_name ("auto", "reference", ...). */
 int args_kernel(const char *cmd, const char *text, qmoe_kernel *out);
+/* "auto (default), reference, portable, ...": every kernel name of the library. */
+const char *args_kernel_list(void);
 
 /* "cumsum" or "count". */
 int args_group_list_type(const char *cmd, const char *text, qmoe_group_list_type *out);

@@ -39,10 +39,9 @@ static void usage(FILE *f)
         "  --group-list-type cumsum|count   (default cumsum)\n"
         "  --weight-int4-nd  the weight is int8/uint8 [E,K,N/2] of packed int4 (low nibble first)\n"
         "  --weight-scale-bf16  the weight scale is <u2 holding bfloat16 bits\n"
-        "  --kernel NAME     auto (default), reference, portable, avx2, avx_vnni, avx512_vnni,\n"
-        "                    amx_int8, neon_dot, neon_i8mm\n"
+        "  --kernel NAME     %s\n"
         "%s",
-        cli_runtime_help());
+        args_kernel_list(), cli_runtime_help());
 }
 
 static int input_index(const char *opt)

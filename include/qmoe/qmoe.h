@@ -143,6 +143,9 @@ typedef enum qmoe_group_list_type {
     QMOE_GROUP_LIST_COUNT = 1,  /* g[e] is the number of rows of expert e (extension) */
 } qmoe_group_list_type;
 
+/* The kernels. After QMOE_KERNEL_PORTABLE come the instruction sets, one value each in the
+ * order of their entries' ids in the library's one list (src/kernels/isa_list.h; the build
+ * checks that the two agree); qmoe_kernel_name() names every value, and "unknown" past the last. */
 typedef enum qmoe_kernel {
     QMOE_KERNEL_AUTO = 0,      /* the fastest kernel this CPU runs (QMOE_ISA may lower it) */
     QMOE_KERNEL_REFERENCE = 1, /* the plainly written oracle that follows the spec literally */

@@ -37,17 +37,7 @@ FORMAT_FRACTAL_NZ = 1
 GROUP_LIST_CUMSUM = 0
 GROUP_LIST_COUNT = 1
 
-KERNELS = {
-    "auto": 0,
-    "reference": 1,
-    "portable": 2,
-    "avx2": 3,
-    "avx_vnni": 4,
-    "avx512_vnni": 5,
-    "amx_int8": 6,
-    "neon_dot": 7,
-    "neon_i8mm": 8,
-}
+# KERNELS (name -> qmoe_kernel) comes from the library itself, below.
 
 MAX_DIMS = 8
 
@@ -181,6 +171,22 @@ def package_version() -> str:
 
 def kernel_name(kernel: int) -> str:
     return lib.qmoe_kernel_name(kernel).decode()
+
+
+def _kernels() -> dict:
+    """Kernel name -> qmoe_kernel number, as the library names them (its one list of instruction
+    sets, src/kernels/isa_list.h): the numbers are dense from 0 (auto), the first unnamed one
+    ends them."""
+    names = {}
+    for kernel in range(256):
+        name = kernel_name(kernel)
+        if name == "unknown":
+            break
+        names[name] = kernel
+    return names
+
+
+KERNELS = _kernels()
 
 
 class Owned:

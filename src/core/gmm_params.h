@@ -11,7 +11,7 @@
 #include "qmoe/qmoe.h"
 #include "core/fastdiv.h"
 
-struct qmoe_kernel_ops; /* src/kernels/kernel.h */
+struct qmoe_kernel_entry; /* src/kernels/kernel.h */
 
 typedef enum qmoe_gmm_mode {
     QMOE_MODE_A8W8 = 0,
@@ -63,7 +63,8 @@ typedef struct qmoe_gmm_params {
     int32_t per_group;    /* weight_scale is [E,G,N] */
     int32_t group_list_type; /* qmoe_group_list_type */
     int32_t kernel;       /* qmoe_kernel chosen by the planner */
-    const struct qmoe_kernel_ops *kernel_ops; /* its table: phase one's choice, used as is */
+    const struct qmoe_kernel_entry *kernel_entry; /* its registry entry: phase one's choice,
+                                                     used as is */
 
     /* operands: base pointers and strides in elements of each tensor's dtype */
     const int8_t *x;
@@ -93,7 +94,7 @@ typedef struct qmoe_gmm_params {
 
     /* partition and tiling (src/host/gmm_partition.h documents the rules; the driver in
      * src/ops/gmm_run.c follows them to the letter) */
-    int32_t row_block;      /* rows per block: one staged operand slot, one swiglu_block call */
+    int32_t row_block;      /* rows per block: one staged operand slot, one kernel block call */
     int32_t stage_depth;    /* operand buffers per thread in flight on the copy queue (>= 2) */
     int32_t col_block;      /* column split: columns per part are a multiple of this */
     int32_t col_max_rows;   /* column split when a device has fewer row blocks than parts and at
@@ -101,7 +102,7 @@ typedef struct qmoe_gmm_params {
     int32_t rows_per_chunk; /* multi-device chunk (128-byte lines of output and outputScale);
                                0: unsafe to split, device 0 does everything */
     int32_t pad0;
-    uint64_t kernel_scratch_bytes; /* kernel->scratch_bytes(p, row_block, N2) */
+    uint64_t kernel_scratch_bytes; /* qmoe_swiglu_quant_scratch_bytes(k, p, row_block, N2) */
     uint64_t thread_scratch_bytes; /* one thread's scratchpad slice (layout builder) */
     uint64_t device_ws_bytes;      /* workspace bytes per device (column-split S rows) */
     qmoe_fastdiv_t threads_div;    /* by threads: blocks per part */

@@ -4,12 +4,13 @@
 
 #include "core/prepack.h"
 #include "core/status.h"
+#include "kernels/swiglu_quant.h"
 #include "qmoe/runtime.h"
 
 enum {
     LINE = 128,
     MAX_THREADS = 4096,
-    ROW_BLOCK = 32,             /* rows per swiglu_block call when the kernel has no preference */
+    ROW_BLOCK = 32,             /* rows per block call when the kernel has no preference */
     BLOCKS_PER_PART = 4,
     BALANCE_FLOOR = 256,
     STAGE_BYTES = 16 << 20,     /* cap on one staged x block (2048 AMX rows at K = 7168) */
@@ -99,7 +100,7 @@ void qmoe_gmm_plan_split(const qmoe_gmm_params *p, qmoe_gmm_split *split)
     }
 }
 
-qmoe_status qmoe_gmm_plan_execution(qmoe_gmm_params *p, const qmoe_kernel_ops *k, int threads,
+qmoe_status qmoe_gmm_plan_execution(qmoe_gmm_params *p, const qmoe_kernel_entry *k, int threads,
                                     int devices)
 {
     if (devices > QMOE_MAX_DEVICES)
@@ -117,7 +118,7 @@ qmoe_status qmoe_gmm_plan_execution(qmoe_gmm_params *p, const qmoe_kernel_ops *k
         p->threads = per > 0 ? per : 1;
     }
     /* Large blocks: the kernel packs a weight panel once per call and reuses it for each row. */
-    int64_t rb = k->row_block > 0 ? k->row_block : ROW_BLOCK;
+    int64_t rb = qmoe_kernel_row_block(k) > 0 ? qmoe_kernel_row_block(k) : ROW_BLOCK;
     if (p->K > 0 && rb * p->K > STAGE_BYTES) rb = STAGE_BYTES / p->K;
     /* Parts take contiguous runs of blocks, and experts are uneven: keep about BLOCKS_PER_PART
      * blocks per part so the split still balances (never below BALANCE_FLOOR rows per block). */
@@ -130,7 +131,7 @@ qmoe_status qmoe_gmm_plan_execution(qmoe_gmm_params *p, const qmoe_kernel_ops *k
     p->row_block = (int32_t)rb;
     p->stage_depth = 2;
     /* column ranges start at multiples of the kernel's alignment (its fast packing path) */
-    int32_t align = k->col_align > 0 ? k->col_align : 1;
+    int32_t align = qmoe_kernel_col_align(k) > 0 ? qmoe_kernel_col_align(k) : 1;
     p->col_block = (COL_BLOCK + align - 1) / align * align;
     /* prepacked weights come in panels of QMOE_PP_COLS columns: splits start on their edges */
     if (p->pp && p->col_block % QMOE_PP_COLS)
@@ -141,7 +142,7 @@ qmoe_status qmoe_gmm_plan_execution(qmoe_gmm_params *p, const qmoe_kernel_ops *k
                           : 0;
     p->rows_per_chunk = qmoe_gmm_rows_per_chunk(p);
     p->ws_row_bytes = ((uint64_t)p->N2 * sizeof(float) + 63u) & ~(uint64_t)63u;
-    p->kernel_scratch_bytes = k->scratch_bytes(p, rb, p->N2);
+    p->kernel_scratch_bytes = qmoe_swiglu_quant_scratch_bytes(k, p, rb, p->N2);
     p->thread_scratch_bytes = qmoe_gmm_slice_layout_of(p).total;
     p->device_ws_bytes = (uint64_t)p->col_max_rows * p->ws_row_bytes;
     p->workspace_bytes = p->device_ws_bytes * (uint64_t)p->devices;

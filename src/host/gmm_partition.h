@@ -106,7 +106,7 @@ void qmoe_gmm_plan_split(const qmoe_gmm_params *p, qmoe_gmm_split *split);
 /* Fills the execution fields of a validated plan (threads, devices, blocks, splits, scratchpad
  * and workspace sizes, fast-division constants) for kernel `k`. `threads` / `devices` are the
  * caller's options (0: defaults). QMOE_ERR_PARAM_INVALID when they are out of range. */
-qmoe_status qmoe_gmm_plan_execution(qmoe_gmm_params *p, const qmoe_kernel_ops *k, int threads,
+qmoe_status qmoe_gmm_plan_execution(qmoe_gmm_params *p, const qmoe_kernel_entry *k, int threads,
                                     int devices);
 
 #endif

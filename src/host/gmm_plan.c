@@ -311,12 +311,12 @@ qmoe_status qmoe_gmm_plan(const qmoe_tensor *x, const qmoe_tensor *weight,
         return st;
 
     p->group_list_type = o->group_list_type;
-    const qmoe_kernel_ops *k = qmoe_kernel_lookup(o->kernel);
+    const qmoe_kernel_entry *k = qmoe_kernel_lookup(o->kernel);
     if (!k)
         return INVALID(UNSUPPORTED, "options", "options: kernel %s (%d) is unknown or not supported by this CPU",
                        qmoe_kernel_name(o->kernel), (int)o->kernel);
     p->kernel = k->id;
-    p->kernel_ops = k; /* the device runs this table; nothing chooses again */
+    p->kernel_entry = k; /* the device runs this kernel; nothing chooses again */
     if (pp && pp->kernel != k->id)
         return INVALID(UNSUPPORTED, "weight", "weight: prepacked for kernel %s, the operator runs %s",
                        qmoe_kernel_name((qmoe_kernel)pp->kernel), qmoe_kernel_name((qmoe_kernel)k->id));

@@ -244,12 +244,12 @@ qmoe_status qmoe_op_create_grouped_matmul(
     const char *inames[] = {"x", "weight", "bias", "scale", "perTokenScale", "groupList"};
     if ((st = moe_check_aliasing(OP, outs, onames, 1, ins, inames, 6))) return st;
 
-    const qmoe_kernel_ops *k = qmoe_kernel_lookup(o.kernel);
+    const qmoe_kernel_entry *k = qmoe_kernel_lookup(o.kernel);
     if (!k)
         return INVALID(UNSUPPORTED, "options", OP ": options.kernel = %d is not available on this CPU", o.kernel);
     p->kernel = k->id;
-    p->kernel_ops = k;
-    ex.isa = qmoe_gemm_isa_for(k->id);
+    p->kernel_entry = k;
+    ex.isa = k->gemm;
     if (pp && pp->kernel != k->id)
         return INVALID(UNSUPPORTED, "weight", OP ": weight: prepacked for kernel %s, the operator runs %s",
                        qmoe_kernel_name((qmoe_kernel)pp->kernel), qmoe_kernel_name((qmoe_kernel)k->id));
@@ -278,7 +278,8 @@ qmoe_status qmoe_op_create_grouped_matmul(
      * pages than the TLB holds. Measured at E=4, M=8192, K=2048, N=7168 A8W8 on AMX, 2 threads:
      * 2048 rows 146 ms, 1024 154, 512 138, 256 118, 128 146 (repacking the panels per item
      * grows below 256). */
-    ex.rb = k->row_block > 0 && k->row_block < 256 ? k->row_block : 256;
+    int32_t krb = qmoe_kernel_row_block(k);
+    ex.rb = krb > 0 && krb < 256 ? krb : 256;
     ex.workspace_bytes = 2 * (uint64_t)(p->E + 1) * sizeof(int64_t);
     /* the driver's scratch for a block of rb rows (its column panels are at most 64 wide) */
     if (ex.path == GMM_PATH_INT8)

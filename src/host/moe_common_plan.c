@@ -89,10 +89,9 @@ qmoe_status moe_check_aliasing(const char *op, const qmoe_tensor *const *outs,
 
 void moe_pick_kernels(moe_qrow_fn *qrow, moe_swiglu_fn *sw)
 {
-    const qmoe_kernel_ops *k = qmoe_kernel_lookup(QMOE_KERNEL_AUTO);
-    const qmoe_gemm_isa *isa = k ? qmoe_gemm_isa_for(k->id) : NULL;
-    *qrow = isa ? isa->quantize_row : qmoe_quantize_row_scalar;
-    *sw = isa ? isa->swiglu : qmoe_swiglu_portable;
+    const qmoe_kernel_entry *k = qmoe_kernel_lookup(QMOE_KERNEL_AUTO); /* never NULL */
+    *qrow = k->eltwise->quantize_row;
+    *sw = k->eltwise->swiglu;
 }
 
 qmoe_status moe_threads(const char *op, const qmoe_moe_options *options, int32_t *threads)

@@ -20,9 +20,6 @@
 #include "kernels/cpu_features.h"
 #include "kernels/gmm_fast.h"
 #include "kernels/kernel.h"
-#if defined(__x86_64__) || defined(_M_X64)
-#include "kernels/x86_parts.h"
-#endif
 
 /* Argument errors with the structured info (rule, argument by the vendor's name). */
 #define INVALID(rule, arg, ...) qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_##rule, arg, __VA_ARGS__)
@@ -32,12 +29,8 @@
  * (another build loaded in the same process) refuses objects of the first. */
 static const char build_tag = 1;
 
-static uint32_t cpu_bits(void)
-{
-    qmoe_cpu_features f = qmoe_cpu_features_get();
-    return (uint32_t)f.avx2 | (uint32_t)f.avx_vnni << 1 | (uint32_t)f.avx512 << 2 |
-           (uint32_t)f.avx512_vnni << 3 | (uint32_t)f.avx512_vbmi << 4 | (uint32_t)f.amx_int8 << 5;
-}
+/* Every feature the kernels test, on every architecture (kernels/isa_list.h and the helpers). */
+static uint32_t cpu_bits(void) { return qmoe_cpu_features_word(); }
 
 static uint64_t align64(uint64_t n) { return (n + 63u) & ~(uint64_t)63u; }
 
@@ -204,9 +197,7 @@ qmoe_status qmoe_weights_prepack(const qmoe_tensor *weight, const qmoe_tensor *w
         return qmoe_fail(QMOE_ERR_INNER, "prepack: out of memory for the packing scratchpad");
     }
     for (int64_t e = 0; e < p.E; e++) qmoe_fast_prepack_expert(isa, &p, e, scratch, pp);
-#if defined(__x86_64__) || defined(_M_X64)
-    if (p.kernel == QMOE_KERNEL_AMX_INT8) qmoe_amx_release();
-#endif
+    if (isa->release) isa->release(); /* state the packing's micro-kernels set up (AMX tiles) */
     free(scratch);
     *out = pp;
     qmoe_clear_error();

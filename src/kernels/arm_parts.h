@@ -7,10 +7,6 @@
 #include "kernels/gmm_fast.h"
 
 #if defined(__aarch64__)
-/* gemm_s8_neondot.c (ARMv8.2 dot product) and gemm_s8_i8mm.c (int8 matrix multiply) */
-extern const qmoe_gemm_isa qmoe_isa_neon_dot;
-extern const qmoe_gemm_isa qmoe_isa_neon_i8mm;
-
 /* pack_neon.c (base NEON; both tables): the rearrange of gmm_fast.h */
 void qmoe_rearrange_neon(const uint8_t *const *src, const int64_t *stride, int64_t rows, int nub,
                          int int4, uint8_t *dst, int64_t wstep);

@@ -1,7 +1,9 @@
-/* CPU feature detection for the kernel registry. x86-64: CPUID for the instructions, XGETBV for
- * the register state the OS saves (AVX-512 needs the mask and upper-zmm state too; AMX the tile
- * state, which Linux in addition hands out per process on request). aarch64 Linux: the hwcaps
- * the kernel reports (user space cannot read the ID registers reliably on every kernel). */
+/* CPU feature detection for the kernel registry. The facts come from the hardware once: x86-64
+ * CPUID leaves 1, 7.0 and 7.1 and XGETBV for the register state the OS saves (AVX-512 needs the
+ * mask and upper-zmm state too; AMX the tile state, which Linux in addition hands out per process
+ * on request); aarch64 Linux the hwcaps the kernel reports (user space cannot read the ID
+ * registers reliably on every kernel). Each kernel's check is its entry's expression over them
+ * (kernels/isa_list.h). */
 #define _GNU_SOURCE /* syscall() */
 #include "kernels/cpu_features.h"
 
@@ -9,7 +11,15 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "kernels/isa_list.h"
 #include "qmoe/qmoe.h"
+
+/* What the checks read; zero on the other architecture, so every check compiles everywhere. */
+typedef struct cpu_facts {
+    uint32_t l1_ecx, l7_ebx, l7_ecx, l7_edx, l71_eax; /* CPUID leaves 1, 7.0, 7.1 */
+    uint64_t xcr0;                                    /* XGETBV 0; 0 without OSXSAVE and AVX */
+    unsigned long hwcap, hwcap2;                      /* aarch64: AT_HWCAP, AT_HWCAP2 */
+} cpu_facts;
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <cpuid.h>
@@ -45,116 +55,149 @@ static uint64_t xgetbv0(void)
     return ((uint64_t)hi << 32) | lo;
 }
 
-static qmoe_cpu_features detect(void)
+static cpu_facts read_facts(void)
 {
-    qmoe_cpu_features f;
-    memset(&f, 0, sizeof f);
-    unsigned a, b, c, d;
-    if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
-    int fma = (c >> 12) & 1, osxsave = (c >> 27) & 1, avx = (c >> 28) & 1, f16c = (c >> 29) & 1;
-    if (!osxsave || !avx) return f;
-    uint64_t xcr0 = xgetbv0();
-    int ymm_ok = (xcr0 & 0x6) == 0x6, zmm_ok = (xcr0 & 0xE6) == 0xE6;
-    unsigned max_leaf = __get_cpuid_max(0, NULL);
-    if (max_leaf < 7) return f;
-    __cpuid_count(7, 0, a, b, c, d);
-    unsigned b7 = b, c7 = c, d7 = d, max_sub = a;
-    unsigned a71 = 0;
-    if (max_sub >= 1) {
-        __cpuid_count(7, 1, a, b, c, d);
-        a71 = a;
+    cpu_facts c;
+    memset(&c, 0, sizeof c);
+    unsigned a, b, cx, d;
+    if (!__get_cpuid(1, &a, &b, &cx, &d)) return c;
+    c.l1_ecx = cx;
+    int osxsave = (cx >> 27) & 1, avx = (cx >> 28) & 1;
+    if (!osxsave || !avx) return c; /* no state: every vector check fails */
+    c.xcr0 = xgetbv0();
+    if (__get_cpuid_max(0, NULL) < 7) return c;
+    __cpuid_count(7, 0, a, b, cx, d);
+    c.l7_ebx = b, c.l7_ecx = cx, c.l7_edx = d;
+    if (a >= 1) {
+        __cpuid_count(7, 1, a, b, cx, d);
+        c.l71_eax = a;
     }
-    f.avx2 = ymm_ok && fma && f16c && ((b7 >> 5) & 1);
-    f.avx_vnni = f.avx2 && ((a71 >> 4) & 1);
-    f.avx512 = f.avx2 && zmm_ok && ((b7 >> 16) & 1) /* F */ && ((b7 >> 17) & 1) /* DQ */ &&
-               ((b7 >> 30) & 1) /* BW */ && ((b7 >> 31) & 1) /* VL */;
-    f.avx512_vnni = f.avx512 && ((c7 >> 11) & 1);
-    f.avx512_vbmi = f.avx512 && ((c7 >> 1) & 1);
-    /* AMX: tile and int8 instructions, XTILECFG and XTILEDATA state (XCR0 bits 17, 18), the OS's
-     * permission, and AVX-512 VNNI for the blocks the tiles do not take. */
-    int tiles_ok = ((xcr0 >> 17) & 3) == 3;
-    f.amx_int8 = f.avx512_vnni && tiles_ok && ((d7 >> 24) & 1) /* AMX-TILE */ &&
-                 ((d7 >> 25) & 1) /* AMX-INT8 */ && amx_allowed();
-    return f;
+    return c;
 }
 #elif defined(__aarch64__) && defined(__linux__)
 #include <sys/auxv.h>
 
-/* The kernel's hwcap bits (asm/hwcap.h), spelled out for C libraries whose headers predate them. */
-enum { QMOE_HWCAP_ASIMDDP = 1 << 20, QMOE_HWCAP2_I8MM = 1 << 13 };
+static int amx_allowed(void) { return 0; }
 
-static qmoe_cpu_features detect(void)
+static cpu_facts read_facts(void)
 {
-    qmoe_cpu_features f;
-    memset(&f, 0, sizeof f);
-    unsigned long hw = getauxval(AT_HWCAP), hw2 = getauxval(AT_HWCAP2);
-    f.neon_dot = (hw & QMOE_HWCAP_ASIMDDP) != 0;
-    /* every CPU with I8MM has the dot product too (ARMv8.6); qmoe's ARM order relies on it */
-    f.neon_i8mm = f.neon_dot && (hw2 & QMOE_HWCAP2_I8MM) != 0;
-    return f;
+    cpu_facts c;
+    memset(&c, 0, sizeof c);
+    c.hwcap = getauxval(AT_HWCAP);
+    c.hwcap2 = getauxval(AT_HWCAP2);
+    return c;
 }
 #else
-static qmoe_cpu_features detect(void)
+static int amx_allowed(void) { return 0; }
+
+static cpu_facts read_facts(void)
 {
-    qmoe_cpu_features f;
-    memset(&f, 0, sizeof f);
-    return f;
+    cpu_facts c;
+    memset(&c, 0, sizeof c);
+    return c;
 }
 #endif
 
-qmoe_cpu_features qmoe_cpu_features_get(void)
+/* The vocabulary of the list's checks. */
+#define X86_BIT(reg, bit) ((c->reg >> (bit)) & 1u)
+#define X86_YMM_STATE ((c->xcr0 & 0x6) == 0x6)
+#define X86_ZMM_STATE ((c->xcr0 & 0xE6) == 0xE6)
+#define X86_TILE_STATE (((c->xcr0 >> 17) & 3) == 3) /* XTILECFG and XTILEDATA */
+#define X86_AMX_PERMITTED amx_allowed()
+#define X86_AVX512 x86_avx512(c)
+#define ARM_HWCAP(bit) ((c->hwcap >> (bit)) & 1u)
+#define ARM_HWCAP2(bit) ((c->hwcap2 >> (bit)) & 1u)
+#define CPU_RUNS(SET) check_##SET(c)
+
+#define PROTO_(SET, ...) static int check_##SET(const cpu_facts *c);
+QMOE_ISA_LIST(PROTO_, QMOE_ISA_SKIP)
+#undef PROTO_
+
+/* AVX-512 F, DQ, BW, VL with the zmm and mask state, on top of AVX2. */
+static int x86_avx512(const cpu_facts *c)
+{
+    return CPU_RUNS(AVX2) && X86_ZMM_STATE && X86_BIT(l7_ebx, 16) && X86_BIT(l7_ebx, 17) &&
+           X86_BIT(l7_ebx, 30) && X86_BIT(l7_ebx, 31);
+}
+
+#define CHECK_(SET, name, arch, suffix, needs, eltwise, check, ...)                               \
+    static int check_##SET(const cpu_facts *c) { return (check) != 0; }
+QMOE_ISA_LIST(CHECK_, QMOE_ISA_SKIP)
+#undef CHECK_
+
+/* Bits of the features word: the list's kernels in order, then the helpers. */
+enum {
+#define BIT_(SET, ...) BIT_##SET,
+    QMOE_ISA_LIST(BIT_, QMOE_ISA_SKIP)
+#undef BIT_
+    BIT_AVX512,
+    BIT_AVX512_VBMI,
+    BIT_VALID = 31,
+};
+_Static_assert(BIT_AVX512_VBMI < BIT_VALID, "the features fit one word");
+
+static uint32_t word_of(qmoe_cpu_features f)
+{
+    uint32_t w = (uint32_t)f.avx512 << BIT_AVX512 | (uint32_t)f.avx512_vbmi << BIT_AVX512_VBMI;
+#define PACK_(SET, name, ...) w |= (uint32_t)f.name << BIT_##SET;
+    QMOE_ISA_LIST(PACK_, QMOE_ISA_SKIP)
+#undef PACK_
+    return w;
+}
+
+static qmoe_cpu_features features_of(uint32_t w)
+{
+    qmoe_cpu_features f;
+    memset(&f, 0, sizeof f);
+    f.avx512 = w >> BIT_AVX512 & 1;
+    f.avx512_vbmi = w >> BIT_AVX512_VBMI & 1;
+#define UNPACK_(SET, name, ...) f.name = w >> BIT_##SET & 1;
+    QMOE_ISA_LIST(UNPACK_, QMOE_ISA_SKIP)
+#undef UNPACK_
+    return f;
+}
+
+static qmoe_cpu_features detect(void)
+{
+    cpu_facts facts = read_facts();
+    const cpu_facts *c = &facts;
+    qmoe_cpu_features f;
+    memset(&f, 0, sizeof f);
+#define DETECT_(SET, name, ...) f.name = (unsigned)check_##SET(c);
+    QMOE_ISA_LIST(DETECT_, QMOE_ISA_SKIP)
+#undef DETECT_
+    f.avx512 = (unsigned)x86_avx512(c);
+    f.avx512_vbmi = f.avx512 && X86_BIT(l7_ecx, 1);
+    return f;
+}
+
+uint32_t qmoe_cpu_features_word(void)
 {
     /* CPUID traps to the hypervisor in a VM: detect once. The result lives in one atomic word
-     * (bit 31: valid); racing first calls store the same value. */
-    static unsigned word;
-    unsigned w = __atomic_load_n(&word, __ATOMIC_ACQUIRE);
-    qmoe_cpu_features f;
-    if (!(w >> 31)) {
-        f = detect();
-        w = 1u << 31 | f.avx2 | f.avx_vnni << 1 | f.avx512 << 2 | f.avx512_vnni << 3 |
-            f.avx512_vbmi << 4 | f.amx_int8 << 5 | f.neon_dot << 6 | f.neon_i8mm << 7;
+     * (bit BIT_VALID: valid); racing first calls store the same value. */
+    static uint32_t word;
+    uint32_t w = __atomic_load_n(&word, __ATOMIC_ACQUIRE);
+    if (!(w >> BIT_VALID)) {
+        w = 1u << BIT_VALID | word_of(detect());
         __atomic_store_n(&word, w, __ATOMIC_RELEASE);
-        return f;
     }
-    memset(&f, 0, sizeof f);
-    f.avx2 = w & 1, f.avx_vnni = w >> 1 & 1, f.avx512 = w >> 2 & 1, f.avx512_vnni = w >> 3 & 1;
-    f.avx512_vbmi = w >> 4 & 1, f.amx_int8 = w >> 5 & 1;
-    f.neon_dot = w >> 6 & 1, f.neon_i8mm = w >> 7 & 1;
-    return f;
+    return w & ~(1u << BIT_VALID);
 }
 
-/* A kernel runs only when this build compiled it (QMOE_HAVE_<SET> from
- * cmake/qmoe_isa.cmake; without them, x86-64 builds have all). */
-#ifndef QMOE_HAVE_AVX2
-#if defined(__x86_64__) || defined(_M_X64)
-#define QMOE_HAVE_AVX2 1
-#define QMOE_HAVE_AVX_VNNI 1
-#define QMOE_HAVE_AVX512_VNNI 1
-#define QMOE_HAVE_AMX_INT8 1
-#else
-#define QMOE_HAVE_AVX2 0
-#define QMOE_HAVE_AVX_VNNI 0
-#define QMOE_HAVE_AVX512_VNNI 0
-#define QMOE_HAVE_AMX_INT8 0
-#endif
-#endif
-#ifndef QMOE_HAVE_NEON_DOT
-#define QMOE_HAVE_NEON_DOT 0
-#define QMOE_HAVE_NEON_I8MM 0
-#endif
+qmoe_cpu_features qmoe_cpu_features_get(void) { return features_of(qmoe_cpu_features_word()); }
 
+/* A kernel runs only when this build compiled it (QMOE_HAVE_<SET>, cmake/qmoe_isa.cmake) and the
+ * CPU passes its check. */
 int qmoe_cpu_runs_kernel(int kernel)
 {
     qmoe_cpu_features f = qmoe_cpu_features_get();
     switch (kernel) {
     case QMOE_KERNEL_REFERENCE:
     case QMOE_KERNEL_PORTABLE: return 1;
-    case QMOE_KERNEL_AVX2: return QMOE_HAVE_AVX2 && f.avx2;
-    case QMOE_KERNEL_AVX_VNNI: return QMOE_HAVE_AVX_VNNI && f.avx_vnni;
-    case QMOE_KERNEL_AVX512_VNNI: return QMOE_HAVE_AVX512_VNNI && f.avx512_vnni;
-    case QMOE_KERNEL_AMX_INT8: return QMOE_HAVE_AMX_INT8 && f.amx_int8;
-    case QMOE_KERNEL_NEON_DOT: return QMOE_HAVE_NEON_DOT && f.neon_dot;
-    case QMOE_KERNEL_NEON_I8MM: return QMOE_HAVE_NEON_I8MM && f.neon_i8mm;
+#define RUNS_(SET, name, ...)                                                                     \
+    case QMOE_KERNEL_##SET: return QMOE_HAVE_##SET && f.name;
+        QMOE_ISA_LIST(RUNS_, QMOE_ISA_SKIP)
+#undef RUNS_
     }
     return 0;
 }
@@ -162,13 +205,13 @@ int qmoe_cpu_runs_kernel(int kernel)
 size_t qmoe_cpu_isa_list(char *buf, size_t size)
 {
     qmoe_cpu_features f = qmoe_cpu_features_get();
-    char list[128] = "";
-    if (f.amx_int8) strcat(list, "amx_int8,");
-    if (f.avx512_vnni) strcat(list, "avx512_vnni,");
-    if (f.avx_vnni) strcat(list, "avx_vnni,");
-    if (f.avx2) strcat(list, "avx2,");
-    if (f.neon_i8mm) strcat(list, "neon_i8mm,");
-    if (f.neon_dot) strcat(list, "neon_dot,");
+#define LEN_(SET, name, ...) +sizeof(#name ",")
+    char list[sizeof "portable" QMOE_ISA_LIST(LEN_, QMOE_ISA_SKIP)] = "";
+#undef LEN_
+#define LIST_(SET, name, ...)                                                                     \
+    if (f.name) strcat(list, #name ",");
+    QMOE_ISA_LIST(LIST_, QMOE_ISA_SKIP)
+#undef LIST_
     strcat(list, "portable");
     if (size) snprintf(buf, size, "%s", list);
     return strlen(list);

@@ -6,19 +6,24 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/isa_list.h"
+
 typedef struct qmoe_cpu_features {
-    unsigned avx2 : 1;        /* with FMA and F16C, and the OS saving ymm state */
-    unsigned avx_vnni : 1;    /* VEX vpdpbusd on ymm (and avx2) */
-    unsigned avx512 : 1;      /* F, BW, VL, DQ with the OS saving zmm and mask state */
-    unsigned avx512_vnni : 1; /* EVEX vpdpbusd (and avx512) */
-    unsigned avx512_vbmi : 1;
-    unsigned amx_int8 : 1;    /* AMX tiles + int8, state enabled and permitted (and avx512_vnni) */
-    unsigned neon_dot : 1;    /* aarch64 ASIMD dot product (sdot/udot, ARMv8.2 dotprod) */
-    unsigned neon_i8mm : 1;   /* aarch64 int8 matrix multiply (smmla/usmmla/usdot) and neon_dot */
+    /* one bit per kernel of kernels/isa_list.h, by its name: the entry's check */
+#define QMOE_CPU_FIELD_(SET, name, ...) unsigned name : 1;
+    QMOE_ISA_LIST(QMOE_CPU_FIELD_, QMOE_ISA_SKIP)
+#undef QMOE_CPU_FIELD_
+    /* helpers several kernels test */
+    unsigned avx512 : 1;      /* F, BW, VL, DQ with the OS saving zmm and mask state (and avx2) */
+    unsigned avx512_vbmi : 1; /* and VBMI (vpermt2b) */
 } qmoe_cpu_features;
 
 /* The features of this CPU (detected at the first call; thread-safe). */
 qmoe_cpu_features qmoe_cpu_features_get(void);
+
+/* The same as one word, a bit per field: equal words, equal features (prepacked weights record
+ * it). */
+uint32_t qmoe_cpu_features_word(void);
 
 /* Nonzero when this CPU runs the kernel `kernel` (a qmoe_kernel). */
 int qmoe_cpu_runs_kernel(int kernel);

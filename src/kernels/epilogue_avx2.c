@@ -14,6 +14,7 @@
 #include <math.h>
 
 #include "kernels/gmm_fast.h"
+#include "kernels/kernel.h"
 #include "kernels/quant_rule.h"
 #include "kernels/x86_parts.h"
 
@@ -157,4 +158,11 @@ void qmoe_quantize_row_avx2(const float *s, int64_t n2, int8_t *out, int64_t out
     }
     for (int64_t j = full; j < n2; j++) out[j] = qmoe_qrule_value(s[j], sc);
 }
+
+/* The element-wise routines of the AVX2 and AVX-VNNI kernels (kernel.h). */
+const qmoe_eltwise_isa qmoe_eltwise_avx2 = {
+    .name = "avx2",
+    .swiglu = qmoe_swiglu_avx2,
+    .quantize_row = qmoe_quantize_row_avx2,
+};
 #endif

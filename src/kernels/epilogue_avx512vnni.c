@@ -13,6 +13,7 @@
 #include <math.h>
 
 #include "kernels/gmm_fast.h"
+#include "kernels/kernel.h"
 #include "kernels/quant_rule.h"
 #include "kernels/x86_parts.h"
 
@@ -122,4 +123,11 @@ void qmoe_quantize_row_avx512(const float *s, int64_t n2, int8_t *out, int64_t o
         _mm512_mask_cvtsepi32_storeu_epi8(out + j, m, _mm512_cvtps_epi32(q));
     }
 }
+
+/* The element-wise routines of the AVX-512 VNNI and AMX kernels (kernel.h). */
+const qmoe_eltwise_isa qmoe_eltwise_avx512 = {
+    .name = "avx512",
+    .swiglu = qmoe_swiglu_avx512,
+    .quantize_row = qmoe_quantize_row_avx512,
+};
 #endif

@@ -165,4 +165,11 @@ void qmoe_quantize_row_neon(const float *s, int64_t n2, int8_t *out, int64_t out
     }
     for (int64_t j = full; j < n2; j++) out[j] = qmoe_qrule_value(s[j], sc);
 }
+
+/* The element-wise routines of the NEON dot-product and I8MM kernels (kernel.h). */
+const qmoe_eltwise_isa qmoe_eltwise_neon = {
+    .name = "neon",
+    .swiglu = qmoe_swiglu_neon,
+    .quantize_row = qmoe_quantize_row_neon,
+};
 #endif

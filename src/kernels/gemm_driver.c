@@ -114,10 +114,10 @@ static fast_layout layout_for(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p
     return L;
 }
 
-uint64_t qmoe_fast_scratch_bytes(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p,
-                                 int64_t rows, int64_t cols)
+/* The table a block of `rows` rows runs on (a table may hand blocks of few rows to another). */
+static const qmoe_gemm_isa *isa_for_rows(const qmoe_gemm_isa *isa, int64_t rows)
 {
-    return layout_for(isa, p, rows < 1 ? 1 : rows, cols, 0).total;
+    return isa->few_rows && rows < isa->few_rows_below ? isa->few_rows : isa;
 }
 
 /* ---------------------------------------------------------------- weight staging ----------- */
@@ -761,27 +761,35 @@ static void run_block(const block_args *A, uint8_t *sp, const fast_layout *L)
     }
 }
 
+/* Blocks of any row count up to `rows` may run on the table or on its few_rows table: room for
+ * the larger of the two. */
 uint64_t qmoe_gemm_scratch_bytes(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p,
                                  int64_t rows, int64_t cols)
 {
-    return qmoe_fast_scratch_bytes(isa, p, rows, cols);
+    if (rows < 1) rows = 1;
+    uint64_t a = layout_for(isa, p, rows, cols, 0).total;
+    uint64_t b = isa->few_rows ? layout_for(isa->few_rows, p, rows, cols, 0).total : 0;
+    return a > b ? a : b;
 }
 
 void qmoe_gemm_run(const qmoe_gemm_block *B)
 {
     if (B->m1 <= B->m0 || B->j1 <= B->j0) return;
+    qmoe_gemm_block b = *B;
+    b.isa = isa_for_rows(B->isa, B->m1 - B->m0);
     /* Phase one sized the thread's slice with qmoe_gemm_scratch_bytes for the plan's largest
      * block, so every block fits: no allocation here. The checked build verifies the contract. */
-    fast_layout L = layout_for(B->isa, B->p, B->m1 - B->m0, B->j1 - B->j0, 0);
+    fast_layout L = layout_for(b.isa, b.p, b.m1 - b.m0, b.j1 - b.j0, 0);
 #ifdef QMOE_CHECKED
-    if (!B->ctx->scratch || B->ctx->scratch_bytes < L.total) {
+    if (!b.ctx->scratch || b.ctx->scratch_bytes < L.total) {
         fprintf(stderr, "qmoe: %s block of %lld x %lld needs %llu scratch bytes, the plan gave "
-                "%llu\n", B->isa->name, (long long)(B->m1 - B->m0), (long long)(B->j1 - B->j0),
-                (unsigned long long)L.total, (unsigned long long)B->ctx->scratch_bytes);
+                "%llu\n", b.isa->name, (long long)(b.m1 - b.m0), (long long)(b.j1 - b.j0),
+                (unsigned long long)L.total, (unsigned long long)b.ctx->scratch_bytes);
         abort();
     }
 #endif
-    run_block(B, B->ctx->scratch, &L);
+    run_block(&b, b.ctx->scratch, &L);
+    if (b.isa->release) b.isa->release();
 }
 
 #ifdef QMOE_TESTING
@@ -790,15 +798,15 @@ void qmoe_gemm_run(const qmoe_gemm_block *B)
 int qmoe_gemm_run_testing(const qmoe_gemm_block *B)
 {
     if (B->m1 <= B->m0 || B->j1 <= B->j0) return 1;
-    fast_layout L = layout_for(B->isa, B->p, B->m1 - B->m0, B->j1 - B->j0, 0);
-    if (B->ctx->scratch && B->ctx->scratch_bytes >= L.total) {
-        run_block(B, B->ctx->scratch, &L);
-        return 1;
-    }
-    void *sp = aligned_alloc(64, L.total);
+    qmoe_gemm_block b = *B;
+    b.isa = isa_for_rows(B->isa, B->m1 - B->m0);
+    fast_layout L = layout_for(b.isa, b.p, b.m1 - b.m0, b.j1 - b.j0, 0);
+    int fits = b.ctx->scratch && b.ctx->scratch_bytes >= L.total;
+    void *sp = fits ? b.ctx->scratch : aligned_alloc(64, L.total);
     if (!sp) return 0;
-    run_block(B, sp, &L);
-    free(sp);
+    run_block(&b, sp, &L);
+    if (b.isa->release) b.isa->release();
+    if (!fits) free(sp);
     return 1;
 }
 #endif

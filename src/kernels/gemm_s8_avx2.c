@@ -102,8 +102,6 @@ const qmoe_gemm_isa qmoe_isa_avx2 = {
     .gemm = gemm_avx2,
     .rearrange = qmoe_rearrange_portable,
     .fold = qmoe_fold_avx2,
-    .swiglu = qmoe_swiglu_avx2,
-    .quantize_row = qmoe_quantize_row_avx2,
     .peak_loop = peak_avx2,
 };
 #endif

@@ -90,8 +90,6 @@ const qmoe_gemm_isa qmoe_isa_avx_vnni = {
     .gemm = gemm_avxvnni,
     .rearrange = qmoe_rearrange_portable,
     .fold = qmoe_fold_avx2,
-    .swiglu = qmoe_swiglu_avx2,
-    .quantize_row = qmoe_quantize_row_avx2,
     .peak_loop = peak_avxvnni,
 };
 #endif

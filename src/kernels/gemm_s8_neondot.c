@@ -161,8 +161,6 @@ const qmoe_gemm_isa qmoe_isa_neon_dot = {
     .gemm = gemm_neon_dot,
     .rearrange = qmoe_rearrange_neon,
     .fold = qmoe_fold_neon,
-    .swiglu = qmoe_swiglu_neon,
-    .quantize_row = qmoe_quantize_row_neon,
     .peak_loop = peak_neon_dot,
 };
 #endif

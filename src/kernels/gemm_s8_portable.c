@@ -109,7 +109,5 @@ const qmoe_gemm_isa qmoe_isa_portable = {
     .gemm = gemm_portable,
     .rearrange = qmoe_rearrange_portable,
     .fold = qmoe_fold_portable,
-    .swiglu = qmoe_swiglu_portable,
-    .quantize_row = qmoe_quantize_row_scalar,
     .peak_loop = peak_portable,
 };

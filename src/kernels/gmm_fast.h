@@ -1,7 +1,8 @@
 /*
- * The fast kernels of GroupedMatmulSwigluQuant: one blocked driver (gemm_driver.c) shared by every
- * instruction set, and per instruction set a small table of micro-kernels (gemm_s8_<isa>.c,
- * epilogue_<isa>.c, pack_<isa>.c).
+ * The fast kernels' GEMM tables: one blocked driver (gemm_driver.c) shared by every instruction
+ * set and every int8 matmul operator, and per instruction set a small table of its pieces
+ * (gemm_s8_<isa>.c, epilogue_<isa>.c, pack_<isa>.c): micro-kernels, packing, the scale fold and
+ * the driver's tuning. What an operator does with the folded tile is its epilogue's business.
  *
  * Packed weights ("units"): 16 weight columns; for every step of 4 k, 16 columns x 4 bytes,
  * byte (c, t) = W[4q + t][c] + off as uint8, off = 128 (int8 weights) or 8 (int4). That is the
@@ -16,8 +17,11 @@
 
 #include <stdint.h>
 
+#include "core/gmm_params.h"
+#include "kernels/isa_list.h"
 #include "kernels/kernel.h"
 #include "qmoe/qmoe.h"
+#include "runtime/thread_ctx.h"
 
 enum {
     QMOE_PK_UNIT = 16,  /* columns per unit */
@@ -32,6 +36,14 @@ typedef struct qmoe_gemm_isa {
     int mr;            /* rows per micro-tile */
     int nu;            /* units per micro-tile (<= QMOE_PK_BLOCK) */
     int mc;            /* rows per accumulator block of the driver (0: its default) */
+    int row_block;     /* rows per block call the planners aim for (0: 512): each call packs its
+                          column panels once and every row reuses them */
+    /* Optional (NULL: none): blocks of fewer than few_rows_below rows run on this table instead
+     * (the same bits); release, called on the thread that ran a block after it (state the
+     * micro-kernels set up). */
+    const struct qmoe_gemm_isa *few_rows;
+    int few_rows_below;
+    void (*release)(void);
 
     /* acc[r * ldacc + c] (= or +=) sum_{q < kq} sum_{t < 4} x[r * ldx + 4q + t] * wp[q * wstep +
      * 4c + t] for r < mr, c < 16 * nu (unit u at wp + 64u). wstep 0 repeats one step. */
@@ -46,22 +58,10 @@ typedef struct qmoe_gemm_isa {
 
     /* f[r][c] = (first ? v : f[r][c] + v), v = (float)(acc[r][c] - xoff[r]) * xs[r] * ws[c]
      * evaluated left to right (the spec's order), r < rows, c < cols; xs NULL: no xs factor
-     * (A8W4, whose xScale comes last, in swiglu). */
+     * (A8W4, whose xScale comes last, in the epilogue). */
     void (*fold)(int64_t rows, int64_t cols, const int32_t *acc, int64_t ldacc,
                  const int32_t *xoff, int64_t xoff_stride, const float *xs, const float *ws,
                  float *f, int64_t ldf, int first);
-
-    /* s[r][j] = swish(a) * g, a = (f[r][j] + corr[j]) * xs[r], g = (f[r][gate + j] + corr[gate +
-     * j]) * xs[r], for r < rows, j < nc; xs NULL: no xs factor (A8W8 folded it in already).
-     * limit > 0: a and g are first clamped exactly as qmoe_swiglu_clamp does (core/gmm_access.h;
-     * the weight-list operator's swiglu_limit), so every kernel gives the reference's clamped
-     * values; limit 0: no clamp, and no cost (the test is made once per call, not per element). */
-    void (*swiglu)(int64_t rows, int64_t nc, const float *f, int64_t ldf, int64_t gate,
-                   const float *corr, const float *xs, float limit, float *s, int64_t lds);
-
-    /* One S row -> int8 and scale (the spec's step 4). */
-    void (*quantize_row)(const float *s, int64_t n2, int8_t *out, int64_t out_stride,
-                         float *scale);
 
     /* Optional (NULL: none): gemm with x also given in tile order: xt holds the rows in groups
      * of 16, each group as K / 64 blocks of 16 rows x 64 k (a contiguous 1 KB A tile), group
@@ -114,13 +114,12 @@ typedef struct qmoe_gemm_isa {
     uint64_t (*peak_loop)(uint64_t iters);
 } qmoe_gemm_isa;
 
+/* The tables: the portable one, and qmoe_isa_<name> of every kernel in kernels/isa_list.h
+ * (declared on every architecture; defined where QMOE_HAVE_<SET> is 1). */
 extern const qmoe_gemm_isa qmoe_isa_portable;
-#if defined(__x86_64__) || defined(_M_X64)
-extern const qmoe_gemm_isa qmoe_isa_avx2;
-extern const qmoe_gemm_isa qmoe_isa_avx_vnni;
-extern const qmoe_gemm_isa qmoe_isa_avx512_vnni;
-extern const qmoe_gemm_isa qmoe_isa_amx_int8;
-#endif
+#define QMOE_ISA_DECLARE_(SET, name, ...) extern const qmoe_gemm_isa qmoe_isa_##name;
+QMOE_ISA_LIST(QMOE_ISA_DECLARE_, QMOE_ISA_SKIP)
+#undef QMOE_ISA_DECLARE_
 
 /* Portable pieces other tables reuse. */
 void qmoe_rearrange_portable(const uint8_t *const *src, const int64_t *stride, int64_t rows,
@@ -131,19 +130,10 @@ void qmoe_fold_portable(int64_t rows, int64_t cols, const int32_t *acc, int64_t 
 void qmoe_swiglu_portable(int64_t rows, int64_t nc, const float *f, int64_t ldf, int64_t gate,
                           const float *corr, const float *xs, float limit, float *s, int64_t lds);
 
-/* The driver, for any table. */
-uint64_t qmoe_fast_scratch_bytes(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p,
-                                 int64_t rows, int64_t cols);
-void qmoe_fast_swiglu_block(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p,
-                            qmoe_thread_ctx *ctx, int64_t e, int64_t m0, int64_t m1, int64_t j0,
-                            int64_t j1, float *s, int64_t lds);
-void qmoe_fast_quantize_rows(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p, const float *s,
-                             int64_t lds, int64_t m0, int64_t m1);
-
 /* Test entry point, built only into the tests' library (QMOE_TESTING): the exact int32
  * accumulators of rows [m0, m1), every K group, for the act columns [j0, j1) followed by the gate
  * columns [N2 + j0, N2 + j1): acc[((m - m0) * G + g) * 2 * (j1 - j0) + c]. Uses the same
- * packing, micro-kernel and correction as swiglu_block. */
+ * packing, micro-kernel and correction as the operators' blocks. */
 void qmoe_fast_acc_block(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p, qmoe_thread_ctx *ctx,
                          int64_t e, int64_t m0, int64_t m1, int64_t j0, int64_t j1, int32_t *acc);
 

@@ -5,7 +5,7 @@
 #include <math.h>
 
 #include "core/gmm_access.h"
-#include "kernels/kernel.h"
+#include "kernels/swiglu_quant.h"
 #include "qmoe/qmoe.h"
 
 /* Dequantized C[m][n] of expert e before SwiGLU, in the spec's order: acc * xScale * ws, left to
@@ -54,19 +54,9 @@ static float dequant(const qmoe_gmm_params *p, int64_t e, int64_t m, int64_t n)
     return p->mode == QMOE_MODE_A8W8 ? dequant_a8w8(p, e, m, n) : dequant_a8w4(p, e, m, n);
 }
 
-static uint64_t reference_scratch_bytes(const qmoe_gmm_params *p, int64_t rows, int64_t cols)
+void qmoe_reference_swiglu_block(const qmoe_gmm_params *p, int64_t e, int64_t m0, int64_t m1,
+                                 int64_t j0, int64_t j1, float *s, int64_t lds)
 {
-    (void)p;
-    (void)rows;
-    (void)cols;
-    return 0;
-}
-
-static void reference_swiglu_block(const qmoe_gmm_params *p, qmoe_thread_ctx *ctx, int64_t e,
-                                   int64_t m0, int64_t m1, int64_t j0, int64_t j1, float *s,
-                                   int64_t lds)
-{
-    (void)ctx;
     for (int64_t m = m0; m < m1; m++)
         for (int64_t j = j0; j < j1; j++) {
             float act = dequant(p, e, m, j);
@@ -76,19 +66,3 @@ static void reference_swiglu_block(const qmoe_gmm_params *p, qmoe_thread_ctx *ct
             s[(m - m0) * lds + (j - j0)] = swish * gate;
         }
 }
-
-static void reference_quantize_rows(const qmoe_gmm_params *p, const float *s, int64_t lds,
-                                    int64_t m0, int64_t m1)
-{
-    for (int64_t m = m0; m < m1; m++)
-        qmoe_quantize_row_scalar(s + (m - m0) * lds, p->N2, p->out + m * p->out_s[0], p->out_s[1],
-                                 p->out_scale + m * p->out_scale_s);
-}
-
-const qmoe_kernel_ops qmoe_kernel_reference = {
-    .id = QMOE_KERNEL_REFERENCE,
-    .name = "reference",
-    .scratch_bytes = reference_scratch_bytes,
-    .swiglu_block = reference_swiglu_block,
-    .quantize_rows = reference_quantize_rows,
-};

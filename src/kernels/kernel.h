@@ -1,43 +1,60 @@
 /*
- * The device-side kernel interface of GroupedMatmulSwigluQuant.
- *
- * A kernel computes SwiGLU rows S for one expert, rows [m0, m1), output columns [j0, j1) (each
- * output column j pairs weight column j, activated, with j + N/2, the linear gate), into a float
- * block `s` with row stride `lds`. A second step turns complete S rows into int8 and the scale.
- * Splitting work by rows or by columns is the driver's business; the per-element arithmetic must
- * not depend on the split, so results are bit-identical for any thread or device count.
+ * The kernel registry (registry.c, built from the one list kernels/isa_list.h): what a kernel id
+ * stands for on this CPU. A kernel is an instruction set's GEMM table (gmm_fast.h), which the
+ * operator-agnostic driver (gemm_driver.h) runs with an operator's epilogue, and its element-wise
+ * routines, which epilogues and element-wise operators call; the reference kernel has no GEMM
+ * table and computes each operator in plain loops (the oracle of the others). Operators' own
+ * pieces (their epilogues, their block runners) are theirs, not the kernel's.
  */
 #ifndef QMOE_KERNELS_KERNEL_H
 #define QMOE_KERNELS_KERNEL_H
 
-#include "core/gmm_params.h"
-#include "runtime/thread_ctx.h"
+#include <stdint.h>
 
-typedef struct qmoe_kernel_ops {
+#include "kernels/isa_list.h"
+
+struct qmoe_gemm_isa;
+
+/* The element-wise routines of one instruction set (vector code of the SwiGLU and per-token
+ * quantization steps; the same bits on every set: kernels/quant_rule.h, core/gmm_access.h). */
+typedef struct qmoe_eltwise_isa {
+    const char *name;
+    /* s[r][j] = swish(a) * g, a = (f[r][j] + corr[j]) * xs[r], g = (f[r][gate + j] + corr[gate +
+     * j]) * xs[r], for r < rows, j < nc; xs NULL: no xs factor (A8W8 folded it in already).
+     * limit > 0: a and g are first clamped exactly as qmoe_swiglu_clamp does (core/gmm_access.h;
+     * the weight-list operator's swiglu_limit), so every kernel gives the reference's clamped
+     * values; limit 0: no clamp, and no cost (the test is made once per call, not per element). */
+    void (*swiglu)(int64_t rows, int64_t nc, const float *f, int64_t ldf, int64_t gate,
+                   const float *corr, const float *xs, float limit, float *s, int64_t lds);
+    /* One S row -> int8 and scale (the spec's step 4). */
+    void (*quantize_row)(const float *s, int64_t n2, int8_t *out, int64_t out_stride,
+                         float *scale);
+} qmoe_eltwise_isa;
+
+/* The portable C routines: the portable and the reference kernel's (quant_rule.c); and the
+ * qmoe_eltwise_<eltwise> of every kernel in kernels/isa_list.h (epilogue_<set>.c). */
+extern const qmoe_eltwise_isa qmoe_eltwise_portable;
+#define QMOE_ELTWISE_DECLARE_(SET, name, arch, suffix, needs, eltwise, ...)                       \
+    extern const qmoe_eltwise_isa qmoe_eltwise_##eltwise;
+QMOE_ISA_LIST(QMOE_ELTWISE_DECLARE_, QMOE_ISA_SKIP)
+#undef QMOE_ELTWISE_DECLARE_
+
+typedef struct qmoe_kernel_entry {
     int32_t id; /* qmoe_kernel */
     const char *name;
-    /* Planner hints (0: no preference). row_block: rows per swiglu_block call that keep the
-     * packed weight panel's reuse high (weights are rearranged once per call and column panel);
-     * col_align: column ranges starting at multiples of it take the fast packing path. */
-    int32_t row_block;
-    int32_t col_align;
-    /* Scratchpad bytes one thread needs for blocks of at most `rows` x `cols` (planner sizes the
-     * device scratchpad with it; the kernel receives that slice in ctx->scratch). */
-    uint64_t (*scratch_bytes)(const qmoe_gmm_params *p, int64_t rows, int64_t cols);
-    void (*swiglu_block)(const qmoe_gmm_params *p, qmoe_thread_ctx *ctx, int64_t e, int64_t m0,
-                         int64_t m1, int64_t j0, int64_t j1, float *s, int64_t lds);
-    /* Rows [m0, m1) of S (row r at s + (r - m0) * lds, N2 floats) -> output rows and scales. */
-    void (*quantize_rows)(const qmoe_gmm_params *p, const float *s, int64_t lds, int64_t m0,
-                          int64_t m1);
-} qmoe_kernel_ops;
+    const struct qmoe_gemm_isa *gemm; /* NULL: the reference kernel */
+    const qmoe_eltwise_isa *eltwise;
+} qmoe_kernel_entry;
 
-/* The reference kernel: follows the spec literally, including the A8W4 high/low nibble split
- * with the caller's bias. The oracle of every other kernel. */
-extern const qmoe_kernel_ops qmoe_kernel_reference;
+/* The kernel for `requested` on this CPU (QMOE_KERNEL_AUTO: the fastest, capped by QMOE_ISA);
+ * NULL when the CPU (or this build) cannot run the requested one, or it is no kernel id. */
+const qmoe_kernel_entry *qmoe_kernel_lookup(int32_t requested);
 
-/* The kernel for `requested` on this CPU (QMOE_KERNEL_AUTO: the fastest); NULL when the CPU cannot
- * run the requested one. */
-const qmoe_kernel_ops *qmoe_kernel_lookup(int32_t requested);
+/* Planner hints (0: no preference). Rows per block call that keep the packed weight panel's
+ * reuse high (the GEMM table's row_block); column ranges starting at multiples of the alignment
+ * take the driver's fast packing path. */
+int32_t qmoe_kernel_row_block(const qmoe_kernel_entry *k);
+int32_t qmoe_kernel_col_align(const qmoe_kernel_entry *k);
 
 /* One S row -> int8 row and scale, per the spec's quantization step: the scalar form of the one
  * rule every kernel follows (kernels/quant_rule.h); vector epilogues take its decisions from there

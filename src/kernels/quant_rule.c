@@ -1,7 +1,9 @@
 /*
  * The scalar form of the quantization rule (quant_rule.h): the reference kernel's and the
- * portable kernel's epilogue, and the tail / strided fallback of the vector ones.
+ * portable kernel's epilogue, and the tail / strided fallback of the vector ones; and the
+ * portable element-wise routines.
  */
+#include "kernels/gmm_fast.h"
 #include "kernels/kernel.h"
 #include "kernels/quant_rule.h"
 
@@ -19,3 +21,9 @@ void qmoe_quantize_row_scalar(const float *s, int64_t n2, int8_t *out, int64_t o
     }
     *scale = sc;
 }
+
+const qmoe_eltwise_isa qmoe_eltwise_portable = {
+    .name = "portable",
+    .swiglu = qmoe_swiglu_portable,
+    .quantize_row = qmoe_quantize_row_scalar,
+};

@@ -10,7 +10,7 @@
 
 #include "core/status.h"
 #include "host/gmm_partition.h"
-#include "kernels/kernel.h"
+#include "kernels/swiglu_quant.h"
 #include "ops/gmm_groups.h"
 #include "runtime/copyq.h"
 #include "runtime/stream.h"
@@ -28,7 +28,7 @@ qmoe_gmm_fault qmoe_gmm_test_fault;
 /* What the parts of one device share: a row range, never a device index. */
 typedef struct gmm_work {
     const qmoe_gmm_params *p;
-    const qmoe_kernel_ops *k;
+    const qmoe_kernel_entry *k;
     int64_t row_start, nrows, nblocks;
     float *s_rows; /* column split: S rows of the range (workspace) */
     int columns;   /* 1: column split; 2: its quantization phase as a separate job */
@@ -166,7 +166,7 @@ static void run_blocks(const gmm_work *w, qmoe_thread_ctx *ctx, int64_t b0, int6
         } /* else x has non-contiguous rows: the kernel reads the operands in place */
         float *sb = quantize ? s : s + (b.m0 - w->row_start) * lds + j0;
         QMOE_TRACE_START(ctx->trace, QMOE_EV_COMPUTE, i);
-        w->k->swiglu_block(kp, &kctx, b.e, m0, m1, j0, j1, sb, lds);
+        qmoe_swiglu_quant_block(w->k, kp, &kctx, b.e, m0, m1, j0, j1, sb, lds);
         QMOE_TRACE_STOP(ctx->trace, QMOE_EV_COMPUTE, i);
         if (pop_late) {
             qmoe_copyq_pop_expect(q, xd);
@@ -174,7 +174,7 @@ static void run_blocks(const gmm_work *w, qmoe_thread_ctx *ctx, int64_t b0, int6
         }
         if (quantize) {
             QMOE_TRACE_START(ctx->trace, QMOE_EV_EPILOGUE, i);
-            w->k->quantize_rows(p, s, lds, b.m0, b.m1);
+            qmoe_swiglu_quant_rows(w->k, p, s, lds, b.m0, b.m1);
             QMOE_TRACE_STOP(ctx->trace, QMOE_EV_EPILOGUE, i);
         }
         if (i + depth < b1) { /* refill the slot just freed */
@@ -214,7 +214,8 @@ static void columns_quantize(const gmm_work *w, qmoe_thread_ctx *ctx, int part)
     if (r0 >= r1) return;
     int64_t lds = (int64_t)(p->ws_row_bytes / sizeof(float));
     QMOE_TRACE_START(ctx->trace, QMOE_EV_EPILOGUE, part);
-    w->k->quantize_rows(p, w->s_rows + r0 * lds, lds, w->row_start + r0, w->row_start + r1);
+    qmoe_swiglu_quant_rows(w->k, p, w->s_rows + r0 * lds, lds, w->row_start + r0,
+                           w->row_start + r1);
     QMOE_TRACE_STOP(ctx->trace, QMOE_EV_EPILOGUE, part);
 }
 
@@ -251,7 +252,7 @@ qmoe_status qmoe_gmm_device_run(const void *plan, void *workspace, qmoe_device *
     const qmoe_gmm_device_split *sp = &split.dev[index];
     gmm_work w = {
         .p = p,
-        .k = p->kernel_ops,
+        .k = p->kernel_entry,
         .row_start = sp->row_start,
         .nrows = sp->nrows,
         .nblocks = sp->nblocks,
