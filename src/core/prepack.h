@@ -71,6 +71,10 @@ static inline int64_t qmoe_pp_units(const struct qmoe_weights *pp, int64_t i)
  * CPU) and fills the weight fields of the plan from it (*Kw: its K), or checks a given
  * weightScale against it after phase one's own checks. QMOE_ERR_PARAM_INVALID with a message. */
 struct qmoe_gmm_params;
+/* The identity stamped on every object (host/weights_plan.c): the address of this library copy's
+ * tag and this CPU's feature word. */
+extern const char qmoe_pp_build_tag;
+uint32_t qmoe_pp_cpu_bits(void);
 qmoe_status qmoe_pp_plan_weight(const struct qmoe_weights *pp, struct qmoe_gmm_params *p, int64_t *Kw);
 qmoe_status qmoe_pp_plan_scale(const struct qmoe_weights *pp, int ws_dtype, struct qmoe_gmm_params *p);
 

@@ -8,7 +8,7 @@
 
 #include "core/halfconv.h"
 #include "kernels/gmm_fast.h"
-#include "ops/grouped_matmul_exec.h"
+#include "kernels/epilogue_dequant.h"
 
 #if defined(__x86_64__) || defined(_M_X64)
 #include <emmintrin.h> /* SSE2, part of x86-64: streaming stores */

@@ -7,6 +7,7 @@
 #define QMOE_OPS_GROUPED_MATMUL_EXEC_H
 
 #include "core/gmm_params.h"
+#include "kernels/epilogue_dequant.h"
 #include "kernels/gemm_driver.h"
 #include "ops/moe_exec.h"
 #include "qmoe/grouped_matmul.h"
@@ -18,11 +19,6 @@ typedef enum gmm_path {
     GMM_PATH_FLOAT = 2, /* float x and weight: a blocked float loop */
 } gmm_path;
 
-/* What the dequant epilogue writes (gemm_driver.h's block->out). */
-typedef struct gmm_dequant_out {
-    moe_view out;  /* [M, N] float32 / float16 / bfloat16 */
-    moe_view bias; /* [E, N] float32, or data NULL */
-} gmm_dequant_out;
 
 typedef struct grouped_matmul_plan {
     qmoe_gmm_params p; /* int8 paths: x, weight, scales, per-token scale, G (mode, layout) */
@@ -44,7 +40,5 @@ qmoe_status qmoe_grouped_matmul_check(const void *plan, void *workspace);
 qmoe_status qmoe_grouped_matmul_run(const void *plan, void *workspace, qmoe_device *dev,
                                     int index, int count);
 
-/* The epilogue of the driver for this operator (src/kernels/epilogue_dequant.c). */
-void qmoe_epilogue_dequant(const qmoe_gemm_block *B, const qmoe_gemm_tile *t);
 
 #endif
