@@ -10,7 +10,6 @@
 
 #include "case.h"
 #include "cli_size.h"
-#include "core/halfconv.h"
 
 typedef struct rng {
     uint64_t s;
@@ -157,29 +156,30 @@ static int gen_weight_values(const gen_params *p, rng *r, npy_array *nd, char *e
     return 0;
 }
 
-static uint16_t f32_to_bf16(float f)
-{
-    uint32_t b = qmoe_f32_to_bits(f);
-    return (uint16_t)((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16); /* finite: round to nearest even */
-}
-
 /* Stores one scale in the chosen dtype; returns the float32 the operator will read back. */
 static float store_scale(const gen_params *p, npy_array *ws, int64_t i, float v)
 {
     switch (p->scale_dtype) {
-    case GEN_SCALE_F16: {
-        uint16_t h = qmoe_f32_to_f16(v);
-        ((uint16_t *)ws->data)[i] = h;
-        return qmoe_f16_to_f32(h);
-    }
+    case GEN_SCALE_F16:
     case GEN_SCALE_BF16: {
-        uint16_t h = f32_to_bf16(v);
+        uint16_t h;
+        float back;
+        if (p->scale_dtype == GEN_SCALE_F16) {
+            qmoe_convert_f32_to_f16(&v, 1, &h);
+            qmoe_convert_f16_to_f32(&h, 1, &back);
+        } else {
+            qmoe_convert_f32_to_bf16(&v, 1, &h);
+            qmoe_convert_bf16_to_f32(&h, 1, &back);
+        }
         ((uint16_t *)ws->data)[i] = h;
-        return qmoe_bf16_to_f32(h);
+        return back;
     }
-    case GEN_SCALE_U64:
-        ((uint64_t *)ws->data)[i] = qmoe_f32_to_bits(v);
+    case GEN_SCALE_U64: {
+        uint32_t bits;
+        memcpy(&bits, &v, sizeof bits);
+        ((uint64_t *)ws->data)[i] = bits;
         return v;
+    }
     case GEN_SCALE_F32:
         break;
     }

@@ -5,7 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/status.h"
 #include "qmoe/runtime.h"
 
 enum { MAX_THREADS = 4096 }; /* a device's limit (qmoe_device_create) */
@@ -175,7 +174,7 @@ qmoe_status cli_runtime_end(cli_runtime *rt)
     if (!status && rt->trace_path && !rt->trace_adopted) {
         char err[OUTFILE_ERR_LEN];
         if (outfiles_write(&st->trace, err))
-            status = qmoe_fail(QMOE_ERR_PARAM_INVALID, "%s", err);
+            status = qmoe_error_set(QMOE_ERR_PARAM_INVALID, QMOE_RULE_NONE, "", err);
         else
             cli_runtime_trace_written(rt);
     }

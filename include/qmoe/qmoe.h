@@ -260,6 +260,16 @@ QMOE_API qmoe_status qmoe_unpack_int4_int32(const int32_t *words, int64_t count,
 QMOE_API qmoe_status qmoe_weight_assist_matrix(const int8_t *nd_values, int64_t E, int64_t K, int64_t N,
                                       const float *scale, int64_t groups, float *bias);
 
+/* ---------------------------------------------------------------- conversions ----------------- */
+
+/* n values float32 <-> float16 / bfloat16 by the library's rules: rounded to nearest even, NaN
+ * stays NaN, widening exact (what the operators read and write). QMOE_ERR_PARAM_NULLPTR for a NULL
+ * pointer with n > 0, QMOE_ERR_PARAM_INVALID for n < 0; nothing written on error. */
+QMOE_API qmoe_status qmoe_convert_f32_to_f16(const float *src, int64_t n, uint16_t *dst);
+QMOE_API qmoe_status qmoe_convert_f16_to_f32(const uint16_t *src, int64_t n, float *dst);
+QMOE_API qmoe_status qmoe_convert_f32_to_bf16(const float *src, int64_t n, uint16_t *dst);
+QMOE_API qmoe_status qmoe_convert_bf16_to_f32(const uint16_t *src, int64_t n, float *dst);
+
 #ifdef __cplusplus
 }
 #endif
