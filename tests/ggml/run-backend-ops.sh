@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# ggml's own oracle for the QMOE backend: test-backend-ops in test mode (each case computed on
+# QMOE and on ggml's CPU backend, compared with ggml's NMSE threshold) over the MUL_MAT_ID and
+# MUL_MAT cases of the weight types the backend takes. Passes when every such case ran and is
+# OK: a FAIL or a "not supported" fails it, and so does a run with no case.
+# Usage: run-backend-ops.sh TEST_BACKEND_OPS LIBGGML_QMOE LOG_DIR
+set -u
+tbo=$1 lib=$2 logs=$3
+types='q8_0|q4_0'
+mkdir -p "$logs"
+for f in "$tbo" "$lib"; do
+  [ -e "$f" ] || { echo "qmoe: ggml: $f is missing" >&2; exit 1; }
+done
+status=0
+total=0
+for op in MUL_MAT_ID MUL_MAT; do
+  log=$logs/test-backend-ops-$op.log
+  start=$(date +%s)
+  # -o takes exact op names first, so MUL_MAT does not also pick MUL_MAT_ID
+  GGML_BACKEND_PATH=$(realpath "$lib") "$tbo" test -b QMOE -o "$op" -p "type_a=($types)," \
+    >"$log" 2>&1
+  rc=$?
+  secs=$(( $(date +%s) - start ))
+  cases=$(grep -cE "^  $op\(type_a=($types)," "$log")
+  ok=$(grep -E "^  $op\(type_a=($types)," "$log" | grep -c ': OK$')
+  failed=$(grep -E "^  $op\(" "$log" | grep -c 'FAIL')
+  unsupported=$(grep -E "^  $op\(" "$log" | grep -c 'not supported')
+  total=$((total + ok))
+  echo "qmoe: ggml: test-backend-ops -b QMOE -o $op ($types): $ok of $cases cases OK," \
+    "$failed failed, $unsupported not supported, exit $rc, ${secs} s (log: $log)"
+  if [ "$rc" != 0 ] || [ "$cases" = 0 ] || [ "$ok" != "$cases" ] || [ "$failed" != 0 ] ||
+     [ "$unsupported" != 0 ] || ! grep -q "Backend QMOE: .*OK" "$log"; then
+    grep -E "FAIL|not supported" "$log" | head -n 20 >&2
+    status=1
+  fi
+done
+if [ $status = 0 ]; then echo "qmoe: ggml: PASSED ($total cases)"; else echo "qmoe: ggml: FAILED"; fi
+exit $status
