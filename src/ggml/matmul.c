@@ -32,7 +32,11 @@ int qg_supports_matmul(const struct ggml_tensor *op)
 {
     if (op->op != GGML_OP_MUL_MAT && op->op != GGML_OP_MUL_MAT_ID) return 0;
     const struct ggml_tensor *a = op->src[0], *b = op->src[1];
-    if (!a || !b || op->type != GGML_TYPE_F32 || b->type != GGML_TYPE_F32) return 0;
+    if (!a || !b || op->type != GGML_TYPE_F32) return 0;
+    /* activations: f32 (any strides), or f16 / bf16 rows, widened to f32 as they are gathered */
+    if (b->type != GGML_TYPE_F32 &&
+        ((b->type != GGML_TYPE_F16 && b->type != GGML_TYPE_BF16) || b->nb[0] != ggml_type_size(b->type)))
+        return 0;
     if (!qg_type_supported(a->type) || a->ne[0] % QG_QK) return 0;
     if (a->nb[0] != ggml_type_size(a->type) || op->nb[0] != sizeof(float)) return 0;
     /* qmoe's K limits (A8W8 K < 65536, A8W4 K < 20000): by the weight's shape, never the batch */
@@ -194,6 +198,10 @@ static int route(const struct ggml_tensor *node, int64_t E, qg_row *rows)
 
 static void gather_row(const struct ggml_tensor *b, const uint8_t *src, int64_t K, float *x)
 {
+    if (b->type != GGML_TYPE_F32) { /* f16 / bf16 rows (contiguous, checked by supports_op) */
+        ggml_get_type_traits(b->type)->to_float(src, x, K);
+        return;
+    }
     if (b->nb[0] == sizeof(float)) {
         memcpy(x, src, (size_t)K * sizeof(float));
         return;

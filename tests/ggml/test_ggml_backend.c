@@ -3,6 +3,7 @@
  * MUL_MAT on the device equal an independent double-precision reference of the documented
  * numerics (per-token int8 activations, exact integer dots, the blocks' scales); the weight bytes
  * read back are the ones set; a bad expert id fails the graph with dst untouched. */
+#include <dlfcn.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -192,6 +193,18 @@ int main(int argc, char **argv)
     if (argc < 2) {
         fprintf(stderr, "usage: %s libggml-qmoe.so\n", argv[0]);
         return 2;
+    }
+    if (argc == 3 && strcmp(argv[1], "--refused") == 0) {
+        /* run with QMOE_ISA=portable: no fast kernel, so the backend scores 0 and ggml refuses it */
+        void *h = dlopen(argv[2], RTLD_NOW | RTLD_LOCAL);
+        CHECK(h != NULL);
+        int (*score)(void) = NULL;
+        if (h) *(void **)&score = dlsym(h, "ggml_backend_score");
+        CHECK(score != NULL);
+        if (score) CHECK(score() == 0);
+        if (h) dlclose(h);
+        CHECK(ggml_backend_load(argv[2]) == NULL);
+        return qt_finish("ggml_backend_refused");
     }
     test_decode(GGML_TYPE_Q8_0);
     test_decode(GGML_TYPE_Q4_0);
