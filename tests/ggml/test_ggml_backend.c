@@ -84,7 +84,8 @@ typedef struct {
     struct ggml_cgraph *gf;
 } graph;
 
-static graph make_graph(struct ggml_tensor **out, enum ggml_op op, enum ggml_type type, int64_t K,
+static graph make_graph(struct ggml_tensor **out, enum ggml_op op, enum ggml_type type,
+                        enum ggml_type btype, int64_t K,
                         int64_t N, int64_t E, int64_t B1, int64_t T, int64_t n_used,
                         struct ggml_tensor **as, struct ggml_tensor **b, struct ggml_tensor **ids)
 {
@@ -92,11 +93,11 @@ static graph make_graph(struct ggml_tensor **out, enum ggml_op op, enum ggml_typ
     graph g = {ggml_init(ip), NULL, NULL};
     *as = ggml_new_tensor_3d(g.ctx, type, K, N, E);
     if (op == GGML_OP_MUL_MAT_ID) {
-        *b = ggml_new_tensor_3d(g.ctx, GGML_TYPE_F32, K, B1, T);
+        *b = ggml_new_tensor_3d(g.ctx, btype, K, B1, T);
         *ids = ggml_new_tensor_2d(g.ctx, GGML_TYPE_I32, n_used, T);
         *out = ggml_mul_mat_id(g.ctx, *as, *b, *ids);
     } else {
-        *b = ggml_new_tensor_3d(g.ctx, GGML_TYPE_F32, K, B1, E);
+        *b = ggml_new_tensor_3d(g.ctx, btype, K, B1, E);
         *ids = NULL;
         *out = ggml_mul_mat(g.ctx, *as, *b);
     }
@@ -114,11 +115,11 @@ static void free_graph(graph *g)
 /* One MUL_MAT_ID (or MUL_MAT) on the device against the reference; bad_id puts an id out of
  * range, which must fail the graph and leave dst as it was. */
 static void run_case(ggml_backend_t be, ggml_backend_buffer_type_t buft, enum ggml_op op,
-                     enum ggml_type type, int64_t K, int64_t N, int64_t E, int64_t B1, int64_t T,
+                     enum ggml_type type, enum ggml_type btype, int64_t K, int64_t N, int64_t E, int64_t B1, int64_t T,
                      int64_t n_used, int bad_id)
 {
     struct ggml_tensor *as, *b, *ids, *out;
-    graph g = make_graph(&out, op, type, K, N, E, B1, T, n_used, &as, &b, &ids);
+    graph g = make_graph(&out, op, type, btype, K, N, E, B1, T, n_used, &as, &b, &ids);
     g.buf = ggml_backend_alloc_ctx_tensors_from_buft(g.ctx, buft);
     CHECK(g.buf != NULL);
     if (!g.buf) {
@@ -132,7 +133,14 @@ static void run_case(ggml_backend_t be, ggml_backend_buffer_type_t buft, enum gg
     random_blocks(type, w, (int64_t)(wbytes / ggml_type_size(type)));
     for (size_t i = 0; i < bn; i++) x[i] = qt_uniform(&rng, -1.0f, 1.0f);
     ggml_backend_tensor_set(as, w, 0, wbytes);
-    ggml_backend_tensor_set(b, x, 0, bn * sizeof(float));
+    if (btype == GGML_TYPE_F16) { /* the reference reads the values the f16 activations hold */
+        ggml_fp16_t *h = malloc(bn * sizeof *h);
+        for (size_t i = 0; i < bn; i++) x[i] = ggml_fp16_to_fp32(h[i] = ggml_fp32_to_fp16(x[i]));
+        ggml_backend_tensor_set(b, h, 0, bn * sizeof *h);
+        free(h);
+    } else {
+        ggml_backend_tensor_set(b, x, 0, bn * sizeof(float));
+    }
     int32_t *idv = NULL;
     if (ids) {
         idv = malloc((size_t)(n_used * T) * sizeof(int32_t));
@@ -230,10 +238,12 @@ int main(int argc, char **argv)
 
     for (int t = 0; t < 2; t++) {
         enum ggml_type type = t ? GGML_TYPE_Q4_0 : GGML_TYPE_Q8_0;
-        run_case(be, buft, GGML_OP_MUL_MAT_ID, type, 128, 64, 8, 2, 13, 2, 0);  /* routed rows */
-        run_case(be, buft, GGML_OP_MUL_MAT_ID, type, 96, 5, 4, 1, 7, 3, 0);    /* odd N, broadcast b */
-        run_case(be, buft, GGML_OP_MUL_MAT, type, 64, 3, 1100, 2, 0, 0, 0);    /* > 1024 matrices */
-        run_case(be, buft, GGML_OP_MUL_MAT_ID, type, 64, 16, 4, 2, 3, 2, 1);   /* a bad id */
+        enum ggml_type f32 = GGML_TYPE_F32;
+        run_case(be, buft, GGML_OP_MUL_MAT_ID, type, f32, 128, 64, 8, 2, 13, 2, 0); /* routed rows */
+        run_case(be, buft, GGML_OP_MUL_MAT_ID, type, f32, 96, 5, 4, 1, 7, 3, 0);   /* odd N, broadcast b */
+        run_case(be, buft, GGML_OP_MUL_MAT, type, f32, 64, 3, 1100, 2, 0, 0, 0);   /* > 1024 matrices */
+        run_case(be, buft, GGML_OP_MUL_MAT, type, GGML_TYPE_F16, 64, 8, 3, 4, 0, 0, 0); /* f16 b */
+        run_case(be, buft, GGML_OP_MUL_MAT_ID, type, f32, 64, 16, 4, 2, 3, 2, 1);  /* a bad id */
     }
     ggml_backend_free(be);
     return qt_finish("ggml_backend");
