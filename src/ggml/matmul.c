@@ -215,6 +215,17 @@ static int64_t routed_rows(const struct ggml_tensor *node)
     return node->src[1]->ne[1] * node->src[1]->ne[2] * node->src[1]->ne[3];
 }
 
+/* a * b * c bytes, 0 when that does not fit in a size_t */
+static int bytes3(int64_t a, int64_t b, size_t c, size_t *out)
+{
+    if (a < 0 || b < 0) return 0;
+    uint64_t ab = (uint64_t)a * (uint64_t)b; /* both below 2^63 and a tensor's extent */
+    if (a && ab / (uint64_t)a != (uint64_t)b) return 0;
+    if (c && ab > SIZE_MAX / c) return 0;
+    *out = (size_t)ab * c;
+    return 1;
+}
+
 static enum ggml_status failed(const char *what)
 {
     qg_log_error(what);
@@ -235,14 +246,20 @@ enum ggml_status qg_compute_matmul(qg_context *ctx, struct ggml_tensor *node)
     if (!w) return failed("converting the weight");
     const int64_t K = w->K, N = w->N, E = w->E, R = routed_rows(node), Np = N + N % 2;
     if (R == 0) return GGML_STATUS_SUCCESS;
-    size_t fR = (size_t)R, fK = (size_t)K;
+    size_t fR = (size_t)R, fK = (size_t)K, nx, ny;
+    /* R rows of K (or Np) floats: broadcast activations may make R * K exceed any tensor's size;
+     * K >= 32 makes R * K * 4 the bound of the per-row arrays below too */
+    if (!bytes3(R, K, sizeof(float), &nx) || !bytes3(R, Np, sizeof(float), &ny)) {
+        qmoe_error_set(QMOE_ERR_PARAM_INVALID, QMOE_RULE_LIMIT, "", "the activations' size overflows");
+        return failed(ggml_op_desc(node));
+    }
     qg_row *rows = grow(ctx, QG_S_ROWS, fR * sizeof(qg_row));
     int64_t *perm = grow(ctx, QG_S_PERM, fR * sizeof(int64_t));
     int64_t *counts = grow(ctx, QG_S_COUNTS, (2 * (size_t)E + 1) * sizeof(int64_t));
-    float *x = grow(ctx, QG_S_X, fR * fK * sizeof(float));
-    int8_t *xq = grow(ctx, QG_S_XQ, fR * fK);
+    float *x = grow(ctx, QG_S_X, nx);
+    int8_t *xq = grow(ctx, QG_S_XQ, nx / sizeof(float));
     float *xs = grow(ctx, QG_S_XS, fR * sizeof(float));
-    float *y = grow(ctx, QG_S_Y, fR * (size_t)Np * sizeof(float));
+    float *y = grow(ctx, QG_S_Y, ny);
     if (!rows || !perm || !counts || !x || !xq || !xs || !y) {
         qmoe_error_set(QMOE_ERR_INNER, QMOE_RULE_NONE, "", "out of memory for the activations");
         return failed(ggml_op_desc(node));
