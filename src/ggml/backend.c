@@ -162,18 +162,6 @@ static bool dev_supports_buft(ggml_backend_dev_t dev, ggml_backend_buffer_type_t
     return buft == qg_buffer_type() || ggml_backend_buft_is_host(buft);
 }
 
-static const struct ggml_backend_device_i device_iface = {
-    .get_name = dev_name,
-    .get_description = dev_description,
-    .get_memory = dev_memory,
-    .get_type = dev_type,
-    .get_props = dev_props,
-    .init_backend = dev_init,
-    .get_buffer_type = dev_buft,
-    .supports_op = dev_supports_op,
-    .supports_buft = dev_supports_buft,
-};
-
 /* ---- the registry ---- */
 
 static const char *reg_name(ggml_backend_reg_t reg)
@@ -189,7 +177,21 @@ static size_t reg_count(ggml_backend_reg_t reg)
 }
 
 static struct ggml_backend_reg qg_reg;
-static struct ggml_backend_device qg_dev = {.iface = device_iface, .reg = &qg_reg, .context = NULL};
+static struct ggml_backend_device qg_dev = {
+    .iface = {
+        .get_name = dev_name,
+        .get_description = dev_description,
+        .get_memory = dev_memory,
+        .get_type = dev_type,
+        .get_props = dev_props,
+        .init_backend = dev_init,
+        .get_buffer_type = dev_buft,
+        .supports_op = dev_supports_op,
+        .supports_buft = dev_supports_buft,
+    },
+    .reg = &qg_reg,
+    .context = NULL,
+};
 
 ggml_backend_dev_t qg_device(void) { return &qg_dev; }
 
