@@ -138,6 +138,11 @@ static void run_case(ggml_backend_t be, ggml_backend_buffer_type_t buft, enum gg
         for (size_t i = 0; i < bn; i++) x[i] = ggml_fp16_to_fp32(h[i] = ggml_fp32_to_fp16(x[i]));
         ggml_backend_tensor_set(b, h, 0, bn * sizeof *h);
         free(h);
+    } else if (btype == GGML_TYPE_BF16) {
+        ggml_bf16_t *h = malloc(bn * sizeof *h);
+        for (size_t i = 0; i < bn; i++) x[i] = ggml_bf16_to_fp32(h[i] = ggml_fp32_to_bf16(x[i]));
+        ggml_backend_tensor_set(b, h, 0, bn * sizeof *h);
+        free(h);
     } else {
         ggml_backend_tensor_set(b, x, 0, bn * sizeof(float));
     }
@@ -243,6 +248,7 @@ int main(int argc, char **argv)
         run_case(be, buft, GGML_OP_MUL_MAT_ID, type, f32, 96, 5, 4, 1, 7, 3, 0);   /* odd N, broadcast b */
         run_case(be, buft, GGML_OP_MUL_MAT, type, f32, 64, 3, 1100, 2, 0, 0, 0);   /* > 1024 matrices */
         run_case(be, buft, GGML_OP_MUL_MAT, type, GGML_TYPE_F16, 64, 8, 3, 4, 0, 0, 0); /* f16 b */
+        run_case(be, buft, GGML_OP_MUL_MAT_ID, type, GGML_TYPE_BF16, 64, 8, 4, 2, 5, 2, 0); /* bf16 */
         run_case(be, buft, GGML_OP_MUL_MAT_ID, type, f32, 64, 16, 4, 2, 3, 2, 1);  /* a bad id */
     }
     ggml_backend_free(be);
