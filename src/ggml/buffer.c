@@ -183,7 +183,14 @@ ggml_backend_buffer_type_t qg_buffer_type(void)
     return &buft;
 }
 
+/* ggml makes a zero-byte buffer itself, without calling alloc_buffer (no context, no interface):
+ * llama.cpp's loader probes supports_op with one, so the type alone says "ours" */
 int qg_buffer_is_ours(ggml_backend_buffer_t buffer)
 {
-    return buffer && buffer->buft == qg_buffer_type() && buffer->iface.get_base == buf_base;
+    return buffer && buffer->buft == qg_buffer_type();
+}
+
+int qg_buffer_holds_data(ggml_backend_buffer_t buffer)
+{
+    return qg_buffer_is_ours(buffer) && buffer->iface.get_base == buf_base && buffer->context;
 }

@@ -235,7 +235,7 @@ static enum ggml_status failed(const char *what)
 enum ggml_status qg_compute_matmul(qg_context *ctx, struct ggml_tensor *node)
 {
     const struct ggml_tensor *a = node->src[0], *b = node->src[1];
-    if (!qg_supports_matmul(node) || !qg_buffer_is_ours(a->buffer)) {
+    if (!qg_supports_matmul(node) || !qg_buffer_holds_data(a->buffer)) {
         qmoe_error_set(QMOE_ERR_PARAM_INVALID, QMOE_RULE_UNSUPPORTED, "weight",
                        "the node's weight is not a q8_0 / q4_0 tensor in a QMOE buffer");
         return failed(ggml_op_desc(node));

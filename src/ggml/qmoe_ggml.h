@@ -79,7 +79,9 @@ typedef struct qg_buffer {
 } qg_buffer;
 
 ggml_backend_buffer_type_t qg_buffer_type(void);
+/* A buffer of the QMOE type (a zero-byte one too); one that holds data (made by alloc_buffer). */
 int qg_buffer_is_ours(ggml_backend_buffer_t buffer);
+int qg_buffer_holds_data(ggml_backend_buffer_t buffer);
 /* The converted weight for tensor t in buffer b (built now if it has not been); NULL on failure. */
 qg_weight *qg_buffer_weight(ggml_backend_buffer_t buffer, const struct ggml_tensor *t);
 

@@ -201,6 +201,37 @@ static void run_case(ggml_backend_t be, ggml_backend_buffer_type_t buft, enum gg
     free_graph(&g);
 }
 
+/* supports_op as llama.cpp's loader asks it: a fake MUL_MAT_ID whose weight sits in a zero-byte
+ * buffer of the type. Yes for q8_0 / q4_0 in a QMOE buffer whatever the batch; no for a weight in
+ * another buffer (the CPU's) or of a type the backend does not convert. */
+static void test_supports(ggml_backend_dev_t dev, ggml_backend_buffer_type_t buft)
+{
+    struct ggml_init_params ip = {ggml_tensor_overhead() * 64, NULL, true};
+    struct ggml_context *ctx = ggml_init(ip);
+    ggml_backend_buffer_t probe = ggml_backend_buft_alloc_buffer(buft, 0);
+    ggml_backend_dev_t cpu = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
+    ggml_backend_buffer_t cpu_buf = cpu ? ggml_backend_buft_alloc_buffer(ggml_backend_dev_buffer_type(cpu), 0) : NULL;
+    CHECK(probe != NULL);
+    CHECK(cpu_buf != NULL);
+    const enum ggml_type types[3] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K};
+    for (int t = 0; t < 3; t++) {
+        for (int64_t T = 1; T <= 4096; T *= 64) {
+            struct ggml_tensor *as = ggml_new_tensor_3d(ctx, types[t], 256, 64, 8);
+            struct ggml_tensor *b = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 256, 2, T);
+            struct ggml_tensor *ids = ggml_new_tensor_2d(ctx, GGML_TYPE_I32, 2, T);
+            struct ggml_tensor *op = ggml_mul_mat_id(ctx, as, b, ids);
+            as->buffer = probe;
+            CHECK_MSG(ggml_backend_dev_supports_op(dev, op) == (t < 2), "%s, T = %lld",
+                      ggml_type_name(types[t]), (long long)T);
+            as->buffer = cpu_buf;
+            CHECK(!ggml_backend_dev_supports_op(dev, op));
+        }
+    }
+    ggml_backend_buffer_free(probe);
+    if (cpu_buf) ggml_backend_buffer_free(cpu_buf);
+    ggml_free(ctx);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -240,6 +271,7 @@ int main(int argc, char **argv)
     if (set_threads) set_threads(be, 2);
     ggml_backend_buffer_type_t buft = ggml_backend_dev_buffer_type(dev);
     CHECK(!ggml_backend_buft_is_host(buft));
+    test_supports(dev, buft);
 
     for (int t = 0; t < 2; t++) {
         enum ggml_type type = t ? GGML_TYPE_Q4_0 : GGML_TYPE_Q8_0;
