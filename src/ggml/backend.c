@@ -7,7 +7,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "qmoe/runtime.h"
 #include "qmoe_ggml.h"
 
 #define QG_EXPORT __attribute__((visibility("default")))
@@ -81,6 +80,32 @@ static void set_n_threads(ggml_backend_t backend, int n_threads)
     ((qg_context *)backend->context)->n_threads = n_threads;
 }
 
+/* The kernel qmoe plans a tiny int8 grouped matmul with (QMOE_KERNEL_AUTO if it cannot): what
+ * qmoe runs on this CPU, found without starting any thread. */
+static qmoe_kernel qg_kernel(void)
+{
+    int64_t xd[2] = {1, 32}, wd[3] = {1, 32, 2}, sd[2] = {1, 2}, gd[1] = {1}, od[2] = {1, 2};
+    qmoe_tensor *x = NULL, *w = NULL, *s = NULL, *pts = NULL, *gl = NULL, *o = NULL;
+    qmoe_op *op = NULL;
+    qmoe_kernel k = QMOE_KERNEL_AUTO;
+    if (!qmoe_tensor_desc_create(xd, 2, NULL, QMOE_DTYPE_INT8, QMOE_FORMAT_ND, &x) &&
+        !qmoe_tensor_desc_create(wd, 3, NULL, QMOE_DTYPE_INT8, QMOE_FORMAT_ND, &w) &&
+        !qmoe_tensor_desc_create(sd, 2, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, &s) &&
+        !qmoe_tensor_desc_create(xd, 1, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, &pts) &&
+        !qmoe_tensor_desc_create(gd, 1, NULL, QMOE_DTYPE_INT64, QMOE_FORMAT_ND, &gl) &&
+        !qmoe_tensor_desc_create(od, 2, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, &o) &&
+        !qmoe_op_create_grouped_matmul(x, w, NULL, s, pts, gl, QMOE_GROUP_LIST_COUNT, o, NULL, &op))
+        k = qmoe_op_kernel(op);
+    qmoe_op_destroy(op);
+    qmoe_tensor_destroy(x);
+    qmoe_tensor_destroy(w);
+    qmoe_tensor_destroy(s);
+    qmoe_tensor_destroy(pts);
+    qmoe_tensor_destroy(gl);
+    qmoe_tensor_destroy(o);
+    return k;
+}
+
 /* ---- the device ---- */
 
 static const char *dev_name(ggml_backend_dev_t dev)
@@ -94,8 +119,8 @@ static const char *dev_description(ggml_backend_dev_t dev)
     (void)dev;
     static char text[160];
     if (!text[0])
-        snprintf(text, sizeof text, "qmoe %s int8 grouped matmul (%s)", qmoe_version(),
-                 qmoe_device_isa(qmoe_default_device()));
+        snprintf(text, sizeof text, "qmoe %s int8 grouped matmul, kernel %s", qmoe_version(),
+                 qmoe_kernel_name(qg_kernel()));
     return text;
 }
 
@@ -230,29 +255,9 @@ QG_EXPORT int ggml_backend_score(void);
 ggml_backend_reg_t ggml_backend_init(void) { return &qg_reg; }
 
 /* 0 (refuse) where qmoe has none of its fast kernels here: the portable one would be slower
- * than ggml's own CPU code. The kernel is the one qmoe plans a tiny int8 matmul with. */
+ * than ggml's own CPU code. */
 int ggml_backend_score(void)
 {
-    int64_t xd[2] = {1, 32}, wd[3] = {1, 32, 2}, sd[2] = {1, 2}, gd[1] = {1}, od[2] = {1, 2};
-    qmoe_tensor *x = NULL, *w = NULL, *s = NULL, *pts = NULL, *gl = NULL, *o = NULL;
-    qmoe_op *op = NULL;
-    int score = 0;
-    if (!qmoe_tensor_desc_create(xd, 2, NULL, QMOE_DTYPE_INT8, QMOE_FORMAT_ND, &x) &&
-        !qmoe_tensor_desc_create(wd, 3, NULL, QMOE_DTYPE_INT8, QMOE_FORMAT_ND, &w) &&
-        !qmoe_tensor_desc_create(sd, 2, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, &s) &&
-        !qmoe_tensor_desc_create(xd, 1, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, &pts) &&
-        !qmoe_tensor_desc_create(gd, 1, NULL, QMOE_DTYPE_INT64, QMOE_FORMAT_ND, &gl) &&
-        !qmoe_tensor_desc_create(od, 2, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, &o) &&
-        !qmoe_op_create_grouped_matmul(x, w, NULL, s, pts, gl, QMOE_GROUP_LIST_COUNT, o, NULL, &op)) {
-        qmoe_kernel k = qmoe_op_kernel(op);
-        score = k != QMOE_KERNEL_PORTABLE && k != QMOE_KERNEL_REFERENCE && k != QMOE_KERNEL_AUTO ? 50 : 0;
-    }
-    qmoe_op_destroy(op);
-    qmoe_tensor_destroy(x);
-    qmoe_tensor_destroy(w);
-    qmoe_tensor_destroy(s);
-    qmoe_tensor_destroy(pts);
-    qmoe_tensor_destroy(gl);
-    qmoe_tensor_destroy(o);
-    return score;
+    qmoe_kernel k = qg_kernel();
+    return k != QMOE_KERNEL_PORTABLE && k != QMOE_KERNEL_REFERENCE && k != QMOE_KERNEL_AUTO ? 50 : 0;
 }
