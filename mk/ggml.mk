@@ -6,16 +6,18 @@
 # (so libggml-qmoe.so and the tools share one libggml-base.so).
 #   make ggml-llama   download + build llama.cpp's ggml, llama and test-backend-ops
 #   make ggml-backend build $(BUILD)/src/ggml/libggml-qmoe.so against that tree
-#   make test-ggml    test-backend-ops -b QMOE -o MUL_MAT_ID / MUL_MAT in test mode (part of make test)
+#   make test-ggml    the backend's unit tests, test-backend-ops -b QMOE -o MUL_MAT_ID / MUL_MAT in
+#                     test mode, and llama-bench on small Qwen3-MoE-shaped models (part of make test)
 # Without the package index the suite is reported as NOT RUN with the reason, and make test goes on.
 GGML_DIR            ?= $(BUILD)/ggml
 GGML_PYPI_VERSION   := 0.3.36
 GGML_SDIST_SHA256   := 832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
 GGML_LLAMA_SRC      := $(GGML_DIR)/llama_cpp_python-$(GGML_PYPI_VERSION)/vendor/llama.cpp
 GGML_LLAMA_BUILD    ?= $(GGML_DIR)/llama-build
-GGML_LLAMA_TARGETS  ?= ggml llama test-backend-ops
+GGML_LLAMA_TARGETS  ?= ggml llama test-backend-ops llama-bench
 GGML_BACKEND_LIB    := $(BUILD)/src/ggml/libggml-qmoe.so
 GGML_RESULT         := $(GGML_DIR)/test-ggml.result
+GGML_VENV           ?= $(GGML_DIR)/venv
 GGML_LLAMA_CMAKE_ARGS ?= -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DGGML_BACKEND_DL=OFF \
   -DGGML_NATIVE=ON -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=ON -DLLAMA_BUILD_TOOLS=ON \
   -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF
@@ -57,6 +59,13 @@ test-ggml:
 	$(MAKE) --no-print-directory ggml-backend && \
 	ctest --test-dir $(BUILD) -L ggml --output-on-failure && \
 	tests/ggml/run-backend-ops.sh $(GGML_LLAMA_BUILD)/bin/test-backend-ops $(GGML_BACKEND_LIB) \
-	  $(GGML_DIR)/logs >$(GGML_RESULT); rc=$$?; cat $(GGML_RESULT) 2>/dev/null; \
+	  $(GGML_DIR)/logs >$(GGML_RESULT); rc=$$?; \
+	if [ -f $(GGML_RESULT) ] && ! scripts/venv.sh $(GGML_VENV) tests/ggml/requirements.txt >/dev/null; then \
+	  echo "qmoe: ggml: llama-bench smoke NOT RUN: numpy / PyYAML cannot be installed into $(GGML_VENV)" \
+	    >>$(GGML_RESULT); \
+	elif [ -f $(GGML_RESULT) ]; then \
+	  tests/ggml/run-llama-smoke.sh $(GGML_LLAMA_BUILD)/bin $(GGML_BACKEND_LIB) $(GGML_LLAMA_SRC) \
+	    $(GGML_VENV)/bin/python $(GGML_DIR)/smoke >>$(GGML_RESULT) || rc=1; fi; \
+	cat $(GGML_RESULT) 2>/dev/null; \
 	echo "qmoe: ggml suite: $$(( $$(date +%s) - start )) s (with the llama.cpp build when it was not built yet)"; \
 	exit $$rc
