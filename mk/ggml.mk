@@ -4,7 +4,7 @@
 # sha256 recorded here (the digest of the file PyPI served on 2026-12-01), unpacked under
 # $(GGML_DIR). Only the targets the backend needs are built, CPU only, Release, shared libraries
 # (so libggml-qmoe.so and the tools share one libggml-base.so).
-#   make ggml-llama   download + build llama.cpp's ggml, llama and test-backend-ops
+#   make ggml-llama   download + build llama.cpp's ggml, llama, test-backend-ops and llama-bench
 #   make ggml-backend build $(BUILD)/src/ggml/libggml-qmoe.so against that tree
 #   make test-ggml    the backend's unit tests, test-backend-ops -b QMOE -o MUL_MAT_ID / MUL_MAT in
 #                     test mode, and llama-bench on small Qwen3-MoE-shaped models (part of make test)
