@@ -1,0 +1,71 @@
+# qmoe as a ggml backend (src/ggml, docs/ggml.md). The llama.cpp it plugs into is a released one,
+# never a copy in this repository: the tree inside the PyPI sdist llama-cpp-python==0.3.36
+# (vendor/llama.cpp: llama.cpp 0c1e570, ggml 0.25.3), downloaded with pip, checked against the
+# sha256 recorded here (the digest of the file PyPI served on 2026-12-01), unpacked under
+# $(GGML_DIR). Only the targets the backend needs are built, CPU only, Release, shared libraries
+# (so libggml-qmoe.so and the tools share one libggml-base.so).
+#   make ggml-llama   download + build llama.cpp's ggml, llama, test-backend-ops and llama-bench
+#   make ggml-backend build $(BUILD)/src/ggml/libggml-qmoe.so against that tree
+#   make test-ggml    the backend's unit tests, test-backend-ops -b QMOE -o MUL_MAT_ID / MUL_MAT in
+#                     test mode, and llama-bench on small Qwen3-MoE-shaped models (part of make test)
+# Without the package index the suite is reported as NOT RUN with the reason, and make test goes on.
+GGML_DIR            ?= $(BUILD)/ggml
+GGML_PYPI_VERSION   := 0.3.36
+GGML_SDIST_SHA256   := 832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
+GGML_LLAMA_SRC      := $(GGML_DIR)/llama_cpp_python-$(GGML_PYPI_VERSION)/vendor/llama.cpp
+GGML_LLAMA_BUILD    ?= $(GGML_DIR)/llama-build
+GGML_LLAMA_TARGETS  ?= ggml llama test-backend-ops llama-bench
+GGML_BACKEND_LIB    := $(BUILD)/src/ggml/libggml-qmoe.so
+GGML_RESULT         := $(GGML_DIR)/test-ggml.result
+GGML_VENV           ?= $(GGML_DIR)/venv
+GGML_LLAMA_CMAKE_ARGS ?= -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DGGML_BACKEND_DL=OFF \
+  -DGGML_NATIVE=ON -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=ON -DLLAMA_BUILD_TOOLS=ON \
+  -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF
+
+.PHONY: ggml-fetch ggml-llama ggml-backend test-ggml
+test: test-ggml
+
+# Exit 3 from the fetch script means "the index cannot be reached": the callers below turn it
+# into a NOT RUN report instead of a failure.
+ggml-fetch:
+	@src/ggml/fetch-llama-cpp.sh $(GGML_DIR) $(GGML_PYPI_VERSION) $(GGML_SDIST_SHA256) \
+	  $(abspath $(VENV))/bin/python
+
+ggml-llama: ggml-fetch
+	@if [ ! -f $(GGML_LLAMA_BUILD)/CMakeCache.txt ]; then \
+	  cmake -S $(GGML_LLAMA_SRC) -B $(GGML_LLAMA_BUILD) $(GGML_LLAMA_CMAKE_ARGS) >/dev/null; fi
+	@start=$$(date +%s); \
+	cmake --build $(GGML_LLAMA_BUILD) -j $(JOBS) --target $(GGML_LLAMA_TARGETS); \
+	echo "qmoe: ggml: llama.cpp targets ($(GGML_LLAMA_TARGETS)) up to date in $$(( $$(date +%s) - start )) s"
+
+# The project's build, configured with the tree's paths, so the plain `make build` never needs
+# llama.cpp (src/ggml/CMakeLists.txt is skipped while QMOE_LLAMA_CPP_DIR is empty).
+ggml-backend: ggml-llama $(BUILD)/CMakeCache.txt
+	@cmake -S . -B $(BUILD) -DQMOE_LLAMA_CPP_DIR=$(abspath $(GGML_LLAMA_SRC)) \
+	  -DQMOE_LLAMA_CPP_BUILD_DIR=$(abspath $(GGML_LLAMA_BUILD)) >/dev/null
+	cmake --build $(BUILD) -j $(JOBS) --target ggml-qmoe test_ggml_backend
+
+# One shell: a NOT RUN (no index) ends the suite there with the reason, written to
+# $(GGML_RESULT) and printed, and make test goes on; any other failure fails it.
+test-ggml:
+	@rm -f $(GGML_RESULT); mkdir -p $(GGML_DIR); \
+	src/ggml/fetch-llama-cpp.sh $(GGML_DIR) $(GGML_PYPI_VERSION) $(GGML_SDIST_SHA256) \
+	  $(abspath $(VENV))/bin/python 2>$(GGML_DIR)/fetch.err; rc=$$?; \
+	if [ $$rc = 3 ]; then cat $(GGML_DIR)/fetch.err >&2; \
+	  reason=$$(tail -n 1 $(GGML_DIR)/fetch.err); echo "NOT RUN: $$reason" >$(GGML_RESULT); \
+	  echo "qmoe: ggml suite NOT RUN (not passed): $$reason" >&2; exit 0; fi; \
+	if [ $$rc != 0 ]; then cat $(GGML_DIR)/fetch.err >&2; exit $$rc; fi; \
+	start=$$(date +%s); \
+	$(MAKE) --no-print-directory ggml-backend && \
+	ctest --test-dir $(BUILD) -L ggml --output-on-failure && \
+	tests/ggml/run-backend-ops.sh $(GGML_LLAMA_BUILD)/bin/test-backend-ops $(GGML_BACKEND_LIB) \
+	  $(GGML_DIR)/logs >$(GGML_RESULT); rc=$$?; \
+	if [ -f $(GGML_RESULT) ] && ! scripts/venv.sh $(GGML_VENV) tests/ggml/requirements.txt >/dev/null; then \
+	  echo "qmoe: ggml: llama-bench smoke NOT RUN: numpy / PyYAML cannot be installed into $(GGML_VENV)" \
+	    >>$(GGML_RESULT); \
+	elif [ -f $(GGML_RESULT) ]; then \
+	  tests/ggml/run-llama-smoke.sh $(GGML_LLAMA_BUILD)/bin $(GGML_BACKEND_LIB) $(GGML_LLAMA_SRC) \
+	    $(GGML_VENV)/bin/python $(GGML_DIR)/smoke >>$(GGML_RESULT) || rc=1; fi; \
+	cat $(GGML_RESULT) 2>/dev/null; \
+	echo "qmoe: ggml suite: $$(( $$(date +%s) - start )) s (with the llama.cpp build when it was not built yet)"; \
+	exit $$rc

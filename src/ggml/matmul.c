@@ -1,0 +1,323 @@
+/* MUL_MAT and MUL_MAT_ID on qmoe: the routed rows are grouped by matrix (expert), quantized per
+ * row with qmoe's dynamic quant, multiplied with qmoe's grouped matmul over the prepacked weight
+ * (one qmoe expert per ggml matrix) and scattered back into ggml's output layout.
+ *   MUL_MAT_ID: as [K, N, E], b [K, B1, T], ids int32 [n_used, T],
+ *               dst[:, i, t] = as[ids[i, t]] . b[:, i % B1, t]
+ *   MUL_MAT:    a [K, N, A2, A3], b [K, M, B2, B3], dst[:, m, i2, i3] = a[i2 / (B2/A2), i3 / (B3/A3)] . b[:, m, i2, i3]
+ * Plans are made once per shape (row count) and kept; every run binds that run's data. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "qmoe/runtime.h"
+#include "qmoe_ggml.h"
+
+typedef struct qg_row {
+    int64_t mat;
+    const uint8_t *src;
+    uint8_t *dst;
+} qg_row;
+
+static int fail(const char *arg, const char *msg)
+{
+    qmoe_error_set(QMOE_ERR_PARAM_INVALID, QMOE_RULE_VALUE, arg, msg);
+    return 0;
+}
+
+static const struct ggml_tensor *weight_home(const struct ggml_tensor *t)
+{
+    return t->view_src ? t->view_src : t;
+}
+
+int qg_supports_matmul(const struct ggml_tensor *op)
+{
+    if (op->op != GGML_OP_MUL_MAT && op->op != GGML_OP_MUL_MAT_ID) return 0;
+    const struct ggml_tensor *a = op->src[0], *b = op->src[1];
+    if (!a || !b || op->type != GGML_TYPE_F32) return 0;
+    /* activations: f32 (any strides), or f16 / bf16 rows, widened to f32 as they are gathered */
+    if (b->type != GGML_TYPE_F32 &&
+        ((b->type != GGML_TYPE_F16 && b->type != GGML_TYPE_BF16) || b->nb[0] != ggml_type_size(b->type)))
+        return 0;
+    if (!qg_type_supported(a->type) || a->ne[0] % QG_QK) return 0;
+    if (a->nb[0] != ggml_type_size(a->type) || op->nb[0] != sizeof(float)) return 0;
+    /* qmoe's K limits (A8W8 K < 65536, A8W4 K < 20000): by the weight's shape, never the batch */
+    if (a->ne[0] >= (a->type == GGML_TYPE_Q4_0 ? 20000 : 65536)) return 0;
+    if (op->op == GGML_OP_MUL_MAT_ID) {
+        const struct ggml_tensor *ids = op->src[2];
+        if (!ids || ids->type != GGML_TYPE_I32 || a->ne[3] != 1 || b->ne[3] != 1 ||
+            ids->ne[2] != 1 || ids->ne[3] != 1)
+            return 0;
+    }
+    /* Weights are converted once from their bytes: only those in this backend's buffers, whose
+     * every write is seen (a weight elsewhere, or none yet: the loader's probe, says no buffer) */
+    ggml_backend_buffer_t wb = weight_home(a)->buffer;
+    return !wb || qg_buffer_is_ours(wb);
+}
+
+static void *grow(qg_context *ctx, int slot, size_t bytes)
+{
+    if (bytes <= ctx->cap[slot] && ctx->scratch[slot]) return ctx->scratch[slot];
+    size_t n = bytes < 64 ? 64 : bytes;
+    if (n > SIZE_MAX - 63) return NULL;
+    n = (n + 63) & ~(size_t)63;
+    void *p = aligned_alloc(64, n);
+    if (!p) return NULL;
+    free(ctx->scratch[slot]);
+    ctx->scratch[slot] = p;
+    ctx->cap[slot] = n;
+    return p;
+}
+
+void qg_context_release(qg_context *ctx)
+{
+    for (int i = 0; i < QG_PLANS; i++) qmoe_op_destroy(ctx->quant[i].op);
+    memset(ctx->quant, 0, sizeof ctx->quant);
+    qmoe_stream_destroy(ctx->stream);
+    qmoe_device_destroy(ctx->device);
+    ctx->stream = NULL;
+    ctx->device = NULL;
+    for (int i = 0; i < 8; i++) {
+        free(ctx->scratch[i]);
+        ctx->scratch[i] = NULL;
+        ctx->cap[i] = 0;
+    }
+}
+
+/* The qmoe device runs with ggml's thread count (ggml_backend_set_n_threads), made again when
+ * that changes; the default is the online cores. */
+static int ensure_device(qg_context *ctx, int threads)
+{
+    if (ctx->device && ctx->dev_threads == threads) return 1;
+    qmoe_stream_destroy(ctx->stream);
+    qmoe_device_destroy(ctx->device);
+    ctx->stream = NULL;
+    ctx->device = NULL;
+    qmoe_device_options o = QMOE_DEVICE_OPTIONS_INIT;
+    o.threads = threads;
+    if (qmoe_device_create(&o, &ctx->device) || qmoe_stream_create(ctx->device, &ctx->stream)) {
+        qmoe_device_destroy(ctx->device);
+        ctx->device = NULL;
+        return 0;
+    }
+    ctx->dev_threads = threads;
+    return 1;
+}
+
+static qmoe_status desc(qmoe_tensor **t, qmoe_dtype dt, int ndim, int64_t d0, int64_t d1,
+                        const int64_t *strides)
+{
+    int64_t shape[2] = {d0, d1};
+    return qmoe_tensor_desc_create(shape, ndim, strides, dt, QMOE_FORMAT_ND, t);
+}
+
+static qmoe_op *quant_plan(qg_context *ctx, int64_t R, int64_t K, int threads)
+{
+    for (int i = 0; i < QG_PLANS; i++)
+        if (ctx->quant[i].op && ctx->quant[i].rows == R && ctx->quant[i].K == K &&
+            ctx->quant[i].threads == threads)
+            return ctx->quant[i].op;
+    qmoe_tensor *x = NULL, *y = NULL, *s = NULL;
+    qmoe_op *op = NULL;
+    qmoe_moe_options mo = QMOE_MOE_OPTIONS_INIT;
+    mo.threads = threads;
+    if (!desc(&x, QMOE_DTYPE_FLOAT32, 2, R, K, NULL) && !desc(&y, QMOE_DTYPE_INT8, 2, R, K, NULL) &&
+        !desc(&s, QMOE_DTYPE_FLOAT32, 1, R, 0, NULL))
+        (void)qmoe_op_create_dynamic_quant(x, NULL, y, s, &mo, &op);
+    qmoe_tensor_destroy(x);
+    qmoe_tensor_destroy(y);
+    qmoe_tensor_destroy(s);
+    if (!op) return NULL;
+    int i = ctx->next_quant;
+    ctx->next_quant = (i + 1) % QG_PLANS;
+    qmoe_op_destroy(ctx->quant[i].op);
+    ctx->quant[i].op = op;
+    ctx->quant[i].rows = R;
+    ctx->quant[i].K = K;
+    ctx->quant[i].threads = threads;
+    return op;
+}
+
+/* The grouped matmul of chunk c over Rc rows, writing columns [n0, n0 + nc + pad) of rows
+ * Np floats apart. */
+static qmoe_op *gmm_plan(qg_chunk *c, int64_t K, int64_t Rc, int64_t Np, int threads)
+{
+    for (int i = 0; i < QG_PLANS; i++)
+        if (c->plans[i].op && c->plans[i].rows == Rc && c->plans[i].threads == threads)
+            return c->plans[i].op;
+    int64_t ostr[2] = {Np, 1};
+    qmoe_tensor *x = NULL, *pts = NULL, *gl = NULL, *out = NULL;
+    qmoe_op *op = NULL;
+    qmoe_grouped_matmul_options go = QMOE_GROUPED_MATMUL_OPTIONS_INIT;
+    go.threads = threads;
+    if (!desc(&x, QMOE_DTYPE_INT8, 2, Rc, K, NULL) && !desc(&pts, QMOE_DTYPE_FLOAT32, 1, Rc, 0, NULL) &&
+        !desc(&gl, QMOE_DTYPE_INT64, 1, c->ne, 0, NULL) &&
+        !desc(&out, QMOE_DTYPE_FLOAT32, 2, Rc, c->nc + c->pad, ostr))
+        (void)qmoe_op_create_grouped_matmul(x, c->view, NULL, NULL, pts, gl, QMOE_GROUP_LIST_COUNT,
+                                            out, &go, &op);
+    qmoe_tensor_destroy(x);
+    qmoe_tensor_destroy(pts);
+    qmoe_tensor_destroy(gl);
+    qmoe_tensor_destroy(out);
+    if (!op) return NULL;
+    int i = c->next_plan;
+    c->next_plan = (i + 1) % QG_PLANS;
+    qmoe_op_destroy(c->plans[i].op);
+    c->plans[i].op = op;
+    c->plans[i].rows = Rc;
+    c->plans[i].threads = threads;
+    return op;
+}
+
+/* The routed rows of the node: which matrix, which row of b, which row of dst. */
+static int route(const struct ggml_tensor *node, int64_t E, qg_row *rows)
+{
+    const struct ggml_tensor *a = node->src[0], *b = node->src[1];
+    int64_t r = 0;
+    if (node->op == GGML_OP_MUL_MAT_ID) {
+        const struct ggml_tensor *ids = node->src[2];
+        for (int64_t t = 0; t < ids->ne[1]; t++)
+            for (int64_t i = 0; i < ids->ne[0]; i++, r++) {
+                int32_t e;
+                memcpy(&e, (const uint8_t *)ids->data + i * ids->nb[0] + t * ids->nb[1], sizeof e);
+                if (e < 0 || e >= E) return fail("ids", "ids: an expert id is outside [0, E)");
+                rows[r].mat = e;
+                rows[r].src = (const uint8_t *)b->data + (i % b->ne[1]) * b->nb[1] + t * b->nb[2];
+                rows[r].dst = (uint8_t *)node->data + i * node->nb[1] + t * node->nb[2];
+            }
+        return 1;
+    }
+    int64_t r2 = b->ne[2] / a->ne[2], r3 = b->ne[3] / a->ne[3];
+    for (int64_t i3 = 0; i3 < b->ne[3]; i3++)
+        for (int64_t i2 = 0; i2 < b->ne[2]; i2++)
+            for (int64_t i1 = 0; i1 < b->ne[1]; i1++, r++) {
+                rows[r].mat = i2 / r2 + (i3 / r3) * a->ne[2];
+                rows[r].src = (const uint8_t *)b->data + i1 * b->nb[1] + i2 * b->nb[2] + i3 * b->nb[3];
+                rows[r].dst = (uint8_t *)node->data + i1 * node->nb[1] + i2 * node->nb[2] + i3 * node->nb[3];
+            }
+    return 1;
+}
+
+static void gather_row(const struct ggml_tensor *b, const uint8_t *src, int64_t K, float *x)
+{
+    if (b->type != GGML_TYPE_F32) { /* f16 / bf16 rows (contiguous, checked by supports_op) */
+        ggml_get_type_traits(b->type)->to_float(src, x, K);
+        return;
+    }
+    if (b->nb[0] == sizeof(float)) {
+        memcpy(x, src, (size_t)K * sizeof(float));
+        return;
+    }
+    for (int64_t k = 0; k < K; k++) memcpy(&x[k], src + k * b->nb[0], sizeof(float));
+}
+
+static int64_t routed_rows(const struct ggml_tensor *node)
+{
+    if (node->op == GGML_OP_MUL_MAT_ID) return node->src[2]->ne[0] * node->src[2]->ne[1];
+    return node->src[1]->ne[1] * node->src[1]->ne[2] * node->src[1]->ne[3];
+}
+
+/* a * b * c bytes, 0 when that does not fit in a size_t */
+static int bytes3(int64_t a, int64_t b, size_t c, size_t *out)
+{
+    if (a < 0 || b < 0) return 0;
+    uint64_t ab = (uint64_t)a * (uint64_t)b; /* both below 2^63 and a tensor's extent */
+    if (a && ab / (uint64_t)a != (uint64_t)b) return 0;
+    if (c && ab > SIZE_MAX / c) return 0;
+    *out = (size_t)ab * c;
+    return 1;
+}
+
+static enum ggml_status failed(const char *what)
+{
+    qg_log_error(what);
+    return GGML_STATUS_FAILED;
+}
+
+enum ggml_status qg_compute_matmul(qg_context *ctx, struct ggml_tensor *node)
+{
+    const struct ggml_tensor *a = node->src[0], *b = node->src[1];
+    if (!qg_supports_matmul(node) || !qg_buffer_holds_data(a->buffer)) {
+        qmoe_error_set(QMOE_ERR_PARAM_INVALID, QMOE_RULE_UNSUPPORTED, "weight",
+                       "the node's weight is not a q8_0 / q4_0 tensor in a QMOE buffer");
+        return failed(ggml_op_desc(node));
+    }
+    int threads = ctx->n_threads > 0 ? ctx->n_threads : qmoe_online_cores();
+    if (!ensure_device(ctx, threads)) return failed("making the qmoe device");
+    qg_weight *w = qg_buffer_weight(a->buffer, a);
+    if (!w) return failed("converting the weight");
+    const int64_t K = w->K, N = w->N, E = w->E, R = routed_rows(node), Np = N + N % 2;
+    if (R == 0) return GGML_STATUS_SUCCESS;
+    size_t fR = (size_t)R, fK = (size_t)K, nx, ny;
+    /* R rows of K (or Np) floats: broadcast activations may make R * K exceed any tensor's size;
+     * K >= 32 makes R * K * 4 the bound of the per-row arrays below too */
+    if (!bytes3(R, K, sizeof(float), &nx) || !bytes3(R, Np, sizeof(float), &ny)) {
+        qmoe_error_set(QMOE_ERR_PARAM_INVALID, QMOE_RULE_LIMIT, "", "the activations' size overflows");
+        return failed(ggml_op_desc(node));
+    }
+    qg_row *rows = grow(ctx, QG_S_ROWS, fR * sizeof(qg_row));
+    int64_t *perm = grow(ctx, QG_S_PERM, fR * sizeof(int64_t));
+    int64_t *counts = grow(ctx, QG_S_COUNTS, (2 * (size_t)E + 1) * sizeof(int64_t));
+    float *x = grow(ctx, QG_S_X, nx);
+    int8_t *xq = grow(ctx, QG_S_XQ, nx / sizeof(float));
+    float *xs = grow(ctx, QG_S_XS, fR * sizeof(float));
+    float *y = grow(ctx, QG_S_Y, ny);
+    if (!rows || !perm || !counts || !x || !xq || !xs || !y) {
+        qmoe_error_set(QMOE_ERR_INNER, QMOE_RULE_NONE, "", "out of memory for the activations");
+        return failed(ggml_op_desc(node));
+    }
+    if (!route(node, E, rows)) return failed(ggml_op_desc(node));
+    /* counting sort by matrix: counts[e] rows of matrix e, starting at start[e] */
+    int64_t *start = counts + E;
+    memset(counts, 0, (size_t)E * sizeof(int64_t));
+    for (int64_t r = 0; r < R; r++) counts[rows[r].mat]++;
+    start[0] = 0;
+    for (int64_t e = 0; e < E; e++) start[e + 1] = start[e] + counts[e];
+    for (int64_t r = 0; r < R; r++) perm[start[rows[r].mat]++] = r;
+    for (int64_t e = E; e > 0; e--) start[e] = start[e - 1];
+    start[0] = 0;
+    for (int64_t r = 0; r < R; r++) gather_row(b, rows[perm[r]].src, K, x + (size_t)r * fK);
+
+    /* plans first (they fix the workspace), then the run: quant, then every chunk's matmul */
+    qmoe_op *qop = quant_plan(ctx, R, K, threads);
+    if (!qop) return failed("planning the activations' dynamic quant");
+    uint64_t wsz = qmoe_op_workspace_size(qop);
+    qmoe_op *ops[64];
+    int nops = 0;
+    for (int i = 0; i < w->nchunks; i++) {
+        qg_chunk *c = &w->chunks[i];
+        int64_t Rc = start[c->e0 + c->ne] - start[c->e0];
+        if (Rc == 0) continue;
+        if (nops == 64) {
+            qmoe_error_set(QMOE_ERR_PARAM_INVALID, QMOE_RULE_LIMIT, "weight", "more than 64 weight chunks");
+            return failed(ggml_op_desc(node));
+        }
+        qmoe_op *op = gmm_plan(c, K, Rc, Np, threads);
+        if (!op) return failed("planning the grouped matmul");
+        ops[nops++] = op;
+        if (qmoe_op_workspace_size(op) > wsz) wsz = qmoe_op_workspace_size(op);
+    }
+    void *ws = wsz ? grow(ctx, QG_S_WS, (size_t)wsz) : NULL;
+    if (wsz && !ws) {
+        qmoe_error_set(QMOE_ERR_INNER, QMOE_RULE_NONE, "workspace", "out of memory for the workspace");
+        return failed(ggml_op_desc(node));
+    }
+    void *qargs[4] = {x, NULL, xq, xs};
+    if (qmoe_op_execute(qop, qargs, 4, ws, wsz, ctx->stream)) return failed("dynamic quant");
+    /* one stream runs its operators in order: the matmuls read what the quant wrote, and share
+     * the workspace one after another */
+    int k = 0;
+    for (int i = 0; i < w->nchunks; i++) {
+        qg_chunk *c = &w->chunks[i];
+        int64_t rb = start[c->e0], Rc = start[c->e0 + c->ne] - rb;
+        if (Rc == 0) continue;
+        void *args[7] = {xq + (size_t)rb * fK, NULL, NULL, NULL, xs + rb, counts + c->e0,
+                         y + (size_t)rb * (size_t)Np + (size_t)c->n0};
+        if (qmoe_op_execute(ops[k++], args, 7, ws, wsz, ctx->stream)) {
+            (void)qmoe_stream_synchronize(ctx->stream);
+            return failed("grouped matmul");
+        }
+    }
+    if (qmoe_stream_synchronize(ctx->stream)) return failed("running the grouped matmul");
+    for (int64_t r = 0; r < R; r++)
+        memcpy(rows[perm[r]].dst, y + (size_t)r * (size_t)Np, (size_t)N * sizeof(float));
+    return GGML_STATUS_SUCCESS;
+}

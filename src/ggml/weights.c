@@ -1,0 +1,153 @@
+/* A ggml weight tensor (q8_0 / q4_0, [K, N, ne2, ne3]) as qmoe prepacked weights: each matrix
+ * e = (i2, i3) is one qmoe expert with W[e][k][n] = the integer of value (k, n) and
+ * scale[e][k / 32][n] = its block's fp16 scale (A8W8 per group for q8_0, A8W4 per group for
+ * q4_0). Matrices past qmoe's expert limit and columns past its N limit go to further chunks. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "qmoe_ggml.h"
+
+static int mul3(int64_t a, int64_t b, int64_t c, size_t *out)
+{
+    if (a < 0 || b < 0 || c < 0) return 0;
+    if (a && b > INT64_MAX / a) return 0;
+    int64_t ab = a * b;
+    if (ab && c > INT64_MAX / ab) return 0;
+    if ((uint64_t)(ab * c) > SIZE_MAX) return 0;
+    *out = (size_t)(ab * c);
+    return 1;
+}
+
+static qmoe_status tensor3(const int64_t *shape, int ndim, qmoe_dtype dt, void *data, qmoe_tensor **t)
+{
+    return qmoe_tensor_create(shape, ndim, NULL, dt, QMOE_FORMAT_ND, data, t);
+}
+
+/* Integers and scales of the chunk's matrices and columns, laid out [ne, K, ncp] and
+ * [ne, K/32, ncp] (the pad column stays zero). */
+static void gather(const qg_weight *w, const qg_chunk *c, int8_t *vals, float *scales,
+                   int8_t *rowq, float *rowd)
+{
+    const int64_t K = w->K, G = K / QG_QK, ncp = c->nc + c->pad;
+    for (int64_t e = 0; e < c->ne; e++) {
+        int64_t m = c->e0 + e, i2 = m % w->ne[2], i3 = m / w->ne[2];
+        for (int64_t n = 0; n < c->nc; n++) {
+            const uint8_t *row = w->data + (size_t)(c->n0 + n) * w->nb[1] + (size_t)i2 * w->nb[2] +
+                                 (size_t)i3 * w->nb[3];
+            qg_decode_row(w->type, row, K, rowq, rowd);
+            int8_t *v = vals + (size_t)e * (size_t)K * (size_t)ncp + (size_t)n;
+            for (int64_t k = 0; k < K; k++) v[(size_t)k * (size_t)ncp] = rowq[k];
+            float *s = scales + (size_t)e * (size_t)G * (size_t)ncp + (size_t)n;
+            for (int64_t g = 0; g < G; g++) s[(size_t)g * (size_t)ncp] = rowd[g];
+        }
+    }
+}
+
+static qmoe_status build_chunk(const qg_weight *w, qg_chunk *c)
+{
+    const int64_t K = w->K, G = K / QG_QK, ncp = c->nc + c->pad;
+    const int a8w4 = w->type == GGML_TYPE_Q4_0;
+    size_t nv, ns, nbias;
+    if (!mul3(c->ne, K, ncp, &nv) || !mul3(c->ne, G, ncp, &ns) || !mul3(c->ne, 1, ncp, &nbias))
+        return qmoe_error_set(QMOE_ERR_PARAM_INVALID, QMOE_RULE_LIMIT, "weight",
+                              "ggml-qmoe: the weight's size overflows");
+    int8_t *vals = calloc(nv ? nv : 1, 1), *rowq = malloc((size_t)K);
+    float *scales = calloc(ns ? ns : 1, sizeof(float)), *rowd = malloc((size_t)G * sizeof(float));
+    float *bias = a8w4 ? calloc(nbias ? nbias : 1, sizeof(float)) : NULL;
+    uint8_t *packed = a8w4 ? malloc(nv / 2 + 1) : NULL;
+    qmoe_tensor *tw = NULL, *ts = NULL, *tb = NULL;
+    qmoe_status st = QMOE_OK;
+    if (!vals || !rowq || !scales || !rowd || (a8w4 && (!bias || !packed))) {
+        st = qmoe_error_set(QMOE_ERR_INNER, QMOE_RULE_NONE, "weight",
+                            "ggml-qmoe: out of memory converting a weight");
+        goto done;
+    }
+    gather(w, c, vals, scales, rowq, rowd);
+    int64_t wshape[3] = {c->ne, K, ncp}, sshape[3] = {c->ne, G, ncp}, bshape[2] = {c->ne, ncp};
+    if (a8w4) {
+        st = qmoe_pack_int4(vals, (int64_t)nv, packed);
+        if (!st) st = tensor3(wshape, 3, QMOE_DTYPE_INT4, packed, &tw);
+        /* GroupedMatmul reads no assist matrix; the prepacked object wants one: zero */
+        if (!st) st = tensor3(bshape, 2, QMOE_DTYPE_FLOAT32, bias, &tb);
+    } else {
+        st = tensor3(wshape, 3, QMOE_DTYPE_INT8, vals, &tw);
+    }
+    if (!st) st = tensor3(sshape, 3, QMOE_DTYPE_FLOAT32, scales, &ts);
+    qmoe_weights_options wo = QMOE_WEIGHTS_OPTIONS_INIT;
+    if (!st) st = qmoe_weights_prepack(tw, ts, tb, &wo, &c->w);
+    if (!st) st = qmoe_weights_tensor(c->w, &c->view);
+done:
+    qmoe_tensor_destroy(tw);
+    qmoe_tensor_destroy(ts);
+    qmoe_tensor_destroy(tb);
+    free(vals);
+    free(rowq);
+    free(scales);
+    free(rowd);
+    free(bias);
+    free(packed);
+    return st;
+}
+
+qg_weight *qg_weight_build(const struct ggml_tensor *t, size_t lo, size_t hi)
+{
+    if (!qg_type_supported(t->type) || t->ne[0] % QG_QK) {
+        qmoe_error_set(QMOE_ERR_PARAM_INVALID, QMOE_RULE_DTYPE, "weight",
+                       "ggml-qmoe: the weight is not q8_0 / q4_0 with whole blocks");
+        return NULL;
+    }
+    qg_weight *w = calloc(1, sizeof *w);
+    if (!w) {
+        qmoe_error_set(QMOE_ERR_INNER, QMOE_RULE_NONE, "weight", "ggml-qmoe: out of memory");
+        return NULL;
+    }
+    w->data = t->data;
+    w->lo = lo;
+    w->hi = hi;
+    w->type = t->type;
+    for (int i = 0; i < 4; i++) {
+        w->ne[i] = t->ne[i];
+        w->nb[i] = t->nb[i];
+    }
+    w->K = t->ne[0];
+    w->N = t->ne[1];
+    w->E = t->ne[2] * t->ne[3]; /* ggml's sizes: their product fits in int64 */
+    int64_t ec = (w->E + QG_MAX_EXPERTS - 1) / QG_MAX_EXPERTS;
+    int64_t nc = (w->N + QG_MAX_COLS - 1) / QG_MAX_COLS;
+    w->nchunks = (int)(ec * nc);
+    w->chunks = calloc((size_t)(w->nchunks ? w->nchunks : 1), sizeof *w->chunks);
+    if (!w->chunks) {
+        free(w);
+        qmoe_error_set(QMOE_ERR_INNER, QMOE_RULE_NONE, "weight", "ggml-qmoe: out of memory");
+        return NULL;
+    }
+    int i = 0;
+    for (int64_t e0 = 0; e0 < w->E; e0 += QG_MAX_EXPERTS) {
+        for (int64_t n0 = 0; n0 < w->N; n0 += QG_MAX_COLS) {
+            qg_chunk *c = &w->chunks[i++];
+            c->e0 = e0;
+            c->ne = w->E - e0 < QG_MAX_EXPERTS ? w->E - e0 : QG_MAX_EXPERTS;
+            c->n0 = n0;
+            c->nc = w->N - n0 < QG_MAX_COLS ? w->N - n0 : QG_MAX_COLS;
+            c->pad = c->nc % 2;
+            if (build_chunk(w, c)) {
+                qg_weight_free(w);
+                return NULL;
+            }
+        }
+    }
+    return w;
+}
+
+void qg_weight_free(qg_weight *w)
+{
+    if (!w) return;
+    for (int i = 0; i < w->nchunks; i++) {
+        qg_chunk *c = &w->chunks[i];
+        for (int p = 0; p < QG_PLANS; p++) qmoe_op_destroy(c->plans[p].op);
+        qmoe_tensor_destroy(c->view);
+        qmoe_weights_destroy(c->w);
+    }
+    free(w->chunks);
+    free(w);
+}
