@@ -15,7 +15,7 @@
 
 #include "fuzz_input.h"
 #include "fuzz_tensor.h"
-#include "host/gmm_plan.h"
+#include "ops/grouped_matmul_swiglu_quant/plan.h"
 #include "qmoe/qmoe.h"
 #include "qmoe/runtime.h"
 

@@ -35,7 +35,6 @@ LAYERS = {
     "core": 0,
     "runtime": 1,
     "kernels": 2,
-    "host": 3,
     "ops": 3,
     "layer": 4,
     "compat": 4,

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "host/gmm_partition.h"
+#include "ops/grouped_matmul_swiglu_quant/partition.h"
 #include "support/testlib.h"
 
 /* A plan with only the fields the partition reads; pointers are never dereferenced. */

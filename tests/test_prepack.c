@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "core/prepack.h"
-#include "host/gmm_plan.h"
+#include "ops/grouped_matmul_swiglu_quant/plan.h"
 #include "kernels/cpu_features.h"
 #include "kernels/kernel.h"
 #include "kernels/swiglu_quant.h"

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "host/gmm_plan.h"
+#include "ops/grouped_matmul_swiglu_quant/plan.h"
 #include "kernels/kernel.h"
 #include "kernels/swiglu_quant.h"
 #include "qmoe/qmoe.h"

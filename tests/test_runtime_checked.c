@@ -7,7 +7,7 @@
  * with the reference), while the normal build, which copies at the push, stays exact.
  * `make test-checked` (mk/runtime.mk) builds and runs this in the checked configuration.
  */
-#include "ops/gmm_run.h"
+#include "ops/grouped_matmul_swiglu_quant/run.h"
 #include "runtime/copyq.h"
 #include "test_runtime_case.h"
 

@@ -5,7 +5,7 @@
  * 4-thread device leaves thread 3 idle, a column-split plan makes every thread compute, and a
  * multi-device plan makes every device compute. Outputs stay exact in each case.
  */
-#include "host/gmm_partition.h"
+#include "ops/grouped_matmul_swiglu_quant/partition.h"
 #include "runtime/trace.h"
 #include "test_runtime_case.h"
 #include "test_trace_json.h"

@@ -92,8 +92,8 @@ typedef struct qmoe_gmm_params {
     uint64_t workspace_bytes;
     uint64_t ws_row_bytes; /* one S row: N2 floats, rounded up to 64 bytes (the S row stride) */
 
-    /* partition and tiling (src/host/gmm_partition.h documents the rules; the driver in
-     * src/ops/gmm_run.c follows them to the letter) */
+    /* partition and tiling (src/ops/grouped_matmul_swiglu_quant/partition.h documents the rules; the driver in
+     * src/ops/grouped_matmul_swiglu_quant/run.c follows them to the letter) */
     int32_t row_block;      /* rows per block: one staged operand slot, one kernel block call */
     int32_t stage_depth;    /* operand buffers per thread in flight on the copy queue (>= 2) */
     int32_t col_block;      /* column split: columns per part are a multiple of this */
@@ -108,7 +108,7 @@ typedef struct qmoe_gmm_params {
     qmoe_fastdiv_t threads_div;    /* by threads: blocks per part */
     qmoe_fastdiv_t devices_div;    /* by devices: chunks per device */
     qmoe_fastdiv_t row_block_div;  /* by row_block: blocks per expert segment */
-    /* Per-expert weight lists (src/ops/gmm_list_op.c). swiglu_limit > 0 clamps C before
+    /* Per-expert weight lists (src/ops/grouped_matmul_swiglu_quant/weight_list.c). swiglu_limit > 0 clamps C before
      * SwiGLU: activated half to <= limit, linear half to [-limit, limit] (docs/ops/). With
      * w_list set, expert e's weight starts at w_list[e] and its scale at ws_list[e] (the expert
      * strides w_s[0], ws_s[0] are unused); phase two copies the tables into the workspace at

@@ -1,5 +1,5 @@
 /*
- * The prepacked weight object behind qmoe/weights.h, shared by phase one (src/host/weights.c,
+ * The prepacked weight object behind qmoe/weights.h, shared by phase one (src/ops/weights/prepack.c,
  * which builds and checks it) and the fast driver (src/kernels/gemm_driver.c, which streams it).
  *
  * Layout (version QMOE_PP_VERSION): the columns of each half (act: [0, N2), gate: [N2, N)) go in
@@ -67,11 +67,11 @@ static inline int64_t qmoe_pp_units(const struct qmoe_weights *pp, int64_t i)
     return (nc + 15) / 16;
 }
 
-/* Phase one with a prepacked weight (src/host/weights.c): checks the object (build, layout,
+/* Phase one with a prepacked weight (src/ops/weights/prepack.c): checks the object (build, layout,
  * CPU) and fills the weight fields of the plan from it (*Kw: its K), or checks a given
  * weightScale against it after phase one's own checks. QMOE_ERR_PARAM_INVALID with a message. */
 struct qmoe_gmm_params;
-/* The identity stamped on every object (host/weights_plan.c): the address of this library copy's
+/* The identity stamped on every object (ops/weights/plan.c): the address of this library copy's
  * tag and this CPU's feature word. */
 extern const char qmoe_pp_build_tag;
 uint32_t qmoe_pp_cpu_bits(void);

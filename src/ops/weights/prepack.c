@@ -1,0 +1,233 @@
+/*
+ * Prepacked expert weights (qmoe/weights.h): built once by the kernel's own packing code, then
+ * recognised by phase one through a tensor view. See core/prepack.h for the layout.
+ */
+#define _DEFAULT_SOURCE /* madvise, MADV_HUGEPAGE */
+#include "qmoe/weights.h"
+
+#include <stdlib.h>
+#include <string.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
+#include "core/gmm_params.h"
+#include "core/options.h"
+#include "core/prepack.h"
+#include "core/status.h"
+#include "core/tensor.h"
+#include "ops/grouped_matmul_swiglu_quant/plan.h"
+#include "kernels/cpu_features.h"
+#include "kernels/gmm_fast.h"
+#include "kernels/kernel.h"
+
+/* Argument errors with the structured info (rule, argument by the vendor's name). */
+#define INVALID(rule, arg, ...) qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_##rule, arg, __VA_ARGS__)
+#define NULLPTR(arg, ...) qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, arg, __VA_ARGS__)
+
+
+static uint64_t align64(uint64_t n) { return (n + 63u) & ~(uint64_t)63u; }
+
+static int mul_u64(uint64_t a, uint64_t b, uint64_t *out)
+{
+    if (a && b > UINT64_MAX / a) return 0;
+    *out = a * b;
+    return 1;
+}
+
+/* K and N the weight declares, for the zero-row probe tensors (a malformed weight is reported by
+ * phase one's own checks before these are compared). */
+static void weight_dims(const qmoe_tensor *w, int force_nz, int64_t *K, int64_t *N)
+{
+    int nz = force_nz || w->format == QMOE_FORMAT_FRACTAL_NZ;
+    *K = *N = 0;
+    if (nz && w->ndim == 5) {
+        int64_t cols = w->dtype == QMOE_DTYPE_INT8 ? 32 : 64;
+        if (w->shape[2] <= INT64_MAX / 16) *K = w->shape[2] * 16;
+        if (w->shape[1] <= INT64_MAX / cols) *N = w->shape[1] * cols;
+    } else if (!nz && w->ndim == 3) {
+        *K = w->shape[1];
+        int64_t f = w->dtype == QMOE_DTYPE_INT32 ? 8 : 1;
+        if (w->shape[2] <= INT64_MAX / f) *N = w->shape[2] * f;
+    }
+}
+
+/* The weight, scale and bias checks of phase one, run by phase one itself on zero-row
+ * activations and outputs, so prepacking accepts exactly what the operator accepts. */
+static qmoe_status plan_source(const qmoe_tensor *weight, const qmoe_tensor *weight_scale,
+                               const qmoe_tensor *bias, const qmoe_weights_options *o,
+                               qmoe_gmm_params *p)
+{
+    int64_t K, N;
+    weight_dims(weight, o->force_weight_nz, &K, &N);
+    int64_t xd[2] = {0, K}, od[2] = {0, N / 2}, zero = 0;
+    qmoe_tensor *x = NULL, *xs = NULL, *gl = NULL, *out = NULL, *os = NULL;
+    qmoe_status st;
+    if ((st = qmoe_tensor_create(xd, 2, NULL, QMOE_DTYPE_INT8, QMOE_FORMAT_ND, NULL, &x)) ||
+        (st = qmoe_tensor_create(&zero, 1, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, NULL, &xs)) ||
+        (st = qmoe_tensor_create(&zero, 1, NULL, QMOE_DTYPE_INT64, QMOE_FORMAT_ND, NULL, &gl)) ||
+        (st = qmoe_tensor_create(od, 2, NULL, QMOE_DTYPE_INT8, QMOE_FORMAT_ND, NULL, &out)) ||
+        (st = qmoe_tensor_create(&zero, 1, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, NULL, &os))) {
+        st = qmoe_fail(QMOE_ERR_INNER, "prepack: out of memory");
+    } else {
+        qmoe_op_options opt;
+        qmoe_op_options_init(&opt);
+        opt.force_weight_nz = o->force_weight_nz;
+        opt.kernel = o->kernel;
+        opt.threads = 1;
+        st = qmoe_gmm_plan(x, weight, bias, NULL, weight_scale, xs, gl, out, os, NULL, &opt, p);
+    }
+    qmoe_tensor_destroy(x);
+    qmoe_tensor_destroy(xs);
+    qmoe_tensor_destroy(gl);
+    qmoe_tensor_destroy(out);
+    qmoe_tensor_destroy(os);
+    return st;
+}
+
+/* Transparent huge pages for the whole 2 MiB pages inside the weights (no memory added): the
+ * kernels stream tens of MB of them per call, and with 4 KB pages every B tile of 16 rows 256
+ * bytes apart is a page of its own. Advice only: where THP is off nothing changes. */
+static void advise_huge_pages(void *p, uint64_t n)
+{
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    const uintptr_t huge = (uintptr_t)2 << 20;
+    uintptr_t a = ((uintptr_t)p + huge - 1) & ~(huge - 1), b = ((uintptr_t)p + n) & ~(huge - 1);
+    if (b > a) (void)madvise((void *)a, b - a, MADV_HUGEPAGE);
+#else
+    (void)p;
+    (void)n;
+#endif
+}
+
+/* Geometry and allocation of the object for plan p. */
+static qmoe_status allocate(const qmoe_gmm_params *p, qmoe_dtype ws_dtype, struct qmoe_weights **out)
+{
+    struct qmoe_weights *pp = calloc(1, sizeof *pp);
+    if (!pp) return qmoe_fail(QMOE_ERR_INNER, "prepack: out of memory");
+    pp->magic = QMOE_PP_MAGIC;
+    pp->version = QMOE_PP_VERSION;
+    pp->op = QMOE_PP_OP_SWIGLU;
+    pp->build = &qmoe_pp_build_tag;
+    pp->cpu = qmoe_pp_cpu_bits();
+    pp->kernel = p->kernel;
+    pp->mode = p->mode;
+    pp->per_group = p->per_group;
+    pp->ws_dtype = (int32_t)ws_dtype;
+    pp->src_layout = p->w_layout;
+    pp->E = p->E;
+    pp->K = p->K;
+    pp->N = p->N;
+    pp->N2 = p->N2;
+    pp->G = p->G;
+    pp->gk = p->group_k;
+    pp->gkp = (pp->gk + 3) & ~(int64_t)3;
+    pp->Kp = pp->gkp * pp->G;
+    pp->panels = (pp->N2 + QMOE_PP_COLS - 1) / QMOE_PP_COLS;
+    pp->step_bytes = p->mode == QMOE_MODE_A8W8 ? QMOE_PK_STEP : QMOE_PK_STEP / 2;
+    /* bounded by validated shapes (K < 65536, N <= 10240, G <= K): no overflow per expert */
+    uint64_t steps = (uint64_t)(pp->Kp / 4);
+    pp->panel_wbytes = align64(2 * steps * 4 * (uint64_t)pp->step_bytes);
+    if (pp->panels > 0)
+        pp->expert_wbytes = (uint64_t)(pp->panels - 1) * pp->panel_wbytes +
+                            align64(2 * steps * (uint64_t)qmoe_pp_units(pp, pp->panels - 1) *
+                                    (uint64_t)pp->step_bytes);
+    uint64_t recs, ws_n, corr_n, ws_b, corr_b;
+    int ok = mul_u64((uint64_t)pp->E, pp->expert_wbytes, &pp->weight_bytes) &&
+             mul_u64((uint64_t)pp->E, (uint64_t)pp->panels, &recs) &&
+             mul_u64(recs, (uint64_t)pp->G * QMOE_PP_LD, &ws_n) &&
+             mul_u64(recs, QMOE_PP_LD, &corr_n) && mul_u64(ws_n, sizeof(float), &ws_b) &&
+             mul_u64(corr_n, sizeof(float), &corr_b) && ws_b <= UINT64_MAX - corr_b &&
+             ws_b + corr_b <= UINT64_MAX - pp->weight_bytes && pp->weight_bytes <= SIZE_MAX &&
+             ws_b + corr_b <= SIZE_MAX;
+    if (!ok) {
+        free(pp);
+        return INVALID(LIMIT, "weight", "prepack: the prepacked size of E = %lld experts overflows",
+                       (long long)p->E);
+    }
+    pp->bytes = pp->weight_bytes + ws_b + corr_b;
+    pp->w = aligned_alloc(64, pp->weight_bytes ? (size_t)pp->weight_bytes : 64);
+    pp->ws = aligned_alloc(64, (size_t)align64(ws_b ? ws_b : 64));
+    pp->corr = aligned_alloc(64, (size_t)align64(corr_b ? corr_b : 64));
+    if (!pp->w || !pp->ws || !pp->corr) {
+        qmoe_weights_destroy(pp);
+        return qmoe_fail(QMOE_ERR_INNER, "prepack: out of memory for %llu bytes",
+                         (unsigned long long)pp->bytes);
+    }
+    advise_huge_pages(pp->w, pp->weight_bytes);
+    /* the 64-byte padding of records is never read; keep it defined */
+    if (pp->weight_bytes) memset(pp->w, 0, (size_t)pp->weight_bytes);
+    *out = pp;
+    return QMOE_OK;
+}
+
+qmoe_status qmoe_weights_prepack(const qmoe_tensor *weight, const qmoe_tensor *weight_scale,
+                                 const qmoe_tensor *bias, const qmoe_weights_options *options,
+                                 qmoe_weights **out)
+{
+    if (!out) return NULLPTR("out", "prepack: out is a null pointer");
+    if (!weight) return NULLPTR("weight", "weight is a null pointer");
+    if (!weight_scale) return NULLPTR("weightScale", "weightScale is a null pointer");
+    qmoe_weights_options opts;
+    qmoe_status st = qmoe_read_options(options, &opts, sizeof opts, sizeof opts, "options");
+    if (st) return st;
+    const qmoe_weights_options *o = &opts;
+    if (weight->packed) return INVALID(FORMAT, "weight", "weight: already prepacked");
+    if (o->kernel == QMOE_KERNEL_REFERENCE)
+        return INVALID(UNSUPPORTED, "options", "prepack: the reference kernel reads raw weights only");
+    qmoe_gmm_params p;
+    st = plan_source(weight, weight_scale, bias, o, &p);
+    if (st) return st;
+    const qmoe_gemm_isa *isa = qmoe_gemm_isa_for(p.kernel);
+    if (!isa)
+        return INVALID(UNSUPPORTED, "options", "prepack: kernel %s reads raw weights only (QMOE_ISA=%s?)",
+                       qmoe_kernel_name((qmoe_kernel)p.kernel),
+                       qmoe_kernel_name((qmoe_kernel)p.kernel));
+    struct qmoe_weights *pp = NULL;
+    if ((st = allocate(&p, weight_scale->dtype, &pp))) return st;
+    void *scratch = aligned_alloc(64, (size_t)qmoe_fast_prepack_scratch_bytes(isa, &p));
+    if (!scratch) {
+        qmoe_weights_destroy(pp);
+        return qmoe_fail(QMOE_ERR_INNER, "prepack: out of memory for the packing scratchpad");
+    }
+    for (int64_t e = 0; e < p.E; e++) qmoe_fast_prepack_expert(isa, &p, e, scratch, pp);
+    if (isa->release) isa->release(); /* state the packing's micro-kernels set up (AMX tiles) */
+    free(scratch);
+    *out = pp;
+    qmoe_clear_error();
+    return QMOE_OK;
+}
+
+void qmoe_weights_destroy(qmoe_weights *weights)
+{
+    if (!weights) return;
+    free(weights->w);
+    free(weights->ws);
+    free(weights->corr);
+    weights->magic = 0; /* a stale view is refused rather than misread, as long as memory lasts */
+    free(weights);
+}
+
+qmoe_status qmoe_weights_tensor(const qmoe_weights *weights, qmoe_tensor **out)
+{
+    if (!weights) return NULLPTR("weights", "weights is a null pointer");
+    if (!out) return NULLPTR("out", "weights_tensor: out is a null pointer");
+    if (weights->magic != QMOE_PP_MAGIC)
+        return INVALID(FORMAT, "weights", "weights: not a prepacked weight object");
+    int64_t shape[3] = {weights->E, weights->K, weights->N};
+    qmoe_dtype dt = weights->mode == QMOE_MODE_A8W8 ? QMOE_DTYPE_INT8 : QMOE_DTYPE_INT4;
+    qmoe_tensor *t;
+    /* the view spans the packed weights (about E K N elements) for phase one's alias checks */
+    qmoe_status st = qmoe_tensor_create(shape, 3, NULL, dt, QMOE_FORMAT_ND, weights->w, &t);
+    if (st) return st;
+    t->packed = weights;
+    *out = t;
+    return QMOE_OK;
+}
+
+uint64_t qmoe_weights_bytes(const qmoe_weights *weights) { return weights ? weights->bytes : 0; }
+
+qmoe_kernel qmoe_weights_kernel(const qmoe_weights *weights)
+{
+    return weights ? (qmoe_kernel)weights->kernel : QMOE_KERNEL_AUTO;
+}
