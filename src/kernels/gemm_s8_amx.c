@@ -21,6 +21,7 @@
 
 #include "kernels/cpu_features.h"
 #include "kernels/gmm_fast.h"
+#include "kernels/peak.h"
 #include "kernels/x86_parts.h"
 
 /* Rows per call from the driver, which are also its accumulator block: 32 rows (two C tiles
@@ -237,7 +238,7 @@ static uint64_t peak_amx(uint64_t iters)
     volatile int32_t keep = sink[0];
     (void)keep;
     qmoe_amx_release();
-    return iters * 6 * 16 * 16 * 64 * 2;
+    return iters * QMOE_PEAK_AMX_DOTS * QMOE_PEAK_AMX_OPS; /* tests/test_peak_loops.c counts them */
 }
 
 const qmoe_gemm_isa qmoe_isa_amx_int8 = {
