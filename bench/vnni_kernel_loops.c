@@ -1,0 +1,248 @@
+#define _POSIX_C_SOURCE 200809L
+/*
+ * vnni_kernel_loops: what limits the AVX-512 VNNI kernel at the shapes of issue 23's targets,
+ * one thread, each part measured alone (docs/performance.md, "What limits each row"):
+ *   peak    the peak probe (src/kernels/peak_avx512vnni.c)
+ *   l1      the driver's micro-kernel calls for one row block over a panel with K cut to 128,
+ *           so both operands stay in L1: the kernel loop alone
+ *   loop    the same calls over the whole K and the shape's whole weight footprint, in the
+ *           driver's order (gemm_fold per micro-tile over all of K for blocks of 48 rows;
+ *           gemm_pf in 512-k chunks + fold otherwise): the kernel where its operands really are
+ *   stream  the loop's weight loads alone (512-bit loads of the same bytes in the same order,
+ *           no products): the weight stream from wherever it sits (L2, L3 or DRAM)
+ *   epi     SwiGLU of the block's tile + the int8 quantization of its rows' share: the epilogue
+ * Times are the thread's CPU time (CLOCK_THREAD_CPUTIME_ID): on a shared machine the other
+ * tenants' time slices do not count, cache sharing does. Rounds interleave the parts; medians
+ * and min-max over REPS rounds. usage: vnni_kernel_loops [REPS] (default 7)
+ */
+#include <immintrin.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels/cpu_features.h"
+#include "kernels/gmm_fast.h"
+
+typedef struct shape {
+    const char *name;
+    int64_t rows, K, N, experts; /* rows per expert, weight columns (act + gate) per expert */
+} shape;
+
+/* issue 23's rows: prefill (one expert's 512-row call), mid64, Qwen3 gate/up, decode */
+static const shape shapes[] = {
+    {"prefill", 512, 7168, 4096, 1},
+    {"mid64", 64, 2048, 1536, 8},
+    {"qwen3", 32, 2048, 1536, 32},
+    {"decode", 4, 7168, 4096, 8},
+};
+
+enum { MC = 48, KC = 512, PANEL = 128, HALF = 64 };
+
+static double cpu_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+typedef struct bufs {
+    const qmoe_gemm_isa *isa;
+    uint8_t *w; /* experts x panels x (2 halves x K/4 steps x 256 bytes) */
+    int8_t *x;  /* rows x K */
+    int32_t *acc, *xoff;
+    float *f, *xs, *ws, *corr, *s;
+    int8_t *q;
+} bufs;
+
+__attribute__((target("avx512f"))) static int read_bytes(const uint8_t *w, int64_t steps,
+                                                         int64_t wstep)
+{
+    __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t i = 0; i < steps; i++, w += wstep) {
+        a0 = _mm512_add_epi32(a0, _mm512_load_si512((const void *)w));
+        a1 = _mm512_add_epi32(a1, _mm512_load_si512((const void *)(w + 64)));
+        a2 = _mm512_add_epi32(a2, _mm512_load_si512((const void *)(w + 128)));
+        a3 = _mm512_add_epi32(a3, _mm512_load_si512((const void *)(w + 192)));
+    }
+    __m512i s = _mm512_add_epi32(_mm512_add_epi32(a0, a1), _mm512_add_epi32(a2, a3));
+    return _mm512_reduce_add_epi32(s);
+}
+
+/* One block of `rows` rows over one panel (both halves), the driver's calls (gemm_driver.c);
+ * read: only the weight loads of those calls, in their order (the stream alone). */
+static int block(const bufs *b, const uint8_t *wp, int64_t K, int64_t rows, int64_t kmax,
+                 int read)
+{
+    const qmoe_gemm_isa *isa = b->isa;
+    int64_t wstep = 4 * QMOE_PK_STEP, blk = K / 4 * wstep, k = K < kmax ? K : kmax;
+    int fused = rows > isa->mr && (K <= KC || rows >= MC), sink = 0;
+    for (int64_t r = 0; r < rows; r += isa->mr) {
+        int mr = (int)(rows - r < isa->mr ? rows - r : isa->mr);
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *w = wp + h * blk;
+            if (fused) {
+                if (read)
+                    sink += read_bytes(w, k / 4, wstep);
+                else
+                    isa->gemm_fold(mr, 4, k / 4, b->x + r * K, K, w, wstep, b->xoff + r, 1,
+                                   b->xs + r, b->ws + h * HALF, b->f + r * PANEL + h * HALF,
+                                   PANEL, 1);
+                continue;
+            }
+            for (int64_t a = 0; a < k; a += KC) {
+                int64_t n = k - a < KC ? k - a : KC;
+                if (read)
+                    sink += read_bytes(w + a / 4 * wstep, n / 4, wstep);
+                else
+                    isa->gemm_pf(mr, 4, n / 4, b->x + r * K + a, K, w + a / 4 * wstep, wstep,
+                                 b->acc + r * PANEL + h * HALF, PANEL, a != 0);
+            }
+        }
+    }
+    if (!fused && !read)
+        for (int h = 0; h < 2; h++)
+            isa->fold(rows, HALF, b->acc + h * HALF, PANEL, b->xoff, 1, b->xs, b->ws + h * HALF,
+                      b->f + h * HALF, PANEL, 1);
+    return sink;
+}
+
+/* The driver's order over an expert: panels outer, blocks of MC rows inner. K cut to kmax
+ * (the L1 case) reuses the first panel, so its operands stay in L1. */
+static double loop(const bufs *b, const shape *s, int64_t kmax, int read, int64_t *ops, int *sink)
+{
+    int64_t panels = s->N / PANEL, pb = PANEL * s->K, k = s->K < kmax ? s->K : kmax;
+    double t0 = cpu_s();
+    for (int64_t e = 0; e < s->experts; e++)
+        for (int64_t p = 0; p < panels; p++)
+            for (int64_t m = 0; m < s->rows; m += MC)
+                *sink += block(b, b->w + (k < s->K ? 0 : (e * panels + p) * pb), s->K,
+                               s->rows - m < MC ? s->rows - m : MC, kmax, read);
+    *ops = 2 * s->experts * s->rows * k * s->N;
+    return cpu_s() - t0;
+}
+
+/* SwiGLU of every block's tile and the quantization of the rows' outputs (n2 = N/2 a row). */
+static double epilogue(const bufs *b, const shape *s)
+{
+    const qmoe_gemm_isa *isa = b->isa;
+    int64_t panels = s->N / PANEL, n2 = s->N / 2;
+    double t0 = cpu_s();
+    for (int64_t e = 0; e < s->experts; e++) {
+        for (int64_t p = 0; p < panels; p++)
+            for (int64_t m = 0; m < s->rows; m += MC) {
+                int64_t rows = s->rows - m < MC ? s->rows - m : MC;
+                isa->swiglu(rows, HALF, b->f, PANEL, HALF, b->corr, NULL, 0.0f,
+                            b->s + m * n2 + p * HALF, n2);
+            }
+        for (int64_t r = 0; r < s->rows; r++)
+            isa->quantize_row(b->s + r * n2, n2, b->q + r * n2, 1, b->xs + r);
+    }
+    return cpu_s() - t0;
+}
+
+static double probe(const qmoe_gemm_isa *isa, int64_t *ops)
+{
+    double t0 = cpu_s();
+    *ops = (int64_t)isa->peak_loop(1 << 20);
+    return cpu_s() - t0;
+}
+
+static int cmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void *big(size_t bytes)
+{
+    void *p = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    if (!p) {
+        fprintf(stderr, "vnni_kernel_loops: out of memory (%zu bytes)\n", bytes);
+        exit(1);
+    }
+    return p;
+}
+
+int main(int argc, char **argv)
+{
+    int reps = argc > 1 ? atoi(argv[1]) : 7;
+    if (reps < 1 || reps > 99) reps = 7;
+    if (!qmoe_cpu_runs_kernel(QMOE_KERNEL_AVX512_VNNI)) {
+        fprintf(stderr, "vnni_kernel_loops: this CPU has no AVX-512 VNNI\n");
+        return 77;
+    }
+    bufs b;
+    memset(&b, 0, sizeof b);
+    b.isa = qmoe_gemm_isa_for(QMOE_KERNEL_AVX512_VNNI);
+    int64_t wmax = 0, rmax = 512, kmax = 7168, nmax = 4096;
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        if (shapes[i].experts * shapes[i].K * shapes[i].N > wmax)
+            wmax = shapes[i].experts * shapes[i].K * shapes[i].N;
+    b.w = big((size_t)wmax);
+    for (int64_t i = 0; i < wmax; i++) b.w[i] = (uint8_t)(i * 2654435761u >> 13);
+    b.x = big((size_t)(rmax * kmax));
+    for (int64_t i = 0; i < rmax * kmax; i++) b.x[i] = (int8_t)(i * 40503u >> 7);
+    b.acc = big(sizeof(int32_t) * MC * PANEL);
+    b.xoff = big(sizeof(int32_t) * rmax);
+    b.f = big(sizeof(float) * MC * PANEL);
+    b.xs = big(sizeof(float) * rmax);
+    b.ws = big(sizeof(float) * PANEL);
+    b.corr = big(sizeof(float) * PANEL);
+    b.s = big(sizeof(float) * (size_t)(rmax * nmax / 2));
+    b.q = big((size_t)(rmax * nmax / 2));
+    memset(b.xoff, 0, sizeof(int32_t) * rmax);
+    for (int64_t i = 0; i < rmax; i++) b.xs[i] = 0.01f;
+    for (int64_t i = 0; i < PANEL; i++) b.ws[i] = 0.001f, b.corr[i] = 0.0f;
+    memset(b.f, 0, sizeof(float) * MC * PANEL);
+    int sink = 0;
+    printf("part    shape    median ms  (min-max)       GOPS or GB/s   vs peak probe (median)\n");
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        const shape *s = &shapes[i];
+        int64_t wbytes = s->experts * s->K * s->N, ops_l1 = 0, ops_loop = 0, ops_pk = 0;
+        /* the loop's weight reads: each micro-tile of 6 rows reads the panel's bytes once */
+        int64_t tiles = 0;
+        for (int64_t m = 0; m < s->rows; m += MC) {
+            int64_t rows = s->rows - m < MC ? s->rows - m : MC;
+            tiles += (rows + b.isa->mr - 1) / b.isa->mr;
+        }
+        int64_t rbytes = wbytes * tiles;
+        double t[5][99];
+        int64_t dummy;
+        loop(&b, s, 128, 0, &dummy, &sink); /* warm */
+        for (int r = 0; r < reps; r++) {
+            t[0][r] = probe(b.isa, &ops_pk);
+            t[1][r] = loop(&b, s, 128, 0, &ops_l1, &sink);
+            t[2][r] = loop(&b, s, s->K, 0, &ops_loop, &sink);
+            t[3][r] = loop(&b, s, s->K, 1, &dummy, &sink);
+            t[4][r] = epilogue(&b, s);
+        }
+        double med[5], lo[5], hi[5];
+        for (int k = 0; k < 5; k++) {
+            qsort(t[k], (size_t)reps, sizeof(double), cmp);
+            med[k] = t[k][reps / 2], lo[k] = t[k][0], hi[k] = t[k][reps - 1];
+        }
+        double pk = (double)ops_pk / med[0] * 1e-9;
+        const char *part[5] = {"peak", "l1", "loop", "stream", "epi"};
+        for (int k = 0; k < 5; k++) {
+            double v = 0;
+            const char *unit = "GOPS";
+            if (k == 0) v = pk;
+            if (k == 1) v = (double)ops_l1 / med[1] * 1e-9;
+            if (k == 2) v = (double)ops_loop / med[2] * 1e-9;
+            if (k == 3) v = (double)rbytes / med[3] * 1e-9, unit = "GB/s";
+            printf("%-7s %-8s %9.3f  (%.3f-%.3f)  ", part[k], s->name, med[k] * 1e3, lo[k] * 1e3,
+                   hi[k] * 1e3);
+            if (k < 3)
+                printf("%8.1f %s   %5.1f%%\n", v, unit, 100 * v / pk);
+            else if (k == 3) /* the loop reads the same bytes in its own time */
+                printf("%8.1f %s   %5.1f%% of the loop's time (%.1f MB read, %.1f MB distinct)\n",
+                       v, unit, 100 * med[3] / med[2], (double)rbytes * 1e-6,
+                       (double)wbytes * 1e-6);
+            else
+                printf("%8s        %5.1f%% of the loop's time\n", "", 100 * med[4] / med[2]);
+        }
+    }
+    return sink == 42; /* keeps the stream's loads */
+}
