@@ -13,7 +13,7 @@
  *   epi     SwiGLU of the block's tile + the int8 quantization of its rows' share: the epilogue
  * Times are the thread's CPU time (CLOCK_THREAD_CPUTIME_ID): on a shared machine the other
  * tenants' time slices do not count, cache sharing does. Rounds interleave the parts; medians
- * and min-max over REPS rounds. usage: vnni_kernel_loops [REPS] (default 7)
+ * and min-max over REPS rounds. usage: [L1K=128] vnni_kernel_loops [REPS] (default 7)
  */
 #include <immintrin.h>
 #include <stdint.h>
@@ -72,8 +72,8 @@ __attribute__((target("avx512f"))) static int read_bytes(const uint8_t *w, int64
 
 /* One block of `rows` rows over one panel (both halves), the driver's calls (gemm_driver.c);
  * read: only the weight loads of those calls, in their order (the stream alone). */
-static int block(const bufs *b, const uint8_t *wp, int64_t K, int64_t rows, int64_t kmax,
-                 int read)
+static int block(const bufs *b, const uint8_t *wp, const int8_t *x, int64_t K, int64_t rows,
+                 int64_t kmax, int read)
 {
     const qmoe_gemm_isa *isa = b->isa;
     int64_t wstep = 4 * QMOE_PK_STEP, blk = K / 4 * wstep, k = K < kmax ? K : kmax;
@@ -86,7 +86,7 @@ static int block(const bufs *b, const uint8_t *wp, int64_t K, int64_t rows, int6
                 if (read)
                     sink += read_bytes(w, k / 4, wstep);
                 else
-                    isa->gemm_fold(mr, 4, k / 4, b->x + r * K, K, w, wstep, b->xoff + r, 1,
+                    isa->gemm_fold(mr, 4, k / 4, x + r * K, K, w, wstep, b->xoff + r, 1,
                                    b->xs + r, b->ws + h * HALF, b->f + r * PANEL + h * HALF,
                                    PANEL, 1);
                 continue;
@@ -96,7 +96,7 @@ static int block(const bufs *b, const uint8_t *wp, int64_t K, int64_t rows, int6
                 if (read)
                     sink += read_bytes(w + a / 4 * wstep, n / 4, wstep);
                 else
-                    isa->gemm_pf(mr, 4, n / 4, b->x + r * K + a, K, w + a / 4 * wstep, wstep,
+                    isa->gemm_pf(mr, 4, n / 4, x + r * K + a, K, w + a / 4 * wstep, wstep,
                                  b->acc + r * PANEL + h * HALF, PANEL, a != 0);
             }
         }
@@ -108,8 +108,9 @@ static int block(const bufs *b, const uint8_t *wp, int64_t K, int64_t rows, int6
     return sink;
 }
 
-/* The driver's order over an expert: panels outer, blocks of MC rows inner. K cut to kmax
- * (the L1 case) reuses the first panel, so its operands stay in L1. */
+/* The driver's order over an expert: panels outer, blocks of MC rows inner, each block with its
+ * own x rows. K cut to kmax (the L1 case) reuses the first panel and rows, so its operands stay
+ * in L1. */
 static double loop(const bufs *b, const shape *s, int64_t kmax, int read, int64_t *ops, int *sink)
 {
     int64_t panels = s->N / PANEL, pb = PANEL * s->K, k = s->K < kmax ? s->K : kmax;
@@ -117,7 +118,8 @@ static double loop(const bufs *b, const shape *s, int64_t kmax, int read, int64_
     for (int64_t e = 0; e < s->experts; e++)
         for (int64_t p = 0; p < panels; p++)
             for (int64_t m = 0; m < s->rows; m += MC)
-                *sink += block(b, b->w + (k < s->K ? 0 : (e * panels + p) * pb), s->K,
+                *sink += block(b, b->w + (k < s->K ? 0 : (e * panels + p) * pb),
+                               b->x + (k < s->K ? 0 : m * s->K), s->K,
                                s->rows - m < MC ? s->rows - m : MC, kmax, read);
     *ops = 2 * s->experts * s->rows * k * s->N;
     return cpu_s() - t0;
@@ -169,6 +171,9 @@ int main(int argc, char **argv)
 {
     int reps = argc > 1 ? atoi(argv[1]) : 7;
     if (reps < 1 || reps > 99) reps = 7;
+    /* K of the L1 case (L1K, default 128: 16 KB of a panel's weights with the rows' x) */
+    int64_t l1k = getenv("L1K") ? atoll(getenv("L1K")) : 128;
+    if (l1k < 16 || l1k > 7168 || l1k % 16) l1k = 128;
     if (!qmoe_cpu_runs_kernel(QMOE_KERNEL_AVX512_VNNI)) {
         fprintf(stderr, "vnni_kernel_loops: this CPU has no AVX-512 VNNI\n");
         return 77;
@@ -210,10 +215,10 @@ int main(int argc, char **argv)
         int64_t rbytes = wbytes * tiles;
         double t[5][99];
         int64_t dummy;
-        loop(&b, s, 128, 0, &dummy, &sink); /* warm */
+        loop(&b, s, l1k, 0, &dummy, &sink); /* warm */
         for (int r = 0; r < reps; r++) {
             t[0][r] = probe(b.isa, &ops_pk);
-            t[1][r] = loop(&b, s, 128, 0, &ops_l1, &sink);
+            t[1][r] = loop(&b, s, l1k, 0, &ops_l1, &sink);
             t[2][r] = loop(&b, s, s->K, 0, &ops_loop, &sink);
             t[3][r] = loop(&b, s, s->K, 1, &dummy, &sink);
             t[4][r] = epilogue(&b, s);
