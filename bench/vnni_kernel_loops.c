@@ -28,15 +28,18 @@
 typedef struct shape {
     const char *name;
     int64_t rows, K, N, experts; /* rows per expert, weight columns (act + gate) per expert */
+    int64_t gk;                  /* K group size of the weight scales (K: per channel) */
 } shape;
 
-/* issue 23's rows: prefill (one expert's 512-row call), mid64, Qwen3 gate/up, decode */
+/* issue 23's rows: prefill (one expert's 512-row call), mid64, Qwen3 gate/up, decode; and
+ * ggml's groups of 32 */
 static const shape shapes[] = {
-    {"prefill", 512, 7168, 4096, 1},
-    {"mid64", 64, 2048, 1536, 8},
-    {"qwen3", 32, 2048, 1536, 32},
-    {"decode", 4, 7168, 4096, 8},
+    {"prefill", 512, 7168, 4096, 1, 7168},   {"mid64", 64, 2048, 1536, 8, 2048},
+    {"qwen3", 32, 2048, 1536, 32, 2048},     {"decode", 4, 7168, 4096, 8, 7168},
+    {"prefill/32", 512, 7168, 4096, 1, 32}, {"qwen3/32", 32, 2048, 1536, 32, 32},
+    {"decode/32", 4, 7168, 4096, 8, 32},
 };
+enum { GMAX = 7168 / 32 };
 
 enum { MC = 48, KC = 512, PANEL = 128, HALF = 64 };
 
@@ -59,6 +62,9 @@ typedef struct bufs {
 __attribute__((target("avx512f"))) static int read_bytes(const uint8_t *w, int64_t steps,
                                                          int64_t wstep)
 {
+    /* a side effect: calls with the same arguments (every micro-tile re-reads the same bytes)
+     * must not be merged into one */
+    __asm__ volatile("" ::: "memory");
     __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
     for (int64_t i = 0; i < steps; i++, w += wstep) {
         a0 = _mm512_add_epi32(a0, _mm512_load_si512((const void *)w));
@@ -70,41 +76,55 @@ __attribute__((target("avx512f"))) static int read_bytes(const uint8_t *w, int64
     return _mm512_reduce_add_epi32(s);
 }
 
-/* One block of `rows` rows over one panel (both halves), the driver's calls (gemm_driver.c);
- * read: only the weight loads of those calls, in their order (the stream alone). */
-static int block(const bufs *b, const uint8_t *wp, const int8_t *x, int64_t K, int64_t rows,
-                 int64_t kmax, int read)
+/* One block of `rows` rows over one panel (both halves), the driver's calls in its order
+ * (gemm_driver.c run_block): K groups of gk outer; per group, blocks of more than one
+ * micro-tile (and 48 rows when a group spans several 512-k chunks) take gemm_fold per micro-tile,
+ * the others gemm_pf per 512-k chunk over all micro-tiles, then fold. read: only the weight loads
+ * of those calls, in their order (the stream alone). */
+static int block(const bufs *b, const uint8_t *wp, const int8_t *x, int64_t K, int64_t gk,
+                 int64_t rows, int64_t kmax, int read)
 {
     const qmoe_gemm_isa *isa = b->isa;
     int64_t wstep = 4 * QMOE_PK_STEP, blk = K / 4 * wstep, k = K < kmax ? K : kmax;
-    int fused = rows > isa->mr && (K <= KC || rows >= MC), sink = 0;
-    for (int64_t r = 0; r < rows; r += isa->mr) {
-        int mr = (int)(rows - r < isa->mr ? rows - r : isa->mr);
-        for (int h = 0; h < 2; h++) {
-            const uint8_t *w = wp + h * blk;
-            if (fused) {
-                if (read)
-                    sink += read_bytes(w, k / 4, wstep);
-                else
-                    isa->gemm_fold(mr, 4, k / 4, x + r * K, K, w, wstep, b->xoff + r, 1,
-                                   b->xs + r, b->ws + h * HALF, b->f + r * PANEL + h * HALF,
-                                   PANEL, 1);
-                continue;
+    int64_t G = K / gk, gn = gk < k ? gk : k, groups = k / gn;
+    int fused = rows > isa->mr && (gk <= KC || rows >= MC), sink = 0;
+    for (int64_t g = 0; g < groups; g++) {
+        int64_t pos = g * gk;
+        if (fused) {
+            for (int64_t r = 0; r < rows; r += isa->mr) {
+                int mr = (int)(rows - r < isa->mr ? rows - r : isa->mr);
+                for (int h = 0; h < 2; h++) {
+                    const uint8_t *w = wp + h * blk + pos / 4 * wstep;
+                    if (read)
+                        sink += read_bytes(w, gn / 4, wstep);
+                    else
+                        isa->gemm_fold(mr, 4, gn / 4, x + r * K + pos, K, w, wstep,
+                                       b->xoff + r * G + g, G, b->xs + r,
+                                       b->ws + g * PANEL + h * HALF, b->f + r * PANEL + h * HALF,
+                                       PANEL, g == 0);
+                }
             }
-            for (int64_t a = 0; a < k; a += KC) {
-                int64_t n = k - a < KC ? k - a : KC;
-                if (read)
-                    sink += read_bytes(w + a / 4 * wstep, n / 4, wstep);
-                else
-                    isa->gemm_pf(mr, 4, n / 4, x + r * K + a, K, w + a / 4 * wstep, wstep,
-                                 b->acc + r * PANEL + h * HALF, PANEL, a != 0);
+            continue;
+        }
+        for (int64_t a = 0; a < gn; a += KC) {
+            int64_t n = gn - a < KC ? gn - a : KC;
+            for (int64_t r = 0; r < rows; r += isa->mr) {
+                int mr = (int)(rows - r < isa->mr ? rows - r : isa->mr);
+                for (int h = 0; h < 2; h++) {
+                    const uint8_t *w = wp + h * blk + (pos + a) / 4 * wstep;
+                    if (read)
+                        sink += read_bytes(w, n / 4, wstep);
+                    else
+                        isa->gemm_pf(mr, 4, n / 4, x + r * K + pos + a, K, w, wstep,
+                                     b->acc + r * PANEL + h * HALF, PANEL, a != 0);
+                }
             }
         }
+        if (!read)
+            for (int h = 0; h < 2; h++)
+                isa->fold(rows, HALF, b->acc + h * HALF, PANEL, b->xoff + g, G, b->xs,
+                          b->ws + g * PANEL + h * HALF, b->f + h * HALF, PANEL, g == 0);
     }
-    if (!fused && !read)
-        for (int h = 0; h < 2; h++)
-            isa->fold(rows, HALF, b->acc + h * HALF, PANEL, b->xoff, 1, b->xs, b->ws + h * HALF,
-                      b->f + h * HALF, PANEL, 1);
     return sink;
 }
 
@@ -119,7 +139,7 @@ static double loop(const bufs *b, const shape *s, int64_t kmax, int read, int64_
         for (int64_t p = 0; p < panels; p++)
             for (int64_t m = 0; m < s->rows; m += MC)
                 *sink += block(b, b->w + (k < s->K ? 0 : (e * panels + p) * pb),
-                               b->x + (k < s->K ? 0 : m * s->K), s->K,
+                               b->x + (k < s->K ? 0 : m * s->K), s->K, s->gk,
                                s->rows - m < MC ? s->rows - m : MC, kmax, read);
     *ops = 2 * s->experts * s->rows * k * s->N;
     return cpu_s() - t0;
@@ -190,19 +210,20 @@ int main(int argc, char **argv)
     b.x = big((size_t)(rmax * kmax));
     for (int64_t i = 0; i < rmax * kmax; i++) b.x[i] = (int8_t)(i * 40503u >> 7);
     b.acc = big(sizeof(int32_t) * MC * PANEL);
-    b.xoff = big(sizeof(int32_t) * rmax);
+    b.xoff = big(sizeof(int32_t) * rmax * GMAX);
     b.f = big(sizeof(float) * MC * PANEL);
     b.xs = big(sizeof(float) * rmax);
-    b.ws = big(sizeof(float) * PANEL);
+    b.ws = big(sizeof(float) * PANEL * GMAX);
     b.corr = big(sizeof(float) * PANEL);
     b.s = big(sizeof(float) * (size_t)(rmax * nmax / 2));
     b.q = big((size_t)(rmax * nmax / 2));
-    memset(b.xoff, 0, sizeof(int32_t) * rmax);
+    memset(b.xoff, 0, sizeof(int32_t) * rmax * GMAX);
     for (int64_t i = 0; i < rmax; i++) b.xs[i] = 0.01f;
-    for (int64_t i = 0; i < PANEL; i++) b.ws[i] = 0.001f, b.corr[i] = 0.0f;
+    for (int64_t i = 0; i < PANEL * GMAX; i++) b.ws[i] = 0.001f;
+    for (int64_t i = 0; i < PANEL; i++) b.corr[i] = 0.0f;
     memset(b.f, 0, sizeof(float) * MC * PANEL);
     int sink = 0;
-    printf("part    shape    median ms  (min-max)       GOPS or GB/s   vs peak probe (median)\n");
+    printf("part    shape      median ms  (min-max)       GOPS or GB/s   vs peak probe (median)\n");
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         const shape *s = &shapes[i];
         int64_t wbytes = s->experts * s->K * s->N, ops_l1 = 0, ops_loop = 0, ops_pk = 0;
@@ -237,7 +258,7 @@ int main(int argc, char **argv)
             if (k == 1) v = (double)ops_l1 / med[1] * 1e-9;
             if (k == 2) v = (double)ops_loop / med[2] * 1e-9;
             if (k == 3) v = (double)rbytes / med[3] * 1e-9, unit = "GB/s";
-            printf("%-7s %-8s %9.3f  (%.3f-%.3f)  ", part[k], s->name, med[k] * 1e3, lo[k] * 1e3,
+            printf("%-7s %-10s %9.3f  (%.3f-%.3f)  ", part[k], s->name, med[k] * 1e3, lo[k] * 1e3,
                    hi[k] * 1e3);
             if (k < 3)
                 printf("%8.1f %s   %5.1f%%\n", v, unit, 100 * v / pk);
