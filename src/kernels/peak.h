@@ -5,9 +5,9 @@
  *
  * The vector loops are inline assembly: written in C, equal accumulators with equal updates were
  * merged by the compiler (gcc 12 kept one vpdpbusd of the twelve counted), so the probe ran at the
- * instruction's latency and claimed 12x the work. Each probe's count per round below is what
- * tests/test_peak_loops.c finds in its compiled loop; enough accumulators that latency x
- * throughput of the instruction on the CPUs named is covered.
+ * instruction's latency and claimed up to 12x the work. Each probe's count per round below is
+ * what tests/test_peak_loops.c finds in its compiled loop; the chains are enough to cover the
+ * instruction's latency x issue rate on the CPUs its file names.
  */
 #ifndef QMOE_KERNELS_PEAK_H
 #define QMOE_KERNELS_PEAK_H
@@ -28,7 +28,7 @@ enum {
     QMOE_PEAK_NEON_DOT_OPS = 32,
     QMOE_PEAK_NEON_I8MM_DOTS = 16, /* usmmla 2x8 . 8x2: 32 multiply-adds */
     QMOE_PEAK_NEON_I8MM_OPS = 64,
-    QMOE_PEAK_PORTABLE_MACS = 16, /* scalar multiply-adds per round, however compiled */
+    QMOE_PEAK_PORTABLE_MACS = 16, /* scalar multiply-adds per round, written out */
 };
 
 uint64_t qmoe_peak_portable(uint64_t iters);
