@@ -29,19 +29,24 @@ typedef struct shape {
     const char *name;
     int64_t rows, K, N, experts; /* rows per expert, weight columns (act + gate) per expert */
     int64_t gk;                  /* K group size of the weight scales (K: per channel) */
+    int i4;                      /* A8W4: prepacked int4 steps (32 bytes a unit) */
 } shape;
 
 /* issue 23's rows: prefill (one expert's 512-row call), mid64, Qwen3 gate/up, decode; and
  * ggml's groups of 32 */
 static const shape shapes[] = {
-    {"prefill", 512, 7168, 4096, 1, 7168},   {"mid64", 64, 2048, 1536, 8, 2048},
-    {"qwen3", 32, 2048, 1536, 32, 2048},     {"decode", 4, 7168, 4096, 8, 7168},
-    {"prefill/32", 512, 7168, 4096, 1, 32}, {"qwen3/32", 32, 2048, 1536, 32, 32},
-    {"decode/32", 4, 7168, 4096, 8, 32},
+    {"prefill", 512, 7168, 4096, 1, 7168, 0},   {"mid64", 64, 2048, 1536, 8, 2048, 0},
+    {"qwen3", 32, 2048, 1536, 32, 2048, 0},     {"decode", 4, 7168, 4096, 8, 7168, 0},
+    {"prefill/32", 512, 7168, 4096, 1, 32, 0}, {"qwen3/32", 32, 2048, 1536, 32, 32, 0},
+    {"decode/32", 4, 7168, 4096, 8, 32, 0},    {"prefill/i4", 512, 7168, 4096, 1, 7168, 1},
+    {"decode/i4", 4, 7168, 4096, 8, 7168, 1},
 };
 enum { GMAX = 7168 / 32 };
 
 enum { MC = 48, KC = 512, PANEL = 128, HALF = 64 };
+/* weights as the driver reads them: prepacked int8 in place (gemm_pf), prepacked int4 in place
+ * (gemm_i4: blocks of one micro-tile), int4 expanded into the scratch panel (gemm) */
+enum { W_INT8, W_INT4, W_EXPANDED };
 
 static double cpu_s(void)
 {
@@ -52,7 +57,8 @@ static double cpu_s(void)
 
 typedef struct bufs {
     const qmoe_gemm_isa *isa;
-    uint8_t *w; /* experts x panels x (2 halves x K/4 steps x 256 bytes) */
+    uint8_t *w;  /* experts x panels x (2 halves x K/4 steps x 256 bytes; int4: 128 bytes) */
+    uint8_t *wx; /* one int4 panel expanded to int8 steps (the driver's scratch panel) */
     int8_t *x;  /* rows x K */
     int32_t *acc, *xoff;
     float *f, *xs, *ws, *corr, *s;
@@ -60,7 +66,7 @@ typedef struct bufs {
 } bufs;
 
 __attribute__((target("avx512f"))) static int read_bytes(const uint8_t *w, int64_t steps,
-                                                         int64_t wstep)
+                                                         int64_t wstep, int i4)
 {
     /* a side effect: calls with the same arguments (every micro-tile re-reads the same bytes)
      * must not be merged into one */
@@ -69,6 +75,7 @@ __attribute__((target("avx512f"))) static int read_bytes(const uint8_t *w, int64
     for (int64_t i = 0; i < steps; i++, w += wstep) {
         a0 = _mm512_add_epi32(a0, _mm512_load_si512((const void *)w));
         a1 = _mm512_add_epi32(a1, _mm512_load_si512((const void *)(w + 64)));
+        if (i4) continue; /* 4 units of 32 bytes a step */
         a2 = _mm512_add_epi32(a2, _mm512_load_si512((const void *)(w + 128)));
         a3 = _mm512_add_epi32(a3, _mm512_load_si512((const void *)(w + 192)));
     }
@@ -82,12 +89,15 @@ __attribute__((target("avx512f"))) static int read_bytes(const uint8_t *w, int64
  * the others gemm_pf per 512-k chunk over all micro-tiles, then fold. read: only the weight loads
  * of those calls, in their order (the stream alone). */
 static int block(const bufs *b, const uint8_t *wp, const int8_t *x, int64_t K, int64_t gk,
-                 int64_t rows, int64_t kmax, int read)
+                 int64_t rows, int64_t kmax, int kind, int read)
 {
     const qmoe_gemm_isa *isa = b->isa;
-    int64_t wstep = 4 * QMOE_PK_STEP, blk = K / 4 * wstep, k = K < kmax ? K : kmax;
-    int64_t G = K / gk, gn = gk < k ? gk : k, groups = k / gn;
-    int fused = rows > isa->mr && (gk <= KC || rows >= MC), sink = 0;
+    int i4 = kind == W_INT4;
+    int64_t wstep = 4 * (i4 ? QMOE_PK_STEP / 2 : QMOE_PK_STEP), blk = K / 4 * wstep;
+    int64_t k = K < kmax ? K : kmax, G = K / gk, gn = gk < k ? gk : k, groups = k / gn;
+    int fused = !i4 && rows > isa->mr && (gk <= KC || rows >= MC), sink = 0;
+    void (*gemm)(int, int, int64_t, const int8_t *, int64_t, const uint8_t *, int64_t, int32_t *,
+                 int64_t, int) = i4 ? isa->gemm_i4 : kind == W_INT8 ? isa->gemm_pf : isa->gemm;
     for (int64_t g = 0; g < groups; g++) {
         int64_t pos = g * gk;
         if (fused) {
@@ -96,7 +106,7 @@ static int block(const bufs *b, const uint8_t *wp, const int8_t *x, int64_t K, i
                 for (int h = 0; h < 2; h++) {
                     const uint8_t *w = wp + h * blk + pos / 4 * wstep;
                     if (read)
-                        sink += read_bytes(w, gn / 4, wstep);
+                        sink += read_bytes(w, gn / 4, wstep, 0);
                     else
                         isa->gemm_fold(mr, 4, gn / 4, x + r * K + pos, K, w, wstep,
                                        b->xoff + r * G + g, G, b->xs + r,
@@ -113,10 +123,10 @@ static int block(const bufs *b, const uint8_t *wp, const int8_t *x, int64_t K, i
                 for (int h = 0; h < 2; h++) {
                     const uint8_t *w = wp + h * blk + (pos + a) / 4 * wstep;
                     if (read)
-                        sink += read_bytes(w, n / 4, wstep);
+                        sink += read_bytes(w, n / 4, wstep, i4);
                     else
-                        isa->gemm_pf(mr, 4, n / 4, x + r * K + pos + a, K, w, wstep,
-                                     b->acc + r * PANEL + h * HALF, PANEL, a != 0);
+                        gemm(mr, 4, n / 4, x + r * K + pos + a, K, w, wstep,
+                             b->acc + r * PANEL + h * HALF, PANEL, a != 0);
                 }
             }
         }
@@ -130,17 +140,27 @@ static int block(const bufs *b, const uint8_t *wp, const int8_t *x, int64_t K, i
 
 /* The driver's order over an expert: panels outer, blocks of MC rows inner, each block with its
  * own x rows. K cut to kmax (the L1 case) reuses the first panel and rows, so its operands stay
- * in L1. */
+ * in L1. A8W4 blocks of more than one micro-tile expand each panel's int4 steps into the
+ * scratch panel first (per call, as prepacked_panel does; the L1 case reuses one expansion). */
 static double loop(const bufs *b, const shape *s, int64_t kmax, int read, int64_t *ops, int *sink)
 {
-    int64_t panels = s->N / PANEL, pb = PANEL * s->K, k = s->K < kmax ? s->K : kmax;
+    const qmoe_gemm_isa *isa = b->isa;
+    int64_t panels = s->N / PANEL, pb = PANEL * s->K / (s->i4 ? 2 : 1);
+    int64_t k = s->K < kmax ? s->K : kmax;
+    int expand = s->i4 && s->rows > isa->mr, l1 = k < s->K;
+    int kind = expand ? W_EXPANDED : s->i4 ? W_INT4 : W_INT8;
     double t0 = cpu_s();
     for (int64_t e = 0; e < s->experts; e++)
-        for (int64_t p = 0; p < panels; p++)
+        for (int64_t p = 0; p < panels; p++) {
+            const uint8_t *wp = b->w + (l1 ? 0 : (e * panels + p) * pb);
+            if (expand && !l1) {
+                if (read) *sink += read_bytes(wp, 2 * (s->K / 4), 4 * QMOE_PK_STEP / 2, 1);
+                else isa->expand_i4(wp, 2 * (s->K / 4) * 4, b->wx);
+            }
             for (int64_t m = 0; m < s->rows; m += MC)
-                *sink += block(b, b->w + (k < s->K ? 0 : (e * panels + p) * pb),
-                               b->x + (k < s->K ? 0 : m * s->K), s->K, s->gk,
-                               s->rows - m < MC ? s->rows - m : MC, kmax, read);
+                *sink += block(b, expand ? b->wx : wp, b->x + (l1 ? 0 : m * s->K), s->K, s->gk,
+                               s->rows - m < MC ? s->rows - m : MC, kmax, kind, read);
+        }
     *ops = 2 * s->experts * s->rows * k * s->N;
     return cpu_s() - t0;
 }
@@ -207,6 +227,8 @@ int main(int argc, char **argv)
             wmax = shapes[i].experts * shapes[i].K * shapes[i].N;
     b.w = big((size_t)wmax);
     for (int64_t i = 0; i < wmax; i++) b.w[i] = (uint8_t)(i * 2654435761u >> 13);
+    b.wx = big((size_t)(PANEL * kmax));
+    b.isa->expand_i4(b.w, 2 * (kmax / 4) * 4, b.wx); /* the L1 case's panel, expanded once */
     b.x = big((size_t)(rmax * kmax));
     for (int64_t i = 0; i < rmax * kmax; i++) b.x[i] = (int8_t)(i * 40503u >> 7);
     b.acc = big(sizeof(int32_t) * MC * PANEL);
@@ -226,7 +248,8 @@ int main(int argc, char **argv)
     printf("part    shape      median ms  (min-max)       GOPS or GB/s   vs peak probe (median)\n");
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         const shape *s = &shapes[i];
-        int64_t wbytes = s->experts * s->K * s->N, ops_l1 = 0, ops_loop = 0, ops_pk = 0;
+        int64_t wbytes = s->experts * s->K * s->N / (s->i4 ? 2 : 1), ops_l1 = 0, ops_loop = 0,
+                ops_pk = 0;
         /* the loop's weight reads: each micro-tile of 6 rows reads the panel's bytes once */
         int64_t tiles = 0;
         for (int64_t m = 0; m < s->rows; m += MC) {
@@ -234,6 +257,7 @@ int main(int argc, char **argv)
             tiles += (rows + b.isa->mr - 1) / b.isa->mr;
         }
         int64_t rbytes = wbytes * tiles;
+        if (s->i4 && s->rows > b.isa->mr) rbytes = wbytes + 2 * wbytes * tiles; /* + expanded */
         double t[5][99];
         int64_t dummy;
         loop(&b, s, l1k, 0, &dummy, &sink); /* warm */
