@@ -1,19 +1,20 @@
 #define _POSIX_C_SOURCE 200809L
 /*
  * vnni_kernel_loops: what limits the AVX-512 VNNI kernel at the shapes of issue 23's targets,
- * one thread, each part measured alone (docs/performance.md, "What limits each row"):
+ * one thread, each part measured alone (docs/performance.md, "What limits the AVX-512 VNNI
+ * rows"):
  *   peak    the peak probe (src/kernels/peak_avx512vnni.c)
- *   l1      the driver's micro-kernel calls for one row block over a panel with K cut to 128,
- *           so both operands stay in L1: the kernel loop alone
+ *   l1      the driver's micro-kernel calls with K cut to L1K (default 128) on one panel and one
+ *           block of rows, so the operands stay in L1 (512: the weights in L2): the kernel alone
  *   loop    the same calls over the whole K and the shape's whole weight footprint, in the
- *           driver's order (gemm_fold per micro-tile over all of K for blocks of 48 rows;
- *           gemm_pf in 512-k chunks + fold otherwise): the kernel where its operands really are
+ *           driver's order (block() below): the kernel where its operands really are
  *   stream  the loop's weight loads alone (512-bit loads of the same bytes in the same order,
  *           no products): the weight stream from wherever it sits (L2, L3 or DRAM)
- *   epi     SwiGLU of the block's tile + the int8 quantization of its rows' share: the epilogue
- * Times are the thread's CPU time (CLOCK_THREAD_CPUTIME_ID): on a shared machine the other
- * tenants' time slices do not count, cache sharing does. Rounds interleave the parts; medians
- * and min-max over REPS rounds. usage: [L1K=128] vnni_kernel_loops [REPS] (default 7)
+ *   epi     SwiGLU of the blocks' tiles + the int8 quantization of their rows: the epilogue
+ * Shapes: per channel, groups of 32 ("/32"), A8W4 ("/i4"). Times are the thread's CPU time
+ * (CLOCK_THREAD_CPUTIME_ID): on a shared machine the other tenants' time slices do not count,
+ * their cache and memory traffic does. Rounds interleave the parts; medians and min-max over
+ * REPS rounds. usage: [L1K=128] vnni_kernel_loops [REPS] (default 7)
  */
 #include <immintrin.h>
 #include <stdint.h>
