@@ -23,8 +23,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "kernels/cpu_features.h"
 #include "kernels/gmm_fast.h"
+#include "kernels/kernel.h"
 
 typedef struct shape {
     const char *name;
@@ -58,6 +58,7 @@ static double cpu_s(void)
 
 typedef struct bufs {
     const qmoe_gemm_isa *isa;
+    const qmoe_eltwise_isa *elt;
     uint8_t *w;  /* experts x panels x (2 halves x K/4 steps x 256 bytes; int4: 128 bytes) */
     uint8_t *wx; /* one int4 panel expanded to int8 steps (the driver's scratch panel) */
     int8_t *x;  /* rows x K */
@@ -169,7 +170,7 @@ static double loop(const bufs *b, const shape *s, int64_t kmax, int read, int64_
 /* SwiGLU of every block's tile and the quantization of the rows' outputs (n2 = N/2 a row). */
 static double epilogue(const bufs *b, const shape *s)
 {
-    const qmoe_gemm_isa *isa = b->isa;
+    const qmoe_eltwise_isa *isa = b->elt;
     int64_t panels = s->N / PANEL, n2 = s->N / 2;
     double t0 = cpu_s();
     for (int64_t e = 0; e < s->experts; e++) {
@@ -215,13 +216,15 @@ int main(int argc, char **argv)
     /* K of the L1 case (L1K, default 128: 16 KB of a panel's weights with the rows' x) */
     int64_t l1k = getenv("L1K") ? atoll(getenv("L1K")) : 128;
     if (l1k < 16 || l1k > 7168 || l1k % 16) l1k = 128;
-    if (!qmoe_cpu_runs_kernel(QMOE_KERNEL_AVX512_VNNI)) {
+    const qmoe_kernel_entry *kern = qmoe_kernel_lookup(QMOE_KERNEL_AVX512_VNNI);
+    if (!kern || !kern->gemm || !kern->eltwise) {
         fprintf(stderr, "vnni_kernel_loops: this CPU has no AVX-512 VNNI\n");
         return 77;
     }
     bufs b;
     memset(&b, 0, sizeof b);
-    b.isa = qmoe_gemm_isa_for(QMOE_KERNEL_AVX512_VNNI);
+    b.isa = kern->gemm;
+    b.elt = kern->eltwise;
     int64_t wmax = 0, rmax = 512, kmax = 7168, nmax = 4096;
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         if (shapes[i].experts * shapes[i].K * shapes[i].N > wmax)
