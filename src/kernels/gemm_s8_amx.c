@@ -21,6 +21,7 @@
 
 #include "kernels/cpu_features.h"
 #include "kernels/gmm_fast.h"
+#include "kernels/peak.h"
 #include "kernels/x86_parts.h"
 
 /* Rows per call from the driver, which are also its accumulator block: 32 rows (two C tiles
@@ -212,7 +213,9 @@ static void gemm_xt_amx(int mr, int nu, int64_t kq, const int8_t *x, int64_t ldx
     gemm_tiles(mr, nu, kq, a, x, ldx, wp, wstep, acc, ldacc, accumulate, 1);
 }
 
-/* TDPBSUD on 6 independent C tiles (its latency is several times its issue interval). */
+/* TDPBSUD on 6 independent C tiles (its latency is several times its issue interval). The loop
+ * is assembly, as the other probes (peak.h): clang unrolled the intrinsics' loop, and
+ * tests/test_peak_loops.c counts the instructions of one compiled round against the claim. */
 static uint64_t peak_amx(uint64_t iters)
 {
     tiles_config();
@@ -224,20 +227,26 @@ static uint64_t peak_amx(uint64_t iters)
     _tile_zero(5);
     _tile_zero(6);
     _tile_zero(7);
-    for (uint64_t i = 0; i < iters; i++) {
-        _tile_dpbsud(0, 6, 7);
-        _tile_dpbsud(1, 6, 7);
-        _tile_dpbsud(2, 6, 7);
-        _tile_dpbsud(3, 6, 7);
-        _tile_dpbsud(4, 6, 7);
-        _tile_dpbsud(5, 6, 7);
-    }
+    uint64_t n = iters;
+    if (n)
+        __asm__ volatile("1:\n\t"
+                         "tdpbsud %%tmm7, %%tmm6, %%tmm0\n\t"
+                         "tdpbsud %%tmm7, %%tmm6, %%tmm1\n\t"
+                         "tdpbsud %%tmm7, %%tmm6, %%tmm2\n\t"
+                         "tdpbsud %%tmm7, %%tmm6, %%tmm3\n\t"
+                         "tdpbsud %%tmm7, %%tmm6, %%tmm4\n\t"
+                         "tdpbsud %%tmm7, %%tmm6, %%tmm5\n\t"
+                         "dec %[n]\n\t"
+                         "jnz 1b"
+                         : [n] "+r"(n)
+                         :
+                         : "cc", "memory");
     alignas(64) int32_t sink[16 * 16];
     _tile_stored(0, sink, 64);
     volatile int32_t keep = sink[0];
     (void)keep;
     qmoe_amx_release();
-    return iters * 6 * 16 * 16 * 64 * 2;
+    return iters * QMOE_PEAK_AMX_DOTS * QMOE_PEAK_AMX_OPS;
 }
 
 const qmoe_gemm_isa qmoe_isa_amx_int8 = {

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "kernels/gmm_fast.h"
+#include "kernels/peak.h"
 #include "kernels/x86_parts.h"
 
 enum { MR = 4 };
@@ -71,29 +72,6 @@ static void gemm_avx2(int mr, int nu, int64_t kq, const int8_t *x, int64_t ldx, 
                       accumulate);
 }
 
-/* vpmaddubsw + vpmaddwd + vpaddd: 32 multiply-adds per ymm, the int4 inner step. */
-static uint64_t peak_avx2(uint64_t iters)
-{
-    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0;
-    __m256i w = _mm256_set1_epi8(1), b = _mm256_set1_epi8(2), one = _mm256_set1_epi16(1);
-    for (uint64_t i = 0; i < iters; i++) {
-        __asm__ volatile("" : "+x"(w));
-#define STEP(A) A = _mm256_add_epi32(A, _mm256_madd_epi16(_mm256_maddubs_epi16(w, b), one))
-        STEP(a0);
-        STEP(a1);
-        STEP(a2);
-        STEP(a3);
-        STEP(a4);
-        STEP(a5);
-#undef STEP
-    }
-    __m256i s = _mm256_add_epi32(_mm256_add_epi32(_mm256_add_epi32(a0, a1), _mm256_add_epi32(a2, a3)),
-                                 _mm256_add_epi32(a4, a5));
-    volatile int32_t sink = _mm256_extract_epi32(s, 0);
-    (void)sink;
-    return iters * 6 * 32 * 2;
-}
-
 const qmoe_gemm_isa qmoe_isa_avx2 = {
     .name = "avx2",
     .kernel_id = QMOE_KERNEL_AVX2,
@@ -102,6 +80,6 @@ const qmoe_gemm_isa qmoe_isa_avx2 = {
     .gemm = gemm_avx2,
     .rearrange = qmoe_rearrange_portable,
     .fold = qmoe_fold_avx2,
-    .peak_loop = peak_avx2,
+    .peak_loop = qmoe_peak_avx2,
 };
 #endif

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "kernels/gmm_fast.h"
+#include "kernels/peak.h"
 #include "kernels/x86_parts.h"
 
 enum { MR = 6 };
@@ -202,28 +203,6 @@ static void gemm_avx512(int mr, int nu, int64_t kq, const int8_t *x, int64_t ldx
     tiles[mr - 1][nu - 1](kq, x, ldx, wp, wstep, acc, ldacc, accumulate);
 }
 
-static uint64_t peak_avx512(uint64_t iters)
-{
-    __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0,
-            a7 = a0, a8 = a0, a9 = a0, a10 = a0, a11 = a0;
-    __m512i w = _mm512_set1_epi8(1), b = _mm512_set1_epi8(2);
-    for (uint64_t i = 0; i < iters; i++) {
-        __asm__ volatile("" : "+v"(w)); /* keeps the loop from being folded */
-        a0 = _mm512_dpbusd_epi32(a0, w, b), a1 = _mm512_dpbusd_epi32(a1, w, b);
-        a2 = _mm512_dpbusd_epi32(a2, w, b), a3 = _mm512_dpbusd_epi32(a3, w, b);
-        a4 = _mm512_dpbusd_epi32(a4, w, b), a5 = _mm512_dpbusd_epi32(a5, w, b);
-        a6 = _mm512_dpbusd_epi32(a6, w, b), a7 = _mm512_dpbusd_epi32(a7, w, b);
-        a8 = _mm512_dpbusd_epi32(a8, w, b), a9 = _mm512_dpbusd_epi32(a9, w, b);
-        a10 = _mm512_dpbusd_epi32(a10, w, b), a11 = _mm512_dpbusd_epi32(a11, w, b);
-    }
-    __m512i s = _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(a0, a1), _mm512_add_epi32(a2, a3)),
-                                 _mm512_add_epi32(_mm512_add_epi32(a4, a5), _mm512_add_epi32(a6, a7)));
-    s = _mm512_add_epi32(s, _mm512_add_epi32(_mm512_add_epi32(a8, a9), _mm512_add_epi32(a10, a11)));
-    volatile int32_t sink = _mm512_reduce_add_epi32(s);
-    (void)sink;
-    return iters * 12 * 64 * 2;
-}
-
 const qmoe_gemm_isa qmoe_isa_avx512_vnni = {
     .name = "avx512_vnni",
     .kernel_id = QMOE_KERNEL_AVX512_VNNI,
@@ -238,6 +217,6 @@ const qmoe_gemm_isa qmoe_isa_avx512_vnni = {
     .gemm_fold = gemm_fold_avx512,
     .expand_i4 = qmoe_expand_i4_avx512,
     .to_bf16 = qmoe_f32_to_bf16_avx512,
-    .peak_loop = peak_avx512,
+    .peak_loop = qmoe_peak_avx512vnni,
 };
 #endif

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "kernels/gmm_fast.h"
+#include "kernels/peak.h"
 #include "kernels/x86_parts.h"
 
 enum { MR = 6 };
@@ -61,27 +62,6 @@ static void gemm_avxvnni(int mr, int nu, int64_t kq, const int8_t *x, int64_t ld
                       accumulate);
 }
 
-static uint64_t peak_avxvnni(uint64_t iters)
-{
-    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0,
-            a7 = a0, a8 = a0, a9 = a0;
-    __m256i w = _mm256_set1_epi8(1), b = _mm256_set1_epi8(2);
-    for (uint64_t i = 0; i < iters; i++) {
-        __asm__ volatile("" : "+x"(w));
-        a0 = _mm256_dpbusd_avx_epi32(a0, w, b), a1 = _mm256_dpbusd_avx_epi32(a1, w, b);
-        a2 = _mm256_dpbusd_avx_epi32(a2, w, b), a3 = _mm256_dpbusd_avx_epi32(a3, w, b);
-        a4 = _mm256_dpbusd_avx_epi32(a4, w, b), a5 = _mm256_dpbusd_avx_epi32(a5, w, b);
-        a6 = _mm256_dpbusd_avx_epi32(a6, w, b), a7 = _mm256_dpbusd_avx_epi32(a7, w, b);
-        a8 = _mm256_dpbusd_avx_epi32(a8, w, b), a9 = _mm256_dpbusd_avx_epi32(a9, w, b);
-    }
-    __m256i s = _mm256_add_epi32(_mm256_add_epi32(_mm256_add_epi32(a0, a1), _mm256_add_epi32(a2, a3)),
-                                 _mm256_add_epi32(_mm256_add_epi32(a4, a5), _mm256_add_epi32(a6, a7)));
-    s = _mm256_add_epi32(s, _mm256_add_epi32(a8, a9));
-    volatile int32_t sink = _mm256_extract_epi32(s, 0);
-    (void)sink;
-    return iters * 10 * 32 * 2;
-}
-
 const qmoe_gemm_isa qmoe_isa_avx_vnni = {
     .name = "avx_vnni",
     .kernel_id = QMOE_KERNEL_AVX_VNNI,
@@ -90,6 +70,6 @@ const qmoe_gemm_isa qmoe_isa_avx_vnni = {
     .gemm = gemm_avxvnni,
     .rearrange = qmoe_rearrange_portable,
     .fold = qmoe_fold_avx2,
-    .peak_loop = peak_avxvnni,
+    .peak_loop = qmoe_peak_avxvnni,
 };
 #endif

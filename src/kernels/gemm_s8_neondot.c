@@ -18,6 +18,7 @@
 
 #include "kernels/arm_parts.h"
 #include "kernels/gmm_fast.h"
+#include "kernels/peak.h"
 
 enum { MR = 4 };
 
@@ -133,26 +134,6 @@ static void gemm_neon_dot(int mr, int nu, int64_t kq, const int8_t *x, int64_t l
                       ldacc, accumulate);
 }
 
-static uint64_t peak_neon_dot(uint64_t iters)
-{
-    int32x4_t a0 = vdupq_n_s32(0), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
-    int32x4_t a8 = a0, a9 = a0, a10 = a0, a11 = a0;
-    int8x16_t w = vdupq_n_s8(1), b = vdupq_n_s8(2);
-    for (uint64_t i = 0; i < iters; i++) {
-        __asm__ volatile("" : "+w"(w)); /* keeps the loop from being folded */
-        a0 = vdotq_s32(a0, w, b), a1 = vdotq_s32(a1, w, b), a2 = vdotq_s32(a2, w, b);
-        a3 = vdotq_s32(a3, w, b), a4 = vdotq_s32(a4, w, b), a5 = vdotq_s32(a5, w, b);
-        a6 = vdotq_s32(a6, w, b), a7 = vdotq_s32(a7, w, b), a8 = vdotq_s32(a8, w, b);
-        a9 = vdotq_s32(a9, w, b), a10 = vdotq_s32(a10, w, b), a11 = vdotq_s32(a11, w, b);
-    }
-    int32x4_t s = vaddq_s32(vaddq_s32(vaddq_s32(a0, a1), vaddq_s32(a2, a3)),
-                            vaddq_s32(vaddq_s32(a4, a5), vaddq_s32(a6, a7)));
-    s = vaddq_s32(s, vaddq_s32(vaddq_s32(a8, a9), vaddq_s32(a10, a11)));
-    volatile int32_t sink = vaddvq_s32(s);
-    (void)sink;
-    return iters * 12 * 16 * 2;
-}
-
 const qmoe_gemm_isa qmoe_isa_neon_dot = {
     .name = "neon_dot",
     .kernel_id = QMOE_KERNEL_NEON_DOT,
@@ -161,6 +142,6 @@ const qmoe_gemm_isa qmoe_isa_neon_dot = {
     .gemm = gemm_neon_dot,
     .rearrange = qmoe_rearrange_neon,
     .fold = qmoe_fold_neon,
-    .peak_loop = peak_neon_dot,
+    .peak_loop = qmoe_peak_neondot,
 };
 #endif

@@ -8,6 +8,7 @@
 
 #include "core/gmm_access.h"
 #include "kernels/gmm_fast.h"
+#include "kernels/peak.h"
 
 static void gemm_portable(int mr, int nu, int64_t kq, const int8_t *x, int64_t ldx,
                           const uint8_t *wp, int64_t wstep, int32_t *acc, int64_t ldacc,
@@ -87,20 +88,6 @@ void qmoe_swiglu_portable(int64_t rows, int64_t nc, const float *f, int64_t ldf,
     else swiglu_rows(rows, nc, f, ldf, gate, corr, xs, 0.0f, 0, s, lds);
 }
 
-static uint64_t peak_portable(uint64_t iters)
-{
-    int32_t acc[16] = {0};
-    volatile int8_t seed = 3;
-    int8_t a = seed, b = (int8_t)(seed + 1);
-    for (uint64_t i = 0; i < iters; i++)
-        for (int j = 0; j < 16; j++) acc[j] += a * (int8_t)(b + j);
-    int32_t sum = 0;
-    for (int j = 0; j < 16; j++) sum += acc[j];
-    volatile int32_t sink = sum;
-    (void)sink;
-    return iters * 16 * 2;
-}
-
 const qmoe_gemm_isa qmoe_isa_portable = {
     .name = "portable",
     .kernel_id = QMOE_KERNEL_PORTABLE,
@@ -109,5 +96,5 @@ const qmoe_gemm_isa qmoe_isa_portable = {
     .gemm = gemm_portable,
     .rearrange = qmoe_rearrange_portable,
     .fold = qmoe_fold_portable,
-    .peak_loop = peak_portable,
+    .peak_loop = qmoe_peak_portable,
 };

@@ -1,0 +1,31 @@
+/*
+ * The I8MM peak probe (peak.h): 16 usmmla (uint8 2x8 by int8 8x2 into a 2x2 int32 tile, 32
+ * multiply-adds each) per round on 16 accumulators (v16-v31, caller-saved), in assembly so the
+ * compiler can neither merge nor drop them.
+ */
+#if defined(__aarch64__)
+#include <arm_neon.h>
+
+#include "kernels/peak.h"
+
+#define QMOE_PEAK_ZERO(r) "movi v" #r ".16b, #0\n\t"
+#define QMOE_PEAK_STEP(r) "usmmla v" #r ".4s, %[w].16b, %[b].16b\n\t"
+#define QMOE_PEAK_16(m)                                                                          \
+    m(16) m(17) m(18) m(19) m(20) m(21) m(22) m(23) m(24) m(25) m(26) m(27) m(28) m(29) m(30) m(31)
+
+uint64_t qmoe_peak_i8mm(uint64_t iters)
+{
+    if (iters == 0) return 0;
+    const uint8x16_t w = vdupq_n_u8(1);
+    const int8x16_t b = vdupq_n_s8(2);
+    uint64_t n = iters;
+    __asm__ volatile(QMOE_PEAK_16(QMOE_PEAK_ZERO) "1:\n\t" QMOE_PEAK_16(QMOE_PEAK_STEP)
+                     "subs %[n], %[n], #1\n\t"
+                     "b.ne 1b"
+                     : [n] "+r"(n)
+                     : [w] "w"(w), [b] "w"(b)
+                     : "cc", "v16", "v17", "v18", "v19", "v20", "v21", "v22", "v23", "v24", "v25",
+                       "v26", "v27", "v28", "v29", "v30", "v31");
+    return iters * QMOE_PEAK_NEON_I8MM_DOTS * QMOE_PEAK_NEON_I8MM_OPS;
+}
+#endif
