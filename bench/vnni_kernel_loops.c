@@ -3,7 +3,7 @@
  * vnni_kernel_loops: what limits the AVX-512 VNNI kernel at the shapes of issue 23's targets,
  * one thread, each part measured alone (docs/performance.md, "What limits the AVX-512 VNNI
  * rows"):
- *   peak    the peak probe (src/kernels/peak_avx512vnni.c)
+ *   peak    the peak probe (src/kernels/x86/peak_avx512vnni.c)
  *   l1      the driver's micro-kernel calls with K cut to L1K (default 128) on one panel and one
  *           block of rows, so the operands stay in L1 (512: the weights in L2): the kernel alone
  *   loop    the same calls over the whole K and the shape's whole weight footprint, in the

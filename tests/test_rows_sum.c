@@ -9,7 +9,7 @@
 #include "core/halfconv.h"
 #include "kernels/cpu_features.h"
 #include "kernels/rows_sum.h"
-#include "kernels/rows_sum_avx512vnni.h"
+#include "kernels/x86/rows_sum_avx512vnni.h"
 #include "support/testlib.h"
 
 

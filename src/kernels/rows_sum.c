@@ -3,8 +3,8 @@
 
 #include "core/halfconv.h"
 #include "kernels/cpu_features.h"
-#include "kernels/rows_sum_avx512vnni.h"
-#include "kernels/x86_parts.h"
+#include "kernels/x86/rows_sum_avx512vnni.h"
+#include "kernels/x86/parts.h"
 
 #if !defined(QMOE_HAVE_AVX512_VNNI) && (defined(__x86_64__) || defined(_M_X64))
 #define QMOE_HAVE_AVX512_VNNI 1

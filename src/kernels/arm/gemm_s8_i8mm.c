@@ -18,7 +18,7 @@
 #include <arm_neon.h>
 #include <string.h>
 
-#include "kernels/arm_parts.h"
+#include "kernels/arm/parts.h"
 #include "kernels/gmm_fast.h"
 #include "kernels/peak.h"
 

@@ -14,7 +14,7 @@
 #include <arm_neon.h>
 #include <math.h>
 
-#include "kernels/arm_parts.h"
+#include "kernels/arm/parts.h"
 #include "kernels/gmm_fast.h"
 #include "kernels/kernel.h"
 #include "kernels/quant_rule.h"

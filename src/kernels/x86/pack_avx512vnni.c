@@ -13,7 +13,7 @@
 
 #include "kernels/cpu_features.h"
 #include "kernels/gmm_fast.h"
-#include "kernels/x86_parts.h"
+#include "kernels/x86/parts.h"
 
 int qmoe_avx512_has_vbmi(void)
 {

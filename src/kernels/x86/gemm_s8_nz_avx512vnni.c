@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "kernels/gmm_fast.h"
-#include "kernels/x86_parts.h"
+#include "kernels/x86/parts.h"
 
 #define VBMI __attribute__((target("avx512vbmi")))
 

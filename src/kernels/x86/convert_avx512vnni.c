@@ -7,7 +7,7 @@
 #include <immintrin.h>
 
 #include "core/halfconv.h"
-#include "kernels/x86_parts.h"
+#include "kernels/x86/parts.h"
 
 void qmoe_f32_to_bf16_avx512(uint16_t *d, const float *v, int64_t n)
 {

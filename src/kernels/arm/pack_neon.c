@@ -8,7 +8,7 @@
 #if defined(__aarch64__)
 #include <arm_neon.h>
 
-#include "kernels/arm_parts.h"
+#include "kernels/arm/parts.h"
 #include "kernels/gmm_fast.h"
 
 /* row r of a unit as 16 bytes + off */

@@ -22,7 +22,7 @@
 #include "kernels/cpu_features.h"
 #include "kernels/gmm_fast.h"
 #include "kernels/peak.h"
-#include "kernels/x86_parts.h"
+#include "kernels/x86/parts.h"
 
 /* Rows per call from the driver, which are also its accumulator block: 32 rows (two C tiles
  * high) measured fastest; 64 or 128 rows (a unit pair's weights reused by every 32 rows) were

@@ -15,7 +15,7 @@
 #include "kernels/gmm_fast.h"
 #include "kernels/kernel.h"
 #include "kernels/quant_rule.h"
-#include "kernels/x86_parts.h"
+#include "kernels/x86/parts.h"
 
 void qmoe_fold_avx512(int64_t rows, int64_t cols, const int32_t *acc, int64_t ldacc,
                       const int32_t *xoff, int64_t xoff_stride, const float *xs, const float *ws,

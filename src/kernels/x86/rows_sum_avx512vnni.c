@@ -4,7 +4,7 @@
 #include <immintrin.h>
 #include <string.h>
 
-#include "kernels/rows_sum_avx512vnni.h"
+#include "kernels/x86/rows_sum_avx512vnni.h"
 
 void qmoe_rows_sum_avx512(float *acc, int64_t H, const char *const *rows, const float *w, int n,
                           int bf16)

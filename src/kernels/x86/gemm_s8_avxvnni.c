@@ -10,7 +10,7 @@
 
 #include "kernels/gmm_fast.h"
 #include "kernels/peak.h"
-#include "kernels/x86_parts.h"
+#include "kernels/x86/parts.h"
 
 enum { MR = 6 };
 
