@@ -10,9 +10,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "kernels/gmm_fast.h"
-#include "kernels/kernel.h"
-#include "kernels/swiglu_quant.h"
+#include "bench.h"
 
 typedef struct job {
     const qmoe_kernel_entry *k;

@@ -23,8 +23,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "kernels/gmm_fast.h"
-#include "kernels/kernel.h"
+#include "bench.h"
 
 typedef struct shape {
     const char *name;

@@ -41,9 +41,9 @@ LAYERS = {
     "mpi": 4,
     "ggml": 4,
 }
-NEUTRAL_SRC = {"testing.h"}  # declarations of the test hooks, defined in several layers
+NEUTRAL_SRC = {"testing.h", "bench.h"}  # the test hooks (defined in several layers); the benchmarks' header
 # The one library-internal header the benchmarks may include (src/-relative), once it exists.
-INTERNAL_BENCH_HEADER = None
+INTERNAL_BENCH_HEADER = "bench.h"
 APP_DIRS = ("tools", "bench")  # programs over the public headers
 
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]', re.M)

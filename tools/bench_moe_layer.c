@@ -21,7 +21,7 @@
 #include "cli_args.h"
 #include "cli_size.h"
 #include "moe_ep.h"
-#include "layer/phases.h"
+#include "bench.h"
 #include "qmoe/moe_layer.h"
 #include "qmoe/moe_ops.h"
 #include "qmoe/runtime.h"

@@ -17,7 +17,7 @@
 #include "case.h"
 #include "cli_runtime.h"
 #include "commands.h"
-#include "kernels/gmm_fast.h"
+#include "bench.h"
 #include "qmoe/runtime.h"
 #include "bench_down_proj.h"
 #include "bench_moe_ops.h"
