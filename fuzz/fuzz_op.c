@@ -191,7 +191,7 @@ static void build(fz_input *in, fz_case *c)
         c->bias = fz_xcalloc((size_t)(c->E * c->N), sizeof *c->bias);
         if (own_bias)
             for (int64_t i = 0; i < c->E * c->N; i++) c->bias[i] = pick_scale(&seed, specials) * 64;
-        else if (qmoe_weight_assist_matrix(c->w_logical, c->E, c->K, c->N, decoded, c->G,
+        else if (qmoe_layout_weight_assist_matrix(c->w_logical, c->E, c->K, c->N, decoded, c->G,
                                            c->bias) != QMOE_OK)
             abort();
     }
@@ -269,11 +269,11 @@ static int run(const fz_case *c, qmoe_kernel kernel, int threads, int devices, i
                             QMOE_DTYPE_INT8, QMOE_FORMAT_ND, out);
     qmoe_tensor *os = tensor(1, (int64_t[]){c->M}, (int64_t[]){c->outs_s}, QMOE_DTYPE_FLOAT32,
                              QMOE_FORMAT_ND, outs);
-    qmoe_op_options opt = {.group_list_type = c->gl_type, .kernel = kernel, .threads = threads,
+    qmoe_grouped_matmul_swiglu_quant_options opt = {.group_list_type = c->gl_type, .kernel = kernel, .threads = threads,
                            .devices = devices};
     uint64_t size = 0;
-    qmoe_executor *ex = NULL;
-    qmoe_status st = qmoe_gmm_swiglu_quant_workspace_size(x, w, bias, NULL, ws, xs, gl, o, os,
+    qmoe_grouped_matmul_swiglu_quant_executor *ex = NULL;
+    qmoe_status st = qmoe_grouped_matmul_swiglu_quant_workspace_size(x, w, bias, NULL, ws, xs, gl, o, os,
                                                           NULL, &opt, &size, &ex);
     qmoe_tensor *all[] = {x, w, bias, ws, xs, gl, o, os};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) qmoe_tensor_destroy(all[i]);
@@ -288,14 +288,14 @@ static int run(const fz_case *c, qmoe_kernel kernel, int threads, int devices, i
     }
     void *work = malloc(size ? size : 1);
     if (!work) abort();
-    st = qmoe_gmm_swiglu_quant(work, size, ex, NULL);
+    st = qmoe_grouped_matmul_swiglu_quant(work, size, ex, NULL);
     if (st != QMOE_OK) {
         fprintf(stderr, "fuzz_op: %s failed on a valid case: %s\n", qmoe_kernel_name(kernel),
                 qmoe_last_error());
         abort();
     }
     free(work);
-    qmoe_executor_destroy(ex);
+    qmoe_grouped_matmul_swiglu_quant_executor_destroy(ex);
     return 1;
 }
 

@@ -1,6 +1,6 @@
 /*
  * Phase one with arbitrary tensor descriptors: qmoe_tensor_create and
- * qmoe_gmm_swiglu_quant_workspace_size may only answer 0, 161001, 161002 or 561000, never crash,
+ * qmoe_grouped_matmul_swiglu_quant_workspace_size may only answer 0, 161001, 161002 or 561000, never crash,
  * never read tensor data, never leak; a refused plan leaves *executor as it was.
  *
  * Input: a valid template (mode, layout, per-group, sizes), then a list of mutations, each
@@ -30,7 +30,7 @@ enum { SLOT_BYTES = 1 << 20 };
 static void *unreadable_region(int slot) { return fz_unreadable(slot, SLOTS, SLOT_BYTES); }
 
 /* A valid case of one of the six weight layouts, per-channel or per-group. */
-static void make_template(fz_input *in, desc *t, qmoe_op_options *o)
+static void make_template(fz_input *in, desc *t, qmoe_grouped_matmul_swiglu_quant_options *o)
 {
     int layout = (int)fz_range(in, 0, 5); /* int8/int4/int32 x ND/NZ */
     int wdtype = layout / 2 == 0 ? QMOE_DTYPE_INT8 : layout / 2 == 1 ? QMOE_DTYPE_INT4 : QMOE_DTYPE_INT32;
@@ -64,7 +64,7 @@ static void make_template(fz_input *in, desc *t, qmoe_op_options *o)
     o->group_list_type = fz_u8(in) % 2;
 }
 
-static void mutate(fz_input *in, desc *t, qmoe_op_options *o, int *null_options)
+static void mutate(fz_input *in, desc *t, qmoe_grouped_matmul_swiglu_quant_options *o, int *null_options)
 {
     desc *d;
     switch (fz_desc_step(in, t, SLOTS, 2, &d)) {
@@ -94,10 +94,10 @@ static qmoe_tensor *create(const desc *d, int slot) { return fz_tensor(d, unread
 
 /* What a successful plan promises: sizes consistent with each other and a workspace size that
  * did not wrap around. */
-static void check_plan(const qmoe_executor *ex, uint64_t size)
+static void check_plan(const qmoe_grouped_matmul_swiglu_quant_executor *ex, uint64_t size)
 {
     const qmoe_gmm_params *p = &ex->plan;
-    fz_require(qmoe_executor_kernel(ex) != QMOE_KERNEL_AUTO, "plan without a concrete kernel");
+    fz_require(qmoe_grouped_matmul_swiglu_quant_executor_kernel(ex) != QMOE_KERNEL_AUTO, "plan without a concrete kernel");
     fz_require(size == p->workspace_bytes, "workspace size differs from the plan's");
     /* K = 0 and N = 0 are accepted (docs/testing.md: zero sizes give the all-zero result) */
     fz_require(p->M >= 0 && p->K >= 0 && p->N >= 0 && p->N == 2 * p->N2, "plan with bad M, K or N");
@@ -116,7 +116,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     fz_input in = {data, size, 0};
     desc t[SLOTS];
-    qmoe_op_options o;
+    qmoe_grouped_matmul_swiglu_quant_options o;
     int null_options = 0;
     make_template(&in, t, &o);
     int mutations = (int)fz_range(&in, 0, 7);
@@ -126,10 +126,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     qmoe_tensor *ts[SLOTS];
     for (int i = 0; i < SLOTS; i++) ts[i] = create(&t[i], i);
 
-    qmoe_executor *const sentinel = (qmoe_executor *)(uintptr_t)0x5e5e5e50;
-    qmoe_executor *ex = sentinel;
+    qmoe_grouped_matmul_swiglu_quant_executor *const sentinel = (qmoe_grouped_matmul_swiglu_quant_executor *)(uintptr_t)0x5e5e5e50;
+    qmoe_grouped_matmul_swiglu_quant_executor *ex = sentinel;
     uint64_t ws = 0;
-    qmoe_status st = qmoe_gmm_swiglu_quant_workspace_size(
+    qmoe_status st = qmoe_grouped_matmul_swiglu_quant_workspace_size(
         ts[X], ts[W], ts[BIAS], ts[OFFSET], ts[WS], ts[XS], ts[GL], ts[OUT], ts[OUTS], ts[OUTOFF],
         null_options ? NULL : &o, null_size_ptr ? NULL : &ws, null_ex_ptr ? NULL : &ex);
     fz_require(fz_documented(st), "workspace_size returned an undocumented status");
@@ -137,7 +137,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         fz_require(ex != sentinel && ex != NULL, "success without an executor");
         fz_require(qmoe_last_error()[0] == '\0', "success left an error message");
         check_plan(ex, ws);
-        qmoe_executor_destroy(ex);
+        qmoe_grouped_matmul_swiglu_quant_executor_destroy(ex);
     } else {
         fz_require(ex == sentinel, "a refused plan changed *executor");
         fz_require(qmoe_last_error()[0] != '\0', "a refused plan gave no message");

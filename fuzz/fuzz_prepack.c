@@ -72,16 +72,16 @@ static qmoe_status run(int64_t M, int64_t Kx, const int8_t *x, const float *xs, 
                 qmoe_tensor_create(od, 2, NULL, QMOE_DTYPE_INT8, QMOE_FORMAT_ND, o->q, &to) == 0 &&
                 qmoe_tensor_create(&M, 1, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, o->s, &tos) == 0,
             "operator tensors");
-    qmoe_op_options opt = {.kernel = kernel, .threads = threads, .force_weight_nz = force_nz};
+    qmoe_grouped_matmul_swiglu_quant_options opt = {.kernel = kernel, .threads = threads, .force_weight_nz = force_nz};
     uint64_t wsb = 0;
-    qmoe_executor *ex = NULL;
-    qmoe_status st = qmoe_gmm_swiglu_quant_workspace_size(tx, w, b, NULL, ws, txs, tgl, to, tos,
+    qmoe_grouped_matmul_swiglu_quant_executor *ex = NULL;
+    qmoe_status st = qmoe_grouped_matmul_swiglu_quant_workspace_size(tx, w, b, NULL, ws, txs, tgl, to, tos,
                                                           NULL, &opt, &wsb, &ex);
     if (st == QMOE_OK) {
         void *buf = wsb ? aligned_alloc(64, (wsb + 63) / 64 * 64) : NULL;
-        st = qmoe_gmm_swiglu_quant(buf, wsb, ex, NULL);
+        st = qmoe_grouped_matmul_swiglu_quant(buf, wsb, ex, NULL);
         free(buf);
-        qmoe_executor_destroy(ex);
+        qmoe_grouped_matmul_swiglu_quant_executor_destroy(ex);
     }
     qmoe_tensor_destroy(tx);
     qmoe_tensor_destroy(txs);

@@ -80,25 +80,25 @@ static void release(problem *p)
     qmoe_tensor_destroy(p->tscale);
 }
 
-static qmoe_status plan(problem *p, qmoe_kernel kernel, float limit, qmoe_executor **ex,
+static qmoe_status plan(problem *p, qmoe_kernel kernel, float limit, qmoe_grouped_matmul_swiglu_quant_executor **ex,
                         uint64_t *size)
 {
-    qmoe_op_options o = {0};
+    qmoe_grouped_matmul_swiglu_quant_options o = {0};
     o.kernel = kernel;
-    return qmoe_gmm_swiglu_quant_weight_list_workspace_size(
+    return qmoe_grouped_matmul_swiglu_quant_weight_list_workspace_size(
         p->tx, (const qmoe_tensor *const *)p->tw, (const qmoe_tensor *const *)p->tws, E, p->txs,
         p->tgl, limit, p->tout, p->tscale, &o, size, ex);
 }
 
 static qmoe_status run(problem *p, qmoe_kernel kernel, float limit)
 {
-    qmoe_executor *ex = NULL;
+    qmoe_grouped_matmul_swiglu_quant_executor *ex = NULL;
     uint64_t size = 0;
     qmoe_status st = plan(p, kernel, limit, &ex, &size);
     if (st) return st;
     void *ws = aligned_alloc(64, (size_t)((size + 63) / 64 * 64));
-    st = qmoe_gmm_swiglu_quant(ws, size, ex, NULL);
-    qmoe_executor_destroy(ex);
+    st = qmoe_grouped_matmul_swiglu_quant(ws, size, ex, NULL);
+    qmoe_grouped_matmul_swiglu_quant_executor_destroy(ex);
     free(ws);
     return st;
 }
@@ -293,13 +293,13 @@ static void test_swiglu_limit(void)
     CHECK(run(p, QMOE_KERNEL_AUTO, 1e-9f) == QMOE_OK);
     check_against_oracle(p, "limit 1e-9");
     /* With a clamp, AUTO picks the kernel it picks without one (no fallback to the reference). */
-    qmoe_executor *ex0 = NULL, *ex1 = NULL;
+    qmoe_grouped_matmul_swiglu_quant_executor *ex0 = NULL, *ex1 = NULL;
     uint64_t size = 0;
     CHECK(plan(p, QMOE_KERNEL_AUTO, 0.0f, &ex0, &size) == QMOE_OK);
     CHECK(plan(p, QMOE_KERNEL_AUTO, 0.75f, &ex1, &size) == QMOE_OK);
-    CHECK(ex0 && ex1 && qmoe_executor_kernel(ex0) == qmoe_executor_kernel(ex1));
-    qmoe_executor_destroy(ex0);
-    qmoe_executor_destroy(ex1);
+    CHECK(ex0 && ex1 && qmoe_grouped_matmul_swiglu_quant_executor_kernel(ex0) == qmoe_grouped_matmul_swiglu_quant_executor_kernel(ex1));
+    qmoe_grouped_matmul_swiglu_quant_executor_destroy(ex0);
+    qmoe_grouped_matmul_swiglu_quant_executor_destroy(ex1);
     CHECK(run(p, QMOE_KERNEL_AUTO, NAN) == QMOE_ERR_PARAM_INVALID);
     CHECK(run(p, QMOE_KERNEL_AUTO, -1.0f) == QMOE_ERR_PARAM_INVALID);
     release(p);
@@ -310,13 +310,13 @@ static void test_rules(void)
 {
     problem *p = malloc(sizeof *p);
     make(p, 1, 0x7e57);
-    qmoe_executor *ex = (qmoe_executor *)(uintptr_t)0x1;
+    qmoe_grouped_matmul_swiglu_quant_executor *ex = (qmoe_grouped_matmul_swiglu_quant_executor *)(uintptr_t)0x1;
     uint64_t size = 12345;
     const qmoe_tensor *tw[E], *tws[E];
     memcpy(tw, p->tw, sizeof tw);
     memcpy(tws, p->tws, sizeof tws);
 #define LIST(w, s, n)                                                                            \
-    qmoe_gmm_swiglu_quant_weight_list_workspace_size(p->tx, w, s, n, p->txs, p->tgl, 0.0f, p->tout, \
+    qmoe_grouped_matmul_swiglu_quant_weight_list_workspace_size(p->tx, w, s, n, p->txs, p->tgl, 0.0f, p->tout, \
                                                      p->tscale, NULL, &size, &ex)
     CHECK(LIST(NULL, tws, E) == QMOE_ERR_PARAM_NULLPTR);
     CHECK(LIST(tw, NULL, E) == QMOE_ERR_PARAM_NULLPTR);
@@ -359,9 +359,9 @@ static void test_rules(void)
     qmoe_tensor_destroy(alias);
 
     /* Every refusal left the out-arguments alone */
-    CHECK(size == 12345 && ex == (qmoe_executor *)(uintptr_t)0x1);
+    CHECK(size == 12345 && ex == (qmoe_grouped_matmul_swiglu_quant_executor *)(uintptr_t)0x1);
     CHECK(LIST(tw, tws, E) == QMOE_OK && ex && size > 0);
-    qmoe_executor_destroy(ex);
+    qmoe_grouped_matmul_swiglu_quant_executor_destroy(ex);
 #undef LIST
     release(p);
     free(p);
@@ -376,12 +376,12 @@ static void test_stream_outlives_executor(void)
     qmoe_stream *s = NULL;
     CHECK(qmoe_device_create(NULL, &dev) == QMOE_OK);
     CHECK(dev && qmoe_stream_create(dev, &s) == QMOE_OK);
-    qmoe_executor *ex = NULL;
+    qmoe_grouped_matmul_swiglu_quant_executor *ex = NULL;
     uint64_t size = 0;
     CHECK(plan(p, QMOE_KERNEL_AUTO, 0.0f, &ex, &size) == QMOE_OK);
     void *ws = aligned_alloc(64, (size_t)((size + 63) / 64 * 64));
-    CHECK(qmoe_gmm_swiglu_quant(ws, size, ex, s) == QMOE_OK);
-    qmoe_executor_destroy(ex); /* the sanitizer suites catch any later read of it */
+    CHECK(qmoe_grouped_matmul_swiglu_quant(ws, size, ex, s) == QMOE_OK);
+    qmoe_grouped_matmul_swiglu_quant_executor_destroy(ex); /* the sanitizer suites catch any later read of it */
     CHECK(qmoe_stream_synchronize(s) == QMOE_OK);
     check_against_oracle(p, "stream");
     free(ws);
@@ -406,12 +406,12 @@ static void test_bad_group_list(void)
     for (int queued = 0; queued < 2; queued++) {
         memset(p->out, 0x5A, sizeof p->out);
         memset(p->scale, 0x5A, sizeof p->scale);
-        qmoe_executor *ex = NULL;
+        qmoe_grouped_matmul_swiglu_quant_executor *ex = NULL;
         uint64_t size = 0;
         CHECK(plan(p, QMOE_KERNEL_AUTO, 0.75f, &ex, &size) == QMOE_OK);
         void *ws = aligned_alloc(64, (size_t)((size + 63) / 64 * 64));
-        qmoe_status st = qmoe_gmm_swiglu_quant(ws, size, ex, queued ? s : NULL);
-        qmoe_executor_destroy(ex);
+        qmoe_status st = qmoe_grouped_matmul_swiglu_quant(ws, size, ex, queued ? s : NULL);
+        qmoe_grouped_matmul_swiglu_quant_executor_destroy(ex);
         if (queued) {
             CHECK(st == QMOE_OK);
             st = qmoe_stream_synchronize(s);

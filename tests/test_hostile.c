@@ -52,9 +52,9 @@ static hcase make_case(int64_t M, int64_t K, int64_t N, int64_t E, int a8w4, uin
     for (int64_t i = 0; i < E * N; i++) c.ws[i] = qt_uniform(&r, 0.001f, 0.01f);
     if (a8w4) {
         c.w = zalloc((size_t)(E * K * N + 1) / 2);
-        CHECK(qmoe_pack_int4(wl, E * K * N, c.w) == QMOE_OK);
+        CHECK(qmoe_layout_int4_pack(wl, E * K * N, c.w) == QMOE_OK);
         c.bias = zalloc((size_t)(E * N) * sizeof(float));
-        CHECK(qmoe_weight_assist_matrix(wl, E, K, N, c.ws, 0, c.bias) == QMOE_OK);
+        CHECK(qmoe_layout_weight_assist_matrix(wl, E, K, N, c.ws, 0, c.bias) == QMOE_OK);
     } else {
         c.w = zalloc((size_t)(E * K * N));
         memcpy(c.w, wl, (size_t)(E * K * N));
@@ -106,11 +106,11 @@ static qmoe_status run_case(hcase *c, qmoe_kernel kernel, int *planned)
     CHECK(qmoe_tensor_create((int64_t[]){c->Eg}, 1, NULL, QMOE_DTYPE_INT64, QMOE_FORMAT_ND, c->gl, &gl) == 0);
     CHECK(qmoe_tensor_create((int64_t[]){M, N / 2}, 2, NULL, QMOE_DTYPE_INT8, QMOE_FORMAT_ND, c->out, &out) == 0);
     CHECK(qmoe_tensor_create((int64_t[]){M}, 1, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, c->outs, &outs) == 0);
-    qmoe_op_options o = {.kernel = kernel,
+    qmoe_grouped_matmul_swiglu_quant_options o = {.kernel = kernel,
                          .group_list_type = c->count_list ? QMOE_GROUP_LIST_COUNT : QMOE_GROUP_LIST_CUMSUM};
     uint64_t size = 0;
-    qmoe_executor *ex = NULL;
-    qmoe_status st = qmoe_gmm_swiglu_quant_workspace_size(x, w, bias, NULL, ws, xs, gl, out, outs,
+    qmoe_grouped_matmul_swiglu_quant_executor *ex = NULL;
+    qmoe_status st = qmoe_grouped_matmul_swiglu_quant_workspace_size(x, w, bias, NULL, ws, xs, gl, out, outs,
                                                           NULL, &o, &size, &ex);
     qmoe_tensor *all[] = {x, w, bias, ws, xs, gl, out, outs};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) qmoe_tensor_destroy(all[i]);
@@ -125,10 +125,10 @@ static qmoe_status run_case(hcase *c, qmoe_kernel kernel, int *planned)
     void *work = size ? malloc(size) : NULL;
     last_size = size;
     uint64_t give = short_workspace && size ? size - 1 : size;
-    st = qmoe_gmm_swiglu_quant(null_workspace ? NULL : work, give, ex, run_stream);
+    st = qmoe_grouped_matmul_swiglu_quant(null_workspace ? NULL : work, give, ex, run_stream);
     if (st == QMOE_OK && run_stream) st = qmoe_stream_synchronize(run_stream);
     free(work);
-    qmoe_executor_destroy(ex);
+    qmoe_grouped_matmul_swiglu_quant_executor_destroy(ex);
     return st;
 }
 
@@ -352,7 +352,7 @@ static void test_stream_and_workspace(void)
     st = run_case(&c, QMOE_KERNEL_REFERENCE, &planned);
     null_workspace = 0;
     CHECK(last_size ? st == QMOE_ERR_PARAM_NULLPTR && untouched(&c) : st == QMOE_OK);
-    CHECK(qmoe_gmm_swiglu_quant(NULL, 0, NULL, NULL) == QMOE_ERR_PARAM_NULLPTR);
+    CHECK(qmoe_grouped_matmul_swiglu_quant(NULL, 0, NULL, NULL) == QMOE_ERR_PARAM_NULLPTR);
     free_case(&c);
 }
 
@@ -432,10 +432,10 @@ static void test_edge_rows(void)
         CHECK(qmoe_tensor_create((int64_t[]){M, N2}, 2, NULL, QMOE_DTYPE_INT8, QMOE_FORMAT_ND, out, &tout) == 0);
         CHECK(qmoe_tensor_create((int64_t[]){M}, 1, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, outs, &tos) == 0);
         for (size_t k = 0; k < NKERNELS; k++) {
-            qmoe_op_options o = {.kernel = kernels[k], .threads = 2};
+            qmoe_grouped_matmul_swiglu_quant_options o = {.kernel = kernels[k], .threads = 2};
             uint64_t size = 0;
-            qmoe_executor *ex = NULL;
-            qmoe_status st = qmoe_gmm_swiglu_quant_workspace_size(tx, tw, tb, NULL, tws, txs, tgl,
+            qmoe_grouped_matmul_swiglu_quant_executor *ex = NULL;
+            qmoe_status st = qmoe_grouped_matmul_swiglu_quant_workspace_size(tx, tw, tb, NULL, tws, txs, tgl,
                                                                   tout, tos, NULL, &o, &size, &ex);
             if (st != QMOE_OK) {
                 CHECK_MSG(kernels[k] != QMOE_KERNEL_REFERENCE && kernels[k] != QMOE_KERNEL_AUTO &&
@@ -448,7 +448,7 @@ static void test_edge_rows(void)
             memset(out, SENTINEL, (size_t)(M * N2));
             memset(outs, SENTINEL, sizeof(float) * (size_t)M);
             void *work = size ? malloc(size) : NULL;
-            st = qmoe_gmm_swiglu_quant(work, size, ex, NULL);
+            st = qmoe_grouped_matmul_swiglu_quant(work, size, ex, NULL);
             CHECK_MSG(st == QMOE_OK, "%s (%s): %s", c.name, qmoe_kernel_name(kernels[k]),
                       qmoe_last_error());
             int64_t bad = 0;
@@ -463,7 +463,7 @@ static void test_edge_rows(void)
             CHECK_MSG(bad == 0, "%s (%s): %lld rows differ from the spec's bits", c.name,
                       qmoe_kernel_name(kernels[k]), (long long)bad);
             free(work);
-            qmoe_executor_destroy(ex);
+            qmoe_grouped_matmul_swiglu_quant_executor_destroy(ex);
         }
         qmoe_tensor *all[] = {tx, tw, tb, tws, txs, tgl, tout, tos};
         for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) qmoe_tensor_destroy(all[i]);

@@ -41,7 +41,7 @@ static void test_nz_int8(void)
         uint8_t *expect = malloc(bytes);
         fill_values(w, total, -128, 127);
         memset(nz, 0x5A, bytes);
-        CHECK_MSG(qmoe_nd_to_nz_int8(w, E, K, N, nz) == QMOE_OK, "E=%lld K=%lld N=%lld",
+        CHECK_MSG(qmoe_layout_nd_to_nz_int8(w, E, K, N, nz) == QMOE_OK, "E=%lld K=%lld N=%lld",
                   (long long)E, (long long)K, (long long)N);
         int bad = 0;
         for (int64_t e = 0; e < E; e++)
@@ -59,7 +59,7 @@ static void test_nz_int8(void)
         oracle_pack_weight(ORACLE_W_INT8_NZ, w, E, K, N, expect);
         CHECK(memcmp(nz, expect, (size_t)total) == 0);
         memset(back, 0x5A, bytes);
-        CHECK(qmoe_nz_to_nd_int8(nz, E, K, N, back) == QMOE_OK);
+        CHECK(qmoe_layout_nz_to_nd_int8(nz, E, K, N, back) == QMOE_OK);
         CHECK(memcmp(back, w, (size_t)total) == 0);
         free(w), free(nz), free(back), free(expect);
     }
@@ -74,7 +74,7 @@ static void test_nz_int4(void)
         uint8_t *nz = malloc(bytes), *expect = malloc(bytes);
         fill_values(w, total, -8, 7);
         memset(nz, 0x5A, bytes);
-        CHECK(qmoe_nd_to_nz_int4(w, E, K, N, nz) == QMOE_OK);
+        CHECK(qmoe_layout_nd_to_nz_int4(w, E, K, N, nz) == QMOE_OK);
         int bad = 0;
         for (int64_t e = 0; e < E; e++)
             for (int64_t k = 0; k < K; k++)
@@ -86,7 +86,7 @@ static void test_nz_int4(void)
         oracle_pack_weight(ORACLE_W_INT4_NZ, w, E, K, N, expect);
         CHECK(memcmp(nz, expect, (size_t)total / 2) == 0);
         memset(back, 0x5A, bytes);
-        CHECK(qmoe_nz_to_nd_int4(nz, E, K, N, back) == QMOE_OK);
+        CHECK(qmoe_layout_nz_to_nd_int4(nz, E, K, N, back) == QMOE_OK);
         CHECK(memcmp(back, w, (size_t)total) == 0);
         free(w), free(nz), free(back), free(expect);
     }
@@ -103,22 +103,22 @@ static void test_pack_int4(void)
         memset(expect, 0xEE, sizeof expect);
         for (int64_t i = 0; i < (count + 1) / 2; i++) expect[i] = 0;
         for (int64_t i = 0; i < count; i++) oracle_set_nibble(expect, i, v[i]);
-        CHECK(qmoe_pack_int4(v, count, packed) == QMOE_OK);
+        CHECK(qmoe_layout_int4_pack(v, count, packed) == QMOE_OK);
         CHECK_MSG(memcmp(packed, expect, sizeof packed) == 0, "count %lld", (long long)count);
         memset(back, 0x77, sizeof back);
-        CHECK(qmoe_unpack_int4(packed, count, back) == QMOE_OK);
+        CHECK(qmoe_layout_int4_unpack(packed, count, back) == QMOE_OK);
         CHECK(memcmp(back, v, (size_t)count) == 0);
         CHECK(all_bytes_are(back + count, sizeof back - (size_t)count, 0x77));
     }
     /* low nibble first, two's complement; odd tail has a zero high nibble */
     int8_t pair[3] = {1, -1, -8};
-    CHECK(qmoe_pack_int4(pair, 3, packed) == QMOE_OK);
+    CHECK(qmoe_layout_int4_pack(pair, 3, packed) == QMOE_OK);
     CHECK(packed[0] == 0xF1 && packed[1] == 0x08);
     /* every byte unpacks to its two sign-extended nibbles */
     for (int b = 0; b < 256; b++) {
         uint8_t byte = (uint8_t)b;
         int8_t two[2];
-        CHECK(qmoe_unpack_int4(&byte, 2, two) == QMOE_OK);
+        CHECK(qmoe_layout_int4_unpack(&byte, 2, two) == QMOE_OK);
         int lo = b & 15, hi = b >> 4;
         CHECK(two[0] == (lo < 8 ? lo : lo - 16) && two[1] == (hi < 8 ? hi : hi - 16));
     }
@@ -136,9 +136,9 @@ static void test_int32_view(void)
 {
     int8_t ascending[8] = {0, 1, 2, 3, 4, 5, 6, 7}, negative[8] = {-8, -7, -6, -5, -4, -3, -2, -1};
     int32_t word;
-    CHECK(qmoe_pack_int4_int32(ascending, 8, &word) == QMOE_OK);
+    CHECK(qmoe_layout_int4_pack_int32(ascending, 8, &word) == QMOE_OK);
     CHECK((uint32_t)word == 0x76543210u);
-    CHECK(qmoe_pack_int4_int32(negative, 8, &word) == QMOE_OK);
+    CHECK(qmoe_layout_int4_pack_int32(negative, 8, &word) == QMOE_OK);
     CHECK((uint32_t)word == 0xFEDCBA98u);
 
     enum { COUNT = 8 * 37 };
@@ -146,17 +146,17 @@ static void test_int32_view(void)
     int32_t words[COUNT / 8];
     uint8_t packed[COUNT / 2];
     fill_values(v, COUNT, -8, 7);
-    CHECK(qmoe_pack_int4_int32(v, COUNT, words) == QMOE_OK);
+    CHECK(qmoe_layout_int4_pack_int32(v, COUNT, words) == QMOE_OK);
     int bad = 0;
     for (int i = 0; i < COUNT; i++) {
         int nib = (int)(((uint32_t)words[i / 8] >> (4 * (i % 8))) & 15u);
         bad += (nib < 8 ? nib : nib - 16) != v[i];
     }
     CHECK(bad == 0);
-    CHECK(qmoe_pack_int4(v, COUNT, packed) == QMOE_OK);
+    CHECK(qmoe_layout_int4_pack(v, COUNT, packed) == QMOE_OK);
     if (little_endian()) CHECK(memcmp(words, packed, sizeof packed) == 0);
     memset(back, 0, sizeof back);
-    CHECK(qmoe_unpack_int4_int32(words, COUNT, back) == QMOE_OK);
+    CHECK(qmoe_layout_int4_unpack_int32(words, COUNT, back) == QMOE_OK);
     CHECK(memcmp(back, v, COUNT) == 0);
 }
 
@@ -175,7 +175,7 @@ static void test_assist_matrix(void)
         float *bias = malloc(sizeof(float) * (size_t)(E * N + 1));
         fill_values(w, E * K * N, -8, 7);
         for (int64_t i = 0; i < E * G * N; i++) scale[i] = qt_uniform(&rng, 0.0005f, 0.02f);
-        CHECK(qmoe_weight_assist_matrix(w, E, K, N, scale, groups, bias) == QMOE_OK);
+        CHECK(qmoe_layout_weight_assist_matrix(w, E, K, N, scale, groups, bias) == QMOE_OK);
         int bad = 0;
         for (int64_t e = 0; e < E; e++)
             for (int64_t n = 0; n < N; n++) {
@@ -211,37 +211,37 @@ static void test_errors(void)
     for (size_t i = 0; i < sizeof scale / sizeof scale[0]; i++) scale[i] = 0.01f;
     const qmoe_status NUL = QMOE_ERR_PARAM_NULLPTR, INV = QMOE_ERR_PARAM_INVALID;
 
-    EXPECT_FAIL(qmoe_nd_to_nz_int8(NULL, 1, 16, 32, out8), NUL, "nd", out8);
-    EXPECT_FAIL(qmoe_nd_to_nz_int8(w, 1, 16, 32, NULL), NUL, "nz", out8);
-    EXPECT_FAIL(qmoe_nz_to_nd_int8(NULL, 1, 16, 32, out8), NUL, "nz", out8);
-    EXPECT_FAIL(qmoe_nz_to_nd_int8(w, 1, 16, 32, NULL), NUL, "nd", out8);
-    EXPECT_FAIL(qmoe_nd_to_nz_int4(NULL, 1, 16, 64, out4), NUL, "nd_values", out4);
-    EXPECT_FAIL(qmoe_nd_to_nz_int4(w, 1, 16, 64, NULL), NUL, "nz_packed", out4);
-    EXPECT_FAIL(qmoe_nz_to_nd_int4(NULL, 1, 16, 64, out8), NUL, "nz_packed", out8);
-    EXPECT_FAIL(qmoe_pack_int4(NULL, 4, out4), NUL, "values", out4);
-    EXPECT_FAIL(qmoe_unpack_int4(NULL, 4, out8), NUL, "packed", out8);
-    EXPECT_FAIL(qmoe_pack_int4_int32(NULL, 8, words), NUL, "values", words);
-    EXPECT_FAIL(qmoe_unpack_int4_int32(NULL, 8, out8), NUL, "words", out8);
-    EXPECT_FAIL(qmoe_weight_assist_matrix(NULL, 1, 16, 64, scale, 0, bias), NUL, "nd_values", bias);
-    EXPECT_FAIL(qmoe_weight_assist_matrix(w, 1, 16, 64, NULL, 0, bias), NUL, "scale", bias);
+    EXPECT_FAIL(qmoe_layout_nd_to_nz_int8(NULL, 1, 16, 32, out8), NUL, "nd", out8);
+    EXPECT_FAIL(qmoe_layout_nd_to_nz_int8(w, 1, 16, 32, NULL), NUL, "nz", out8);
+    EXPECT_FAIL(qmoe_layout_nz_to_nd_int8(NULL, 1, 16, 32, out8), NUL, "nz", out8);
+    EXPECT_FAIL(qmoe_layout_nz_to_nd_int8(w, 1, 16, 32, NULL), NUL, "nd", out8);
+    EXPECT_FAIL(qmoe_layout_nd_to_nz_int4(NULL, 1, 16, 64, out4), NUL, "nd_values", out4);
+    EXPECT_FAIL(qmoe_layout_nd_to_nz_int4(w, 1, 16, 64, NULL), NUL, "nz_packed", out4);
+    EXPECT_FAIL(qmoe_layout_nz_to_nd_int4(NULL, 1, 16, 64, out8), NUL, "nz_packed", out8);
+    EXPECT_FAIL(qmoe_layout_int4_pack(NULL, 4, out4), NUL, "values", out4);
+    EXPECT_FAIL(qmoe_layout_int4_unpack(NULL, 4, out8), NUL, "packed", out8);
+    EXPECT_FAIL(qmoe_layout_int4_pack_int32(NULL, 8, words), NUL, "values", words);
+    EXPECT_FAIL(qmoe_layout_int4_unpack_int32(NULL, 8, out8), NUL, "words", out8);
+    EXPECT_FAIL(qmoe_layout_weight_assist_matrix(NULL, 1, 16, 64, scale, 0, bias), NUL, "nd_values", bias);
+    EXPECT_FAIL(qmoe_layout_weight_assist_matrix(w, 1, 16, 64, NULL, 0, bias), NUL, "scale", bias);
 
     /* sizes and NZ alignment */
-    EXPECT_FAIL(qmoe_nd_to_nz_int8(w, -1, 16, 32, out8), INV, "negative", out8);
-    EXPECT_FAIL(qmoe_nd_to_nz_int8(w, 1, 8, 32, out8), INV, "K % 16", out8);
-    EXPECT_FAIL(qmoe_nd_to_nz_int8(w, 1, 16, 48, out8), INV, "N % 32", out8);
-    EXPECT_FAIL(qmoe_nz_to_nd_int8(w, 1, 24, 32, out8), INV, "K % 16", out8);
-    EXPECT_FAIL(qmoe_nd_to_nz_int4(w, 1, 16, 32, out4), INV, "N % 64", out4);
-    EXPECT_FAIL(qmoe_nz_to_nd_int4(out4, 1, 16, 96, out8), INV, "N % 64", out8);
-    EXPECT_FAIL(qmoe_nd_to_nz_int4(w, 1, 16, INT64_C(1) << 60, out4), INV, "overflows", out4);
-    EXPECT_FAIL(qmoe_nd_to_nz_int8(w, INT64_C(1) << 40, INT64_C(1) << 20, INT64_C(1) << 20, out8),
+    EXPECT_FAIL(qmoe_layout_nd_to_nz_int8(w, -1, 16, 32, out8), INV, "negative", out8);
+    EXPECT_FAIL(qmoe_layout_nd_to_nz_int8(w, 1, 8, 32, out8), INV, "K % 16", out8);
+    EXPECT_FAIL(qmoe_layout_nd_to_nz_int8(w, 1, 16, 48, out8), INV, "N % 32", out8);
+    EXPECT_FAIL(qmoe_layout_nz_to_nd_int8(w, 1, 24, 32, out8), INV, "K % 16", out8);
+    EXPECT_FAIL(qmoe_layout_nd_to_nz_int4(w, 1, 16, 32, out4), INV, "N % 64", out4);
+    EXPECT_FAIL(qmoe_layout_nz_to_nd_int4(out4, 1, 16, 96, out8), INV, "N % 64", out8);
+    EXPECT_FAIL(qmoe_layout_nd_to_nz_int4(w, 1, 16, INT64_C(1) << 60, out4), INV, "overflows", out4);
+    EXPECT_FAIL(qmoe_layout_nd_to_nz_int8(w, INT64_C(1) << 40, INT64_C(1) << 20, INT64_C(1) << 20, out8),
                 INV, "overflows", out8);
-    EXPECT_FAIL(qmoe_pack_int4(w, -1, out4), INV, "count", out4);
-    EXPECT_FAIL(qmoe_pack_int4_int32(w, 12, words), INV, "multiple of 8", words);
-    EXPECT_FAIL(qmoe_unpack_int4_int32(words, 7, out8), INV, "multiple of 8", out8);
-    EXPECT_FAIL(qmoe_weight_assist_matrix(w, 1, 16, 64, scale, 3, bias), INV, "groups", bias);
-    EXPECT_FAIL(qmoe_weight_assist_matrix(w, 1, 16, 64, scale, -2, bias), INV, "groups", bias);
+    EXPECT_FAIL(qmoe_layout_int4_pack(w, -1, out4), INV, "count", out4);
+    EXPECT_FAIL(qmoe_layout_int4_pack_int32(w, 12, words), INV, "multiple of 8", words);
+    EXPECT_FAIL(qmoe_layout_int4_unpack_int32(words, 7, out8), INV, "multiple of 8", out8);
+    EXPECT_FAIL(qmoe_layout_weight_assist_matrix(w, 1, 16, 64, scale, 3, bias), INV, "groups", bias);
+    EXPECT_FAIL(qmoe_layout_weight_assist_matrix(w, 1, 16, 64, scale, -2, bias), INV, "groups", bias);
     /* K = 0: every G divides K, but the scale's E*G*N must still be representable */
-    EXPECT_FAIL(qmoe_weight_assist_matrix(w, 2, 0, 64, scale, INT64_MAX / 64, bias), INV,
+    EXPECT_FAIL(qmoe_layout_weight_assist_matrix(w, 2, 0, 64, scale, INT64_MAX / 64, bias), INV,
                 "overflows", bias);
 
     /* int4 values outside [-8, 7], even when only the last one is */
@@ -250,16 +250,16 @@ static void test_errors(void)
     bad_hi[sizeof bad_hi - 1] = 8;
     fill_values(bad_lo, sizeof bad_lo, -8, 7);
     bad_lo[3] = -9;
-    EXPECT_FAIL(qmoe_nd_to_nz_int4(bad_hi, 1, 16, 64, out4), INV, "outside", out4);
-    EXPECT_FAIL(qmoe_pack_int4(bad_lo, 8, out4), INV, "value[3]", out4);
-    EXPECT_FAIL(qmoe_pack_int4_int32(bad_lo, 8, words), INV, "value[3]", words);
-    EXPECT_FAIL(qmoe_weight_assist_matrix(bad_hi, 1, 16, 64, scale, 0, bias), INV, "outside", bias);
+    EXPECT_FAIL(qmoe_layout_nd_to_nz_int4(bad_hi, 1, 16, 64, out4), INV, "outside", out4);
+    EXPECT_FAIL(qmoe_layout_int4_pack(bad_lo, 8, out4), INV, "value[3]", out4);
+    EXPECT_FAIL(qmoe_layout_int4_pack_int32(bad_lo, 8, words), INV, "value[3]", words);
+    EXPECT_FAIL(qmoe_layout_weight_assist_matrix(bad_hi, 1, 16, 64, scale, 0, bias), INV, "outside", bias);
 
     /* a success after an error clears the message; empty sizes succeed without touching memory */
-    CHECK(qmoe_pack_int4(w, 0, NULL) == QMOE_OK);
-    CHECK(qmoe_nd_to_nz_int8(NULL, 0, 16, 32, NULL) == QMOE_OK);
+    CHECK(qmoe_layout_int4_pack(w, 0, NULL) == QMOE_OK);
+    CHECK(qmoe_layout_nd_to_nz_int8(NULL, 0, 16, 32, NULL) == QMOE_OK);
     CHECK(strcmp(qmoe_last_error(), "") == 0);
-    CHECK(qmoe_pack_int4(w, 2, out4) == QMOE_OK);
+    CHECK(qmoe_layout_int4_pack(w, 2, out4) == QMOE_OK);
     CHECK(strcmp(qmoe_last_error(), "") == 0);
 }
 

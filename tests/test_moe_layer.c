@@ -102,8 +102,8 @@ static void quantize(const setup *s, qweights *q)
     q->b13 = malloc(4 * (size_t)(q->z13.bias_count + 1)), q->b2 = malloc(4 * (size_t)(q->z2.bias_count + 1));
     const void **g = ptrs(s->gate, s->E, s->I * s->H), **u = ptrs(s->up, s->E, s->I * s->H),
                **d = ptrs(s->down, s->E, s->H * s->I);
-    CHECK(qmoe_quantize_gate_up(g, u, QMOE_DTYPE_FLOAT32, s->E, s->I, s->H, &o, q->w13, q->s13, q->b13) == QMOE_OK);
-    CHECK(qmoe_quantize_linear(d, QMOE_DTYPE_FLOAT32, s->E, s->H, s->I, &o, q->w2, q->s2, q->b2) == QMOE_OK);
+    CHECK(qmoe_quant_gate_up(g, u, QMOE_DTYPE_FLOAT32, s->E, s->I, s->H, &o, q->w13, q->s13, q->b13) == QMOE_OK);
+    CHECK(qmoe_quant_linear(d, QMOE_DTYPE_FLOAT32, s->E, s->H, s->I, &o, q->w2, q->s2, q->b2) == QMOE_OK);
     free(g), free(u), free(d);
 }
 
@@ -168,13 +168,13 @@ static void *chain(const setup *s, const qweights *q, int32_t *ids)
     CHECK(qmoe_moe_init_routing(w, ws, ex, NULL) == QMOE_OK);
     free(w);
     qmoe_moe_executor_destroy(ex);
-    qmoe_executor *gx = NULL;
-    CHECK_MSG(qmoe_gmm_swiglu_quant_workspace_size(txq, tw13, a8w4 ? tb13 : NULL, NULL, ts13, txs, tcum, thq, ths, NULL,
+    qmoe_grouped_matmul_swiglu_quant_executor *gx = NULL;
+    CHECK_MSG(qmoe_grouped_matmul_swiglu_quant_workspace_size(txq, tw13, a8w4 ? tb13 : NULL, NULL, ts13, txs, tcum, thq, ths, NULL,
                                                    NULL, &ws, &gx) == QMOE_OK, "%s", qmoe_last_error());
     w = malloc(ws + 8);
-    CHECK(qmoe_gmm_swiglu_quant(w, ws, gx, NULL) == QMOE_OK);
+    CHECK(qmoe_grouped_matmul_swiglu_quant(w, ws, gx, NULL) == QMOE_OK);
     free(w);
-    qmoe_executor_destroy(gx);
+    qmoe_grouped_matmul_swiglu_quant_executor_destroy(gx);
     qmoe_grouped_matmul_executor *dx = NULL;
     CHECK_MSG(qmoe_grouped_matmul_workspace_size(thq, tw2, NULL, ts2, ths, tcum, 0, tdn, NULL, &ws, &dx) == QMOE_OK,
               "%s", qmoe_last_error());

@@ -138,14 +138,14 @@ int main(void)
     free(w);
     qmoe_moe_executor_destroy(ex);
 
-    qmoe_executor *gx = NULL;
-    CHECK_MSG(qmoe_gmm_swiglu_quant_workspace_size(t_xq, t_w1, NULL, NULL, t_w1s, t_xs, t_cum, t_hq,
+    qmoe_grouped_matmul_swiglu_quant_executor *gx = NULL;
+    CHECK_MSG(qmoe_grouped_matmul_swiglu_quant_workspace_size(t_xq, t_w1, NULL, NULL, t_w1s, t_xs, t_cum, t_hq,
                                                    t_hs, NULL, NULL, &ws, &gx) == QMOE_OK,
               "%s", qmoe_last_error());
     w = malloc(ws ? ws : 1);
-    CHECK(qmoe_gmm_swiglu_quant(w, ws, gx, NULL) == QMOE_OK);
+    CHECK(qmoe_grouped_matmul_swiglu_quant(w, ws, gx, NULL) == QMOE_OK);
     free(w);
-    qmoe_executor_destroy(gx);
+    qmoe_grouped_matmul_swiglu_quant_executor_destroy(gx);
 
     /* the down projection: GroupedMatmul, per-token dequant to float32 */
     int64_t w2sh[3] = {E, I, H}, w2ss[2] = {E, H};

@@ -74,21 +74,21 @@ static void expected(gmm_data *d, int8_t *out, float *oscale)
 {
     qmoe_tensor *t[7];
     gmm_tensors(d, t);
-    qmoe_op_options o = QMOE_OP_OPTIONS_INIT;
+    qmoe_grouped_matmul_swiglu_quant_options o = QMOE_GROUPED_MATMUL_SWIGLU_QUANT_OPTIONS_INIT;
     o.kernel = QMOE_KERNEL_REFERENCE;
     o.threads = 1;
-    qmoe_executor *ex = NULL;
+    qmoe_grouped_matmul_swiglu_quant_executor *ex = NULL;
     uint64_t wsb = 0;
-    CHECK(qmoe_gmm_swiglu_quant_workspace_size(t[0], t[1], NULL, NULL, t[2], t[3], t[4], t[5], t[6],
+    CHECK(qmoe_grouped_matmul_swiglu_quant_workspace_size(t[0], t[1], NULL, NULL, t[2], t[3], t[4], t[5], t[6],
                                                NULL, &o, &wsb, &ex) == QMOE_OK);
     void *ws = wsb ? aligned_alloc(64, (wsb + 63) / 64 * 64) : NULL;
-    CHECK(qmoe_gmm_swiglu_quant(ws, wsb, ex, NULL) == QMOE_OK);
+    CHECK(qmoe_grouped_matmul_swiglu_quant(ws, wsb, ex, NULL) == QMOE_OK);
     memcpy(out, d->out, sizeof d->out);
     memcpy(oscale, d->oscale, sizeof d->oscale);
     memset(d->out, 0x5A, sizeof d->out);
     memset(d->oscale, 0x5A, sizeof d->oscale);
     free(ws);
-    qmoe_executor_destroy(ex);
+    qmoe_grouped_matmul_swiglu_quant_executor_destroy(ex);
     destroy_all(t, 7);
 }
 
@@ -96,7 +96,7 @@ static qmoe_op *plan_gmm(int threads)
 {
     qmoe_tensor *t[7];
     gmm_tensors(NULL, t);
-    qmoe_op_options o = QMOE_OP_OPTIONS_INIT;
+    qmoe_grouped_matmul_swiglu_quant_options o = QMOE_GROUPED_MATMUL_SWIGLU_QUANT_OPTIONS_INIT;
     o.threads = threads;
     qmoe_op *op = NULL;
     CHECK(qmoe_op_create_grouped_matmul_swiglu_quant(t[0], t[1], NULL, NULL, t[2], t[3], t[4], t[5], t[6], NULL,
@@ -124,7 +124,7 @@ static void test_runs(void)
     uint64_t wsb = qmoe_op_workspace_size(op);
     void *ws = wsb ? aligned_alloc(64, (wsb + 63) / 64 * 64) : NULL;
     qmoe_stream *s = NULL;
-    CHECK(qmoe_stream_create(qmoe_default_device(), &s) == QMOE_OK);
+    CHECK(qmoe_stream_create(qmoe_device_default(), &s) == QMOE_OK);
     /* every run has its own data at its own addresses; the plan never changes */
     for (int run = 0; run < RUNS; run++) {
         gmm_data *d = malloc(sizeof *d);
@@ -250,9 +250,9 @@ static void test_refusals(void)
     /* descriptors have no data: the two-phase call, which binds at phase one, refuses them */
     qmoe_tensor *t[7];
     gmm_tensors(NULL, t);
-    qmoe_executor *ex = NULL;
+    qmoe_grouped_matmul_swiglu_quant_executor *ex = NULL;
     uint64_t n = 0;
-    CHECK(qmoe_gmm_swiglu_quant_workspace_size(t[0], t[1], NULL, NULL, t[2], t[3], t[4], t[5], t[6],
+    CHECK(qmoe_grouped_matmul_swiglu_quant_workspace_size(t[0], t[1], NULL, NULL, t[2], t[3], t[4], t[5], t[6],
                                                NULL, NULL, &n, &ex) == QMOE_ERR_PARAM_NULLPTR);
     CHECK(ex == NULL && !strcmp(qmoe_last_error_info()->arg, "x"));
     qmoe_op *none = NULL;
@@ -322,7 +322,7 @@ static void test_devices(void)
 {
     qmoe_tensor *t[7];
     gmm_tensors(NULL, t);
-    qmoe_op_options o = QMOE_OP_OPTIONS_INIT;
+    qmoe_grouped_matmul_swiglu_quant_options o = QMOE_GROUPED_MATMUL_SWIGLU_QUANT_OPTIONS_INIT;
     o.devices = 2;
     o.threads = 1;
     qmoe_op *op = NULL;

@@ -222,16 +222,16 @@ static qmoe_status run_op(const pcase *c, const qmoe_tensor *x, const qmoe_tenso
     memset(res->scale, 0x5A, sizeof(float) * (size_t)(M + 1));
     qmoe_tensor *to = mk(od, 2, NULL, QMOE_DTYPE_INT8, QMOE_FORMAT_ND, res->q);
     qmoe_tensor *tos = mk(&M, 1, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, res->scale);
-    qmoe_op_options o = {.kernel = kernel, .threads = threads};
+    qmoe_grouped_matmul_swiglu_quant_options o = {.kernel = kernel, .threads = threads};
     uint64_t wsb = 0;
-    qmoe_executor *ex = NULL;
-    qmoe_status st = qmoe_gmm_swiglu_quant_workspace_size(x, weight, bias, NULL, ws, c->txs, c->tgl,
+    qmoe_grouped_matmul_swiglu_quant_executor *ex = NULL;
+    qmoe_status st = qmoe_grouped_matmul_swiglu_quant_workspace_size(x, weight, bias, NULL, ws, c->txs, c->tgl,
                                                           to, tos, NULL, &o, &wsb, &ex);
     if (st == QMOE_OK) {
         void *wsp = wsb ? aligned_alloc(64, (wsb + 63) / 64 * 64) : NULL;
-        st = qmoe_gmm_swiglu_quant(wsp, wsb, ex, NULL);
+        st = qmoe_grouped_matmul_swiglu_quant(wsp, wsb, ex, NULL);
         free(wsp);
-        qmoe_executor_destroy(ex);
+        qmoe_grouped_matmul_swiglu_quant_executor_destroy(ex);
     }
     qmoe_tensor_destroy(to);
     qmoe_tensor_destroy(tos);
@@ -353,13 +353,13 @@ static void check_ragged_columns(pcase *c, qmoe_kernel kernel, qt_rng *r)
     float *sc = malloc(sizeof(float) * (size_t)(M + 1));
     qmoe_tensor *to = mk(od, 2, NULL, QMOE_DTYPE_INT8, QMOE_FORMAT_ND, q);
     qmoe_tensor *tos = mk(&M, 1, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, sc);
-    qmoe_op_options o = {.kernel = kernel, .threads = 1};
+    qmoe_grouped_matmul_swiglu_quant_options o = {.kernel = kernel, .threads = 1};
     uint64_t wsb;
-    qmoe_executor *ex = NULL;
-    CHECK(qmoe_gmm_swiglu_quant_workspace_size(c->tx, view, NULL, NULL, NULL, c->txs, c->tgl, to,
+    qmoe_grouped_matmul_swiglu_quant_executor *ex = NULL;
+    CHECK(qmoe_grouped_matmul_swiglu_quant_workspace_size(c->tx, view, NULL, NULL, NULL, c->txs, c->tgl, to,
                                                tos, NULL, &o, &wsb, &ex) == QMOE_OK);
     if (ex) {
-        const qmoe_gmm_params *p = qmoe_executor_params(ex);
+        const qmoe_gmm_params *p = qmoe_grouped_matmul_swiglu_quant_executor_params(ex);
         const qmoe_kernel_entry *k = qmoe_kernel_lookup(kernel);
         int64_t N2 = c->N2;
         float *whole = malloc(sizeof(float) * (size_t)(M * N2 + 1));
@@ -396,7 +396,7 @@ static void check_ragged_columns(pcase *c, qmoe_kernel kernel, qt_rng *r)
         free(whole);
         free(parts);
         free(scratch);
-        qmoe_executor_destroy(ex);
+        qmoe_grouped_matmul_swiglu_quant_executor_destroy(ex);
     }
     qmoe_tensor_destroy(to);
     qmoe_tensor_destroy(tos);

@@ -10,10 +10,10 @@
 #include "qmoe/runtime.h"
 #include "test_runtime_case.h"
 
-static qmoe_status plan_with(rt_case *c, const qmoe_op_options *o, qmoe_executor **ex)
+static qmoe_status plan_with(rt_case *c, const qmoe_grouped_matmul_swiglu_quant_options *o, qmoe_grouped_matmul_swiglu_quant_executor **ex)
 {
     uint64_t wsb = 0;
-    return qmoe_gmm_swiglu_quant_workspace_size(c->t[0], c->t[1], c->t[2], NULL, c->t[3], c->t[4],
+    return qmoe_grouped_matmul_swiglu_quant_workspace_size(c->t[0], c->t[1], c->t[2], NULL, c->t[3], c->t[4],
                                                 c->t[5], c->t[6], c->t[7], NULL, o, &wsb, ex);
 }
 
@@ -32,51 +32,51 @@ static int info_is(qmoe_status st, qmoe_error_rule rule, const char *arg)
 
 static void options_growth(rt_case *c)
 {
-    qmoe_executor *ex = NULL;
+    qmoe_grouped_matmul_swiglu_quant_executor *ex = NULL;
     /* a zeroed struct (struct_size 0) is the 0.2 layout with defaults */
-    qmoe_op_options zero;
+    qmoe_grouped_matmul_swiglu_quant_options zero;
     memset(&zero, 0, sizeof zero);
     CHECK(plan_with(c, &zero, &ex) == QMOE_OK && ex);
-    CHECK(qmoe_executor_kernel(ex) != QMOE_KERNEL_AUTO);
-    qmoe_executor_destroy(ex), ex = NULL;
+    CHECK(qmoe_grouped_matmul_swiglu_quant_executor_kernel(ex) != QMOE_KERNEL_AUTO);
+    qmoe_grouped_matmul_swiglu_quant_executor_destroy(ex), ex = NULL;
     CHECK(info_is(QMOE_OK, QMOE_RULE_NONE, ""));
 
-    qmoe_op_options init = QMOE_OP_OPTIONS_INIT, fn;
+    qmoe_grouped_matmul_swiglu_quant_options init = QMOE_GROUPED_MATMUL_SWIGLU_QUANT_OPTIONS_INIT, fn;
     memset(&fn, 0x7f, sizeof fn);
-    qmoe_op_options_init(&fn);
-    CHECK(memcmp(&init, &fn, sizeof fn) == 0 && init.struct_size == sizeof(qmoe_op_options));
-    qmoe_op_options_init(NULL); /* a no-op */
+    qmoe_grouped_matmul_swiglu_quant_options_init(&fn);
+    CHECK(memcmp(&init, &fn, sizeof fn) == 0 && init.struct_size == sizeof(qmoe_grouped_matmul_swiglu_quant_options));
+    qmoe_grouped_matmul_swiglu_quant_options_init(NULL); /* a no-op */
     init.kernel = QMOE_KERNEL_REFERENCE;
-    CHECK(plan_with(c, &init, &ex) == QMOE_OK && qmoe_executor_kernel(ex) == QMOE_KERNEL_REFERENCE);
-    qmoe_executor_destroy(ex), ex = NULL;
+    CHECK(plan_with(c, &init, &ex) == QMOE_OK && qmoe_grouped_matmul_swiglu_quant_executor_kernel(ex) == QMOE_KERNEL_REFERENCE);
+    qmoe_grouped_matmul_swiglu_quant_executor_destroy(ex), ex = NULL;
 
     /* smaller than the 0.2 layout: refused, nothing allocated */
-    qmoe_op_options small = QMOE_OP_OPTIONS_INIT;
+    qmoe_grouped_matmul_swiglu_quant_options small = QMOE_GROUPED_MATMUL_SWIGLU_QUANT_OPTIONS_INIT;
     small.struct_size = 8;
     CHECK(plan_with(c, &small, &ex) == QMOE_ERR_PARAM_INVALID && !ex);
     CHECK(info_is(QMOE_ERR_PARAM_INVALID, QMOE_RULE_OPTION, "options"));
 
     /* a newer caller's larger struct: its unknown tail zero -> accepted; set -> refused */
     struct {
-        qmoe_op_options o;
+        qmoe_grouped_matmul_swiglu_quant_options o;
         int future_field;
     } big;
     memset(&big, 0, sizeof big);
     big.o.struct_size = sizeof big;
     big.o.kernel = QMOE_KERNEL_REFERENCE;
-    CHECK(plan_with(c, &big.o, &ex) == QMOE_OK && qmoe_executor_kernel(ex) == QMOE_KERNEL_REFERENCE);
-    qmoe_executor_destroy(ex), ex = NULL;
+    CHECK(plan_with(c, &big.o, &ex) == QMOE_OK && qmoe_grouped_matmul_swiglu_quant_executor_kernel(ex) == QMOE_KERNEL_REFERENCE);
+    qmoe_grouped_matmul_swiglu_quant_executor_destroy(ex), ex = NULL;
     big.future_field = 1;
     CHECK(plan_with(c, &big.o, &ex) == QMOE_ERR_PARAM_INVALID && !ex);
     CHECK(info_is(QMOE_ERR_PARAM_INVALID, QMOE_RULE_OPTION, "options"));
     CHECK(strstr(qmoe_last_error(), "struct_size") != NULL);
 
     /* fields are read from the caller's struct as before */
-    qmoe_op_options bad = QMOE_OP_OPTIONS_INIT;
+    qmoe_grouped_matmul_swiglu_quant_options bad = QMOE_GROUPED_MATMUL_SWIGLU_QUANT_OPTIONS_INIT;
     bad.threads = -1;
     CHECK(plan_with(c, &bad, &ex) == QMOE_ERR_PARAM_INVALID && !ex);
     CHECK(info_is(QMOE_ERR_PARAM_INVALID, QMOE_RULE_OPTION, "options"));
-    bad = (qmoe_op_options)QMOE_OP_OPTIONS_INIT;
+    bad = (qmoe_grouped_matmul_swiglu_quant_options)QMOE_GROUPED_MATMUL_SWIGLU_QUANT_OPTIONS_INIT;
     bad.kernel = (qmoe_kernel)99;
     CHECK(plan_with(c, &bad, &ex) == QMOE_ERR_PARAM_INVALID && !ex);
     CHECK(info_is(QMOE_ERR_PARAM_INVALID, QMOE_RULE_UNSUPPORTED, "options"));
@@ -112,22 +112,22 @@ static void options_growth(rt_case *c)
 /* One tensor replaced by a wrong one: the plan must name that argument and rule. */
 static void error_sites(rt_case *c)
 {
-    qmoe_executor *ex = NULL;
+    qmoe_grouped_matmul_swiglu_quant_executor *ex = NULL;
     uint64_t wsb = 0;
-    qmoe_op_options o = QMOE_OP_OPTIONS_INIT;
+    qmoe_grouped_matmul_swiglu_quant_options o = QMOE_GROUPED_MATMUL_SWIGLU_QUANT_OPTIONS_INIT;
     qmoe_tensor **t = c->t;
 
-    CHECK(qmoe_gmm_swiglu_quant_workspace_size(NULL, t[1], t[2], NULL, t[3], t[4], t[5], t[6], t[7],
+    CHECK(qmoe_grouped_matmul_swiglu_quant_workspace_size(NULL, t[1], t[2], NULL, t[3], t[4], t[5], t[6], t[7],
                                                NULL, &o, &wsb, &ex) == QMOE_ERR_PARAM_NULLPTR);
     CHECK(info_is(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "x"));
-    CHECK(qmoe_gmm_swiglu_quant_workspace_size(t[0], t[1], t[2], NULL, t[3], t[4], NULL, t[6], t[7],
+    CHECK(qmoe_grouped_matmul_swiglu_quant_workspace_size(t[0], t[1], t[2], NULL, t[3], t[4], NULL, t[6], t[7],
                                                NULL, &o, &wsb, &ex) == QMOE_ERR_PARAM_NULLPTR);
     CHECK(info_is(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "groupList"));
-    CHECK(qmoe_gmm_swiglu_quant_workspace_size(t[0], t[1], t[2], NULL, t[3], t[4], t[5], t[6], t[7],
+    CHECK(qmoe_grouped_matmul_swiglu_quant_workspace_size(t[0], t[1], t[2], NULL, t[3], t[4], t[5], t[6], t[7],
                                                NULL, &o, NULL, &ex) == QMOE_ERR_PARAM_NULLPTR);
     CHECK(info_is(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "workspaceSize"));
     /* a reserved argument */
-    CHECK(qmoe_gmm_swiglu_quant_workspace_size(t[0], t[1], t[2], t[0], t[3], t[4], t[5], t[6], t[7],
+    CHECK(qmoe_grouped_matmul_swiglu_quant_workspace_size(t[0], t[1], t[2], t[0], t[3], t[4], t[5], t[6], t[7],
                                                NULL, &o, &wsb, &ex) == QMOE_ERR_PARAM_INVALID);
     CHECK(info_is(QMOE_ERR_PARAM_INVALID, QMOE_RULE_RESERVED, "offset"));
 
@@ -163,7 +163,7 @@ static void error_sites(rt_case *c)
         memcpy(a, t, sizeof a);
         a[cases[i].slot] = cases[i].bad;
         ex = NULL;
-        CHECK_MSG(qmoe_gmm_swiglu_quant_workspace_size(a[0], a[1], a[2], NULL, a[3], a[4], a[5],
+        CHECK_MSG(qmoe_grouped_matmul_swiglu_quant_workspace_size(a[0], a[1], a[2], NULL, a[3], a[4], a[5],
                                                        a[6], a[7], NULL, &o, &wsb, &ex) ==
                       QMOE_ERR_PARAM_INVALID && !ex,
                   "case %zu", i);
@@ -173,27 +173,27 @@ static void error_sites(rt_case *c)
     qmoe_tensor *out_on_x = NULL;
     CHECK(!qmoe_tensor_create((int64_t[]){M, N2}, 2, NULL, QMOE_DTYPE_INT8, QMOE_FORMAT_ND, c->x,
                               &out_on_x));
-    CHECK(qmoe_gmm_swiglu_quant_workspace_size(t[0], t[1], t[2], NULL, t[3], t[4], t[5], out_on_x,
+    CHECK(qmoe_grouped_matmul_swiglu_quant_workspace_size(t[0], t[1], t[2], NULL, t[3], t[4], t[5], out_on_x,
                                                t[7], NULL, &o, &wsb, &ex) == QMOE_ERR_PARAM_INVALID);
     CHECK(info_is(QMOE_ERR_PARAM_INVALID, QMOE_RULE_OVERLAP, "output"));
 
     /* phase two: groupList values, and the workspace */
     ex = NULL;
-    CHECK(qmoe_gmm_swiglu_quant_workspace_size(t[0], t[1], t[2], NULL, t[3], t[4], t[5], t[6], t[7],
+    CHECK(qmoe_grouped_matmul_swiglu_quant_workspace_size(t[0], t[1], t[2], NULL, t[3], t[4], t[5], t[6], t[7],
                                                NULL, &o, &wsb, &ex) == QMOE_OK);
     CHECK(info_is(QMOE_OK, QMOE_RULE_NONE, ""));
     int64_t saved = c->gl[0];
     c->gl[0] = -1;
     void *ws = wsb ? rt_alloc((size_t)wsb) : NULL;
-    CHECK(qmoe_gmm_swiglu_quant(ws, wsb, ex, NULL) == QMOE_ERR_PARAM_INVALID);
+    CHECK(qmoe_grouped_matmul_swiglu_quant(ws, wsb, ex, NULL) == QMOE_ERR_PARAM_INVALID);
     CHECK(info_is(QMOE_ERR_PARAM_INVALID, QMOE_RULE_VALUE, "groupList"));
     c->gl[0] = saved;
-    CHECK(qmoe_gmm_swiglu_quant(NULL, wsb, NULL, NULL) == QMOE_ERR_PARAM_NULLPTR);
+    CHECK(qmoe_grouped_matmul_swiglu_quant(NULL, wsb, NULL, NULL) == QMOE_ERR_PARAM_NULLPTR);
     CHECK(info_is(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "executor"));
-    CHECK(qmoe_gmm_swiglu_quant(ws, wsb, ex, NULL) == QMOE_OK);
+    CHECK(qmoe_grouped_matmul_swiglu_quant(ws, wsb, ex, NULL) == QMOE_OK);
     CHECK(info_is(QMOE_OK, QMOE_RULE_NONE, ""));
     free(ws);
-    qmoe_executor_destroy(ex);
+    qmoe_grouped_matmul_swiglu_quant_executor_destroy(ex);
     qmoe_tensor *all[] = {w3, w_rank, xs_f16, xs_short, out_nz, out_overlap, out_on_x};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) qmoe_tensor_destroy(all[i]);
 

@@ -249,23 +249,23 @@ static void run_case(const tcase *c)
     CHECK(qmoe_tensor_create((int64_t[]){M}, 1, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, oscale,
                              &tos) == 0);
 
-    qmoe_op_options opt = {.group_list_type = c->count_list ? QMOE_GROUP_LIST_COUNT
+    qmoe_grouped_matmul_swiglu_quant_options opt = {.group_list_type = c->count_list ? QMOE_GROUP_LIST_COUNT
                                                             : QMOE_GROUP_LIST_CUMSUM,
                            .kernel = QMOE_KERNEL_REFERENCE, .threads = 1,
                            .force_weight_nz = c->force_nz};
     uint64_t wsize = 0;
-    qmoe_executor *ex = NULL;
-    qmoe_status st = qmoe_gmm_swiglu_quant_workspace_size(tx, tw, tb, NULL, tws, txs, tgl, tout,
+    qmoe_grouped_matmul_swiglu_quant_executor *ex = NULL;
+    qmoe_status st = qmoe_grouped_matmul_swiglu_quant_workspace_size(tx, tw, tb, NULL, tws, txs, tgl, tout,
                                                           tos, NULL, &opt, &wsize, &ex);
     CHECK_MSG(st == QMOE_OK, "seed %llu: plan: %s", (unsigned long long)c->seed, qmoe_last_error());
     if (st == QMOE_OK) {
-        CHECK(qmoe_executor_kernel(ex) == QMOE_KERNEL_REFERENCE);
+        CHECK(qmoe_grouped_matmul_swiglu_quant_executor_kernel(ex) == QMOE_KERNEL_REFERENCE);
         void *work = malloc(wsize + 1);
-        st = qmoe_gmm_swiglu_quant(work, wsize, ex, NULL);
+        st = qmoe_grouped_matmul_swiglu_quant(work, wsize, ex, NULL);
         CHECK_MSG(st == QMOE_OK, "seed %llu: run: %s", (unsigned long long)c->seed,
                   qmoe_last_error());
         free(work);
-        qmoe_executor_destroy(ex);
+        qmoe_grouped_matmul_swiglu_quant_executor_destroy(ex);
     }
     if (c->seed % 8 == 0) { /* deterministic: the same bytes with 3 threads */
         int8_t *out3 = malloc(out_bytes);
@@ -279,15 +279,15 @@ static void run_case(const tcase *c)
                                  oscale3, &tos3) == 0);
         opt.threads = 3;
         ex = NULL;
-        CHECK(qmoe_gmm_swiglu_quant_workspace_size(tx, tw, tb, NULL, tws, txs, tgl, tout3, tos3,
+        CHECK(qmoe_grouped_matmul_swiglu_quant_workspace_size(tx, tw, tb, NULL, tws, txs, tgl, tout3, tos3,
                                                    NULL, &opt, &wsize, &ex) == QMOE_OK);
         void *work = malloc(wsize + 1);
-        CHECK(ex && qmoe_gmm_swiglu_quant(work, wsize, ex, NULL) == QMOE_OK);
+        CHECK(ex && qmoe_grouped_matmul_swiglu_quant(work, wsize, ex, NULL) == QMOE_OK);
         CHECK_MSG(memcmp(out3, out, out_bytes) == 0 &&
                       memcmp(oscale3, oscale, sizeof(float) * (size_t)(M + 1)) == 0,
                   "seed %llu: 3 threads gave other bytes", (unsigned long long)c->seed);
         free(work);
-        qmoe_executor_destroy(ex);
+        qmoe_grouped_matmul_swiglu_quant_executor_destroy(ex);
         qmoe_tensor_destroy(tout3), qmoe_tensor_destroy(tos3);
         free(out3), free(oscale3);
     }
@@ -491,13 +491,13 @@ static void test_underflowing_scale(void)
     qmoe_tensor *tgl = plain(QMOE_DTYPE_INT64, gl, 1, (int64_t[]){1});
     qmoe_tensor *tout = plain(QMOE_DTYPE_INT8, out, 2, (int64_t[]){1, 2});
     qmoe_tensor *tos = plain(QMOE_DTYPE_FLOAT32, oscale, 1, (int64_t[]){1});
-    qmoe_op_options opt = {.kernel = QMOE_KERNEL_REFERENCE, .threads = 1};
+    qmoe_grouped_matmul_swiglu_quant_options opt = {.kernel = QMOE_KERNEL_REFERENCE, .threads = 1};
     uint64_t size = 0;
-    qmoe_executor *ex = NULL;
-    CHECK(qmoe_gmm_swiglu_quant_workspace_size(tx, tw, NULL, NULL, tws, txs, tgl, tout, tos, NULL,
+    qmoe_grouped_matmul_swiglu_quant_executor *ex = NULL;
+    CHECK(qmoe_grouped_matmul_swiglu_quant_workspace_size(tx, tw, NULL, NULL, tws, txs, tgl, tout, tos, NULL,
                                                &opt, &size, &ex) == QMOE_OK);
     void *work = malloc(size + 1);
-    CHECK(ex && qmoe_gmm_swiglu_quant(work, size, ex, NULL) == QMOE_OK);
+    CHECK(ex && qmoe_grouped_matmul_swiglu_quant(work, size, ex, NULL) == QMOE_OK);
     /* the premise: S[0] = Swish(a) * a with a = xs * ws is a nonzero float, S[0] / 127 is not */
     volatile float a = xs[0] * ws[0];
     float s0 = a / (1.0f + expf(-a)) * a;
@@ -505,7 +505,7 @@ static void test_underflowing_scale(void)
     CHECK_MSG(oscale[0] == 0.0f && out[0] == 0 && out[1] == 0, "scale %g, out %d %d",
               (double)oscale[0], out[0], out[1]);
     free(work);
-    qmoe_executor_destroy(ex);
+    qmoe_grouped_matmul_swiglu_quant_executor_destroy(ex);
     qmoe_tensor_destroy(tx), qmoe_tensor_destroy(tw), qmoe_tensor_destroy(tws);
     qmoe_tensor_destroy(txs), qmoe_tensor_destroy(tgl), qmoe_tensor_destroy(tout);
     qmoe_tensor_destroy(tos);

@@ -102,11 +102,11 @@ static void rt_case_free(rt_case *c)
 }
 
 static qmoe_status rt_case_plan(rt_case *c, int threads, int devices, qmoe_kernel kernel,
-                                qmoe_executor **ex, uint64_t *ws_bytes)
+                                qmoe_grouped_matmul_swiglu_quant_executor **ex, uint64_t *ws_bytes)
 {
-    qmoe_op_options o = {.threads = threads, .devices = devices, .kernel = kernel,
+    qmoe_grouped_matmul_swiglu_quant_options o = {.threads = threads, .devices = devices, .kernel = kernel,
                          .group_list_type = c->count_list ? QMOE_GROUP_LIST_COUNT : QMOE_GROUP_LIST_CUMSUM};
-    return qmoe_gmm_swiglu_quant_workspace_size(c->t[0], c->t[1], c->t[2], NULL, c->t[3], c->t[4],
+    return qmoe_grouped_matmul_swiglu_quant_workspace_size(c->t[0], c->t[1], c->t[2], NULL, c->t[3], c->t[4],
                                                 c->t[5], c->t[6], c->t[7], NULL, &o, ws_bytes, ex);
 }
 
@@ -122,14 +122,14 @@ static void rt_case_reset_outputs(rt_case *c)
 static inline qmoe_status rt_case_run(rt_case *c, int threads, int devices, qmoe_kernel kernel,
                                       qmoe_stream *s)
 {
-    qmoe_executor *ex = NULL;
+    qmoe_grouped_matmul_swiglu_quant_executor *ex = NULL;
     uint64_t wsb = 0;
     qmoe_status st = rt_case_plan(c, threads, devices, kernel, &ex, &wsb);
     if (st) return st;
     void *ws = wsb ? rt_alloc((size_t)wsb) : NULL;
     rt_case_reset_outputs(c);
-    st = qmoe_gmm_swiglu_quant(ws, wsb, ex, s);
-    qmoe_executor_destroy(ex);
+    st = qmoe_grouped_matmul_swiglu_quant(ws, wsb, ex, s);
+    qmoe_grouped_matmul_swiglu_quant_executor_destroy(ex);
     if (!st && s) st = qmoe_stream_synchronize(s);
     free(ws);
     return st;
@@ -139,10 +139,10 @@ static inline qmoe_status rt_case_run(rt_case *c, int threads, int devices, qmoe
  * the calling thread for that one row and all columns. */
 static void rt_expected(rt_case *c, qmoe_kernel kernel, int8_t *out, float *scale)
 {
-    qmoe_executor *ex = NULL;
+    qmoe_grouped_matmul_swiglu_quant_executor *ex = NULL;
     uint64_t wsb = 0;
     if (rt_case_plan(c, 1, 1, kernel, &ex, &wsb)) abort();
-    qmoe_gmm_params p = *qmoe_executor_params(ex);
+    qmoe_gmm_params p = *qmoe_grouped_matmul_swiglu_quant_executor_params(ex);
     const qmoe_kernel_entry *k = qmoe_kernel_lookup(p.kernel);
     p.out = out;
     p.out_scale = scale;
@@ -164,7 +164,7 @@ static void rt_expected(rt_case *c, qmoe_kernel kernel, int8_t *out, float *scal
     }
     free(scratch);
     free(row);
-    qmoe_executor_destroy(ex);
+    qmoe_grouped_matmul_swiglu_quant_executor_destroy(ex);
 }
 
 static int rt_same_outputs(const rt_case *c, const int8_t *out, const float *scale)

@@ -45,18 +45,18 @@ static void queue_contract(void)
 
 static qmoe_status run_with_fault(rt_case *c, qmoe_stream *s, qmoe_gmm_fault fault)
 {
-    qmoe_executor *ex = NULL;
+    qmoe_grouped_matmul_swiglu_quant_executor *ex = NULL;
     uint64_t wsb = 0;
     qmoe_status st = rt_case_plan(c, 2, 1, QMOE_KERNEL_REFERENCE, &ex, &wsb);
     if (st) return st;
     void *ws = wsb ? rt_alloc((size_t)wsb) : NULL;
     rt_case_reset_outputs(c);
     qmoe_gmm_test_fault = fault;
-    st = qmoe_gmm_swiglu_quant(ws, wsb, ex, s);
+    st = qmoe_grouped_matmul_swiglu_quant(ws, wsb, ex, s);
     if (!st) st = qmoe_stream_synchronize(s);
     qmoe_gmm_test_fault = QMOE_GMM_FAULT_NONE;
     free(ws);
-    qmoe_executor_destroy(ex);
+    qmoe_grouped_matmul_swiglu_quant_executor_destroy(ex);
     return st;
 }
 

@@ -22,19 +22,19 @@ int main(void)
     int8_t *eo = rt_alloc((size_t)(c.M * c.N2));
     float *es = rt_alloc((size_t)c.M * sizeof(float));
     rt_expected(&c, QMOE_KERNEL_AUTO, eo, es);
-    qmoe_executor *ex = NULL;
+    qmoe_grouped_matmul_swiglu_quant_executor *ex = NULL;
     uint64_t wsb = 0;
     CHECK(rt_case_plan(&c, 3, 1, QMOE_KERNEL_AUTO, &ex, &wsb) == QMOE_OK);
-    CHECK(qmoe_executor_params(ex)->thread_scratch_bytes > 4096);
+    CHECK(qmoe_grouped_matmul_swiglu_quant_executor_params(ex)->thread_scratch_bytes > 4096);
     qmoe_stream *s = NULL;
     CHECK(qmoe_stream_create(dev, &s) == QMOE_OK);
     void *ws = wsb ? rt_alloc((size_t)wsb) : NULL;
-    CHECK(qmoe_gmm_swiglu_quant(ws, wsb, ex, s) == QMOE_OK);
+    CHECK(qmoe_grouped_matmul_swiglu_quant(ws, wsb, ex, s) == QMOE_OK);
     CHECK(qmoe_stream_synchronize(s) == QMOE_OK);
     CHECK(rt_same_outputs(&c, eo, es));
-    CHECK(qmoe_device_scratch_bytes(dev) >= 3 * qmoe_executor_params(ex)->thread_scratch_bytes);
+    CHECK(qmoe_device_scratch_bytes(dev) >= 3 * qmoe_grouped_matmul_swiglu_quant_executor_params(ex)->thread_scratch_bytes);
     free(ws);
-    qmoe_executor_destroy(ex);
+    qmoe_grouped_matmul_swiglu_quant_executor_destroy(ex);
 
     /* argument errors */
     qmoe_stream *bad = NULL;
@@ -77,17 +77,17 @@ int main(void)
     CHECK(rt_case_plan(&c, 2, 1, QMOE_KERNEL_AUTO, &ex, &wsb) == QMOE_OK);
     ws = wsb ? rt_alloc((size_t)wsb) : NULL;
     rt_case_reset_outputs(&c);
-    CHECK(qmoe_gmm_swiglu_quant(ws, wsb, ex, s2) == QMOE_OK);
+    CHECK(qmoe_grouped_matmul_swiglu_quant(ws, wsb, ex, s2) == QMOE_OK);
     qmoe_stream_destroy(s2); /* waits */
     CHECK(rt_same_outputs(&c, eo, es));
     free(ws);
-    qmoe_executor_destroy(ex);
+    qmoe_grouped_matmul_swiglu_quant_executor_destroy(ex);
     qmoe_device_destroy(d2);
 
     /* the default device: all online cores */
-    qmoe_device *def = qmoe_default_device();
-    CHECK(def && qmoe_device_threads(def) == qmoe_online_cores());
-    CHECK(qmoe_online_cores() == (int)sysconf(_SC_NPROCESSORS_ONLN));
+    qmoe_device *def = qmoe_device_default();
+    CHECK(def && qmoe_device_threads(def) == qmoe_device_online_cores());
+    CHECK(qmoe_device_online_cores() == (int)sysconf(_SC_NPROCESSORS_ONLN));
 
     qmoe_stream_destroy(s);
     qmoe_device_destroy(dev);

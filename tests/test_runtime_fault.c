@@ -12,12 +12,12 @@ static unsigned char workspace[1 << 20]; /* shared by the ops: a stream runs the
 
 static qmoe_status enqueue(rt_case *c, int threads, int devices, qmoe_stream *s)
 {
-    qmoe_executor *ex = NULL;
+    qmoe_grouped_matmul_swiglu_quant_executor *ex = NULL;
     uint64_t wsb = 0;
     qmoe_status st = rt_case_plan(c, threads, devices, QMOE_KERNEL_REFERENCE, &ex, &wsb);
     if (!st && wsb > sizeof workspace) st = QMOE_ERR_INNER;
-    if (!st) st = qmoe_gmm_swiglu_quant(workspace, wsb, ex, s);
-    qmoe_executor_destroy(ex);
+    if (!st) st = qmoe_grouped_matmul_swiglu_quant(workspace, wsb, ex, s);
+    qmoe_grouped_matmul_swiglu_quant_executor_destroy(ex);
     return st;
 }
 
@@ -70,7 +70,7 @@ int main(void)
     CHECK(rt_same_outputs(&c, eo, es)); /* the third ran after the failure */
 
     /* the synchronous path on the default device */
-    qmoe_device *def = qmoe_default_device();
+    qmoe_device *def = qmoe_device_default();
     CHECK(def != NULL);
     rt_case_reset_outputs(&c);
     CHECK(qmoe_device_inject_failure(def, 1) == QMOE_OK);

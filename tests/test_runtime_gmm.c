@@ -88,14 +88,14 @@ int main(void)
     /* a plan for more devices than the stream has is refused, with nothing written */
     rt_case c;
     rt_case_init(&c, &r, 8, 4, 8, 1, 8, 0, 0, 0);
-    qmoe_executor *ex = NULL;
+    qmoe_grouped_matmul_swiglu_quant_executor *ex = NULL;
     uint64_t wsb = 0;
     CHECK(rt_case_plan(&c, 1, 3, QMOE_KERNEL_REFERENCE, &ex, &wsb) == QMOE_OK);
     void *ws = wsb ? rt_alloc((size_t)wsb) : NULL;
-    CHECK(qmoe_gmm_swiglu_quant(ws, wsb, ex, streams[1][2]) == QMOE_ERR_PARAM_INVALID);
+    CHECK(qmoe_grouped_matmul_swiglu_quant(ws, wsb, ex, streams[1][2]) == QMOE_ERR_PARAM_INVALID);
     CHECK(c.out[0] == (int8_t)RT_SENTINEL);
     free(ws);
-    qmoe_executor_destroy(ex);
+    qmoe_grouped_matmul_swiglu_quant_executor_destroy(ex);
     rt_case_free(&c);
 
     for (int t = 1; t <= MAX_T; t++) {

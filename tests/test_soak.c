@@ -90,7 +90,7 @@ static void make_op(soak_op *op, qt_rng *r, int devices)
     for (int64_t i = 0; i < E * G * N; i++) op->ws[i] = qt_uniform(r, 0.0005f, 0.004f);
     if (a8w4) {
         op->bias = zalloc((size_t)(E * N) * sizeof(float));
-        CHECK(qmoe_weight_assist_matrix(wl, E, K, N, op->ws, op->per_group ? G : 0, op->bias) == 0);
+        CHECK(qmoe_layout_weight_assist_matrix(wl, E, K, N, op->ws, op->per_group ? G : 0, op->bias) == 0);
     }
     op->xs = zalloc((size_t)M * sizeof(float));
     for (int64_t m = 0; m < M; m++) op->xs[m] = qt_uniform(r, 0.01f, 0.1f);
@@ -146,7 +146,7 @@ static qmoe_tensor *weight(const soak_op *op)
 }
 
 /* Phase one (into out/outs, or ref/ref_s for the reference run); NULL on failure. */
-static qmoe_executor *plan(soak_op *op, int reference, uint64_t *size)
+static qmoe_grouped_matmul_swiglu_quant_executor *plan(soak_op *op, int reference, uint64_t *size)
 {
     int64_t M = op->M, E = op->E, N = op->N;
     qmoe_tensor *t[8] = {
@@ -160,14 +160,14 @@ static qmoe_executor *plan(soak_op *op, int reference, uint64_t *size)
         tensor(2, (int64_t[]){M, N / 2}, QMOE_DTYPE_INT8, QMOE_FORMAT_ND, reference ? op->ref : op->out),
         tensor(1, (int64_t[]){M}, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, reference ? op->ref_s : op->outs),
     };
-    qmoe_op_options o = {
+    qmoe_grouped_matmul_swiglu_quant_options o = {
         .group_list_type = op->count_list ? QMOE_GROUP_LIST_COUNT : QMOE_GROUP_LIST_CUMSUM,
         .kernel = reference ? QMOE_KERNEL_REFERENCE : QMOE_KERNEL_AUTO,
         .threads = reference ? 1 : 0,
         .devices = reference ? 1 : op->devices,
     };
-    qmoe_executor *ex = NULL;
-    qmoe_status st = qmoe_gmm_swiglu_quant_workspace_size(t[0], t[1], t[2], NULL, t[3], t[4], t[5],
+    qmoe_grouped_matmul_swiglu_quant_executor *ex = NULL;
+    qmoe_status st = qmoe_grouped_matmul_swiglu_quant_workspace_size(t[0], t[1], t[2], NULL, t[3], t[4], t[5],
                                                           t[6], t[7], NULL, &o, size, &ex);
     CHECK_MSG(st == QMOE_OK, "plan: %s", qmoe_last_error());
     for (int i = 0; i < 8; i++) qmoe_tensor_destroy(t[i]);
@@ -177,23 +177,23 @@ static qmoe_executor *plan(soak_op *op, int reference, uint64_t *size)
 static void run_reference(soak_op *op)
 {
     uint64_t size = 0;
-    qmoe_executor *ex = plan(op, 1, &size);
+    qmoe_grouped_matmul_swiglu_quant_executor *ex = plan(op, 1, &size);
     if (!ex) return;
     void *work = size ? malloc(size) : NULL;
-    CHECK_MSG(qmoe_gmm_swiglu_quant(work, size, ex, NULL) == QMOE_OK, "reference: %s", qmoe_last_error());
+    CHECK_MSG(qmoe_grouped_matmul_swiglu_quant(work, size, ex, NULL) == QMOE_OK, "reference: %s", qmoe_last_error());
     free(work);
-    qmoe_executor_destroy(ex);
+    qmoe_grouped_matmul_swiglu_quant_executor_destroy(ex);
 }
 
 /* Queues the operator; the executor goes at once (the queued operator holds a copy). */
 static qmoe_status submit(soak_op *op, qmoe_stream *s)
 {
     uint64_t size = 0;
-    qmoe_executor *ex = plan(op, 0, &size);
+    qmoe_grouped_matmul_swiglu_quant_executor *ex = plan(op, 0, &size);
     if (!ex) return QMOE_ERR_PARAM_INVALID;
     op->work = size ? malloc(size) : NULL;
-    qmoe_status st = qmoe_gmm_swiglu_quant(op->work, size, ex, s);
-    qmoe_executor_destroy(ex);
+    qmoe_status st = qmoe_grouped_matmul_swiglu_quant(op->work, size, ex, s);
+    qmoe_grouped_matmul_swiglu_quant_executor_destroy(ex);
     return st;
 }
 

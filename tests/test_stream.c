@@ -56,12 +56,12 @@ static void *lane_main(void *arg)
     lane *l = arg;
     for (int i = 0; i < OPS && !l->enqueue_status; i++) {
         rt_case *c = i % 2 ? &l->b : &l->a;
-        qmoe_executor *ex = NULL;
+        qmoe_grouped_matmul_swiglu_quant_executor *ex = NULL;
         uint64_t wsb = 0;
         qmoe_status st = rt_case_plan(c, 2, l->devices, QMOE_KERNEL_REFERENCE, &ex, &wsb);
         if (!st && wsb) st = QMOE_ERR_INNER; /* these shapes need no workspace */
-        if (!st) st = qmoe_gmm_swiglu_quant(NULL, 0, ex, l->s);
-        qmoe_executor_destroy(ex);
+        if (!st) st = qmoe_grouped_matmul_swiglu_quant(NULL, 0, ex, l->s);
+        qmoe_grouped_matmul_swiglu_quant_executor_destroy(ex);
         l->enqueue_status = st;
     }
     return NULL;
@@ -79,12 +79,12 @@ static void lane_free(lane *l)
  * workspace, to free after synchronizing. */
 static void *queue_busy_work(rt_case *h, qmoe_stream *s)
 {
-    qmoe_executor *ex = NULL;
+    qmoe_grouped_matmul_swiglu_quant_executor *ex = NULL;
     uint64_t wsb = 0;
     CHECK(rt_case_plan(h, 2, 1, QMOE_KERNEL_AUTO, &ex, &wsb) == QMOE_OK);
     void *ws = wsb ? rt_alloc((size_t)wsb) : NULL;
-    CHECK(qmoe_gmm_swiglu_quant(ws, wsb, ex, s) == QMOE_OK);
-    qmoe_executor_destroy(ex);
+    CHECK(qmoe_grouped_matmul_swiglu_quant(ws, wsb, ex, s) == QMOE_OK);
+    qmoe_grouped_matmul_swiglu_quant_executor_destroy(ex);
     return ws;
 }
 
@@ -132,14 +132,14 @@ static void check_group_list_written_on_stream(qmoe_stream *s, int devices, uint
     CHECK_MSG(qmoe_moe_init_routing_workspace_size(tx, tid, NULL, NULL, &ra, txe, tri, c.t[5], NULL,
                                                    NULL, &irb, &ir) == QMOE_OK,
               "%s", qmoe_last_error());
-    qmoe_executor *ex = NULL;
+    qmoe_grouped_matmul_swiglu_quant_executor *ex = NULL;
     CHECK(rt_case_plan(&c, 2, devices, QMOE_KERNEL_REFERENCE, &ex, &gmb) == QMOE_OK);
     void *irw = irb ? rt_alloc((size_t)irb) : NULL, *gmw = gmb ? rt_alloc((size_t)gmb) : NULL;
 
     void *busy_ws = queue_busy_work(&busy, s);
     CHECK(qmoe_moe_init_routing(irw, irb, ir, s) == QMOE_OK);
-    CHECK_MSG(qmoe_gmm_swiglu_quant(gmw, gmb, ex, s) == QMOE_OK, "%s", qmoe_last_error());
-    qmoe_executor_destroy(ex);
+    CHECK_MSG(qmoe_grouped_matmul_swiglu_quant(gmw, gmb, ex, s) == QMOE_OK, "%s", qmoe_last_error());
+    qmoe_grouped_matmul_swiglu_quant_executor_destroy(ex);
     CHECK_MSG(qmoe_stream_synchronize(s) == QMOE_OK, "%s", qmoe_last_error());
     CHECK(!memcmp(c.gl, want, sizeof want)); /* init routing wrote the cumsum */
     CHECK_MSG(rt_same_outputs(&c, eo, es), "%d devices: outputs differ from the reference",
@@ -167,14 +167,14 @@ static void check_bad_group_list_at_synchronize(qmoe_stream *s, int devices, uin
     for (int sync = 0; sync < 2; sync++) {
         qmoe_stream *run_on = sync ? NULL : s;
         c.gl[3] = c.M + 1;
-        qmoe_executor *ex = NULL;
+        qmoe_grouped_matmul_swiglu_quant_executor *ex = NULL;
         uint64_t wsb = 0;
         CHECK(rt_case_plan(&c, 2, devices, QMOE_KERNEL_AUTO, &ex, &wsb) == QMOE_OK);
         void *ws = wsb ? rt_alloc((size_t)wsb) : NULL;
         rt_case_reset_outputs(&c);
         void *busy_ws = sync ? NULL : queue_busy_work(&busy, s);
-        qmoe_status st = qmoe_gmm_swiglu_quant(ws, wsb, ex, run_on);
-        qmoe_executor_destroy(ex);
+        qmoe_status st = qmoe_grouped_matmul_swiglu_quant(ws, wsb, ex, run_on);
+        qmoe_grouped_matmul_swiglu_quant_executor_destroy(ex);
         if (!sync) {
             CHECK(st == QMOE_OK); /* queued: groupList is not read at the launch */
             st = qmoe_stream_synchronize(s);
@@ -248,11 +248,11 @@ int main(void)
     la.s = sa;
     for (int i = 0; i < 7; i++) {
         rt_case *c = i % 2 ? &la.b : &la.a;
-        qmoe_executor *ex = NULL;
+        qmoe_grouped_matmul_swiglu_quant_executor *ex = NULL;
         uint64_t wsb = 0;
         CHECK(rt_case_plan(c, 2, 1, QMOE_KERNEL_REFERENCE, &ex, &wsb) == QMOE_OK);
-        CHECK(qmoe_gmm_swiglu_quant(NULL, 0, ex, sa) == QMOE_OK);
-        qmoe_executor_destroy(ex);
+        CHECK(qmoe_grouped_matmul_swiglu_quant(NULL, 0, ex, sa) == QMOE_OK);
+        qmoe_grouped_matmul_swiglu_quant_executor_destroy(ex);
     }
     CHECK(qmoe_stream_synchronize(sa) == QMOE_OK);
     CHECK(rt_same_outputs(&la.a, la.ea, la.esa));

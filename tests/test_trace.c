@@ -24,10 +24,10 @@ static char *traced_run(rt_case *c, int threads, int devices, int edit, qmoe_dev
     int8_t *eo = rt_alloc((size_t)(c->M * c->N2));
     float *es = rt_alloc((size_t)c->M * sizeof(float));
     rt_expected(c, QMOE_KERNEL_REFERENCE, eo, es);
-    qmoe_executor *ex = NULL;
+    qmoe_grouped_matmul_swiglu_quant_executor *ex = NULL;
     uint64_t wsb = 0;
     CHECK(rt_case_plan(c, threads, devices, QMOE_KERNEL_REFERENCE, &ex, &wsb) == QMOE_OK);
-    qmoe_gmm_params *p = qmoe_executor_params(ex);
+    qmoe_gmm_params *p = qmoe_grouped_matmul_swiglu_quant_executor_params(ex);
     if (edit == EDIT_ONE_BLOCK) {
         p->row_block = (int32_t)c->M;
         p->row_block_div = qmoe_fastdiv_init((uint32_t)p->row_block);
@@ -43,7 +43,7 @@ static char *traced_run(rt_case *c, int threads, int devices, int edit, qmoe_dev
     for (int d = 0; d < devices; d++) CHECK(qmoe_device_trace(devs[d], 1, 0) == QMOE_OK);
     void *ws = wsb ? rt_alloc((size_t)wsb) : NULL;
     rt_case_reset_outputs(c);
-    CHECK(qmoe_gmm_swiglu_quant(ws, wsb, ex, s) == QMOE_OK);
+    CHECK(qmoe_grouped_matmul_swiglu_quant(ws, wsb, ex, s) == QMOE_OK);
     CHECK(qmoe_stream_synchronize(s) == QMOE_OK);
     CHECK(rt_same_outputs(c, eo, es));
     CHECK(qmoe_trace_write(PATH, devs, devices) == QMOE_OK);
@@ -54,7 +54,7 @@ static char *traced_run(rt_case *c, int threads, int devices, int edit, qmoe_dev
     free(ws);
     free(eo);
     free(es);
-    qmoe_executor_destroy(ex);
+    qmoe_grouped_matmul_swiglu_quant_executor_destroy(ex);
     return text;
 }
 

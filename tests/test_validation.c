@@ -43,7 +43,7 @@ static qmoe_tensor *mk_strided(qmoe_dtype dt, qmoe_format fmt, void *data, int n
 
 typedef struct args {
     const qmoe_tensor *x, *w, *bias, *offset, *ws, *xs, *gl, *out, *oscale, *ooffset;
-    qmoe_op_options opt;
+    qmoe_grouped_matmul_swiglu_quant_options opt;
 } args;
 
 /* A valid case: A8W8 with int8 NZ weight, or A8W4 with int32 NZ weight and a bias. */
@@ -78,19 +78,19 @@ static int names(const char *msg, const char *name)
     return 0;
 }
 
-static qmoe_status plan(const args *a, uint64_t *size, qmoe_executor **ex)
+static qmoe_status plan(const args *a, uint64_t *size, qmoe_grouped_matmul_swiglu_quant_executor **ex)
 {
-    return qmoe_gmm_swiglu_quant_workspace_size(a->x, a->w, a->bias, a->offset, a->ws, a->xs,
+    return qmoe_grouped_matmul_swiglu_quant_workspace_size(a->x, a->w, a->bias, a->offset, a->ws, a->xs,
                                                 a->gl, a->out, a->oscale, a->ooffset, &a->opt,
                                                 size, ex);
 }
 
-static qmoe_executor *const SENTINEL = (qmoe_executor *)(uintptr_t)0x5eed;
+static qmoe_grouped_matmul_swiglu_quant_executor *const SENTINEL = (qmoe_grouped_matmul_swiglu_quant_executor *)(uintptr_t)0x5eed;
 
 /* Phase one must fail with `code` naming `name`, and leave both out-pointers alone. */
 static void plan_fails(const char *rule, const args *a, qmoe_status code, const char *name)
 {
-    qmoe_executor *ex = SENTINEL;
+    qmoe_grouped_matmul_swiglu_quant_executor *ex = SENTINEL;
     uint64_t size = 777;
     qmoe_status st = plan(a, &size, &ex);
     CHECK_MSG(st == code, "%s: got %d, want %d (%s)", rule, (int)st, (int)code, qmoe_last_error());
@@ -102,12 +102,12 @@ static void plan_fails(const char *rule, const args *a, qmoe_status code, const 
 
 static void plan_passes(const char *rule, const args *a)
 {
-    qmoe_executor *ex = NULL;
+    qmoe_grouped_matmul_swiglu_quant_executor *ex = NULL;
     uint64_t size = 0;
     qmoe_status st = plan(a, &size, &ex);
     CHECK_MSG(st == QMOE_OK && ex != NULL, "%s: got %d (%s)", rule, (int)st, qmoe_last_error());
     CHECK_MSG(qmoe_last_error()[0] == '\0', "%s: message after success", rule);
-    qmoe_executor_destroy(ex);
+    qmoe_grouped_matmul_swiglu_quant_executor_destroy(ex);
 }
 
 static void test_valid_bases(void)
@@ -134,16 +134,16 @@ static void test_null_pointers(void)
     a.w = MK(QMOE_DTYPE_INT4, NZ, w_buf, E, N / 64, K / 16, 16, 64);
     plan_fails("bias NULL for int4 A8W4", &a, NUL, "bias");
 
-    qmoe_executor *ex = SENTINEL;
+    qmoe_grouped_matmul_swiglu_quant_executor *ex = SENTINEL;
     uint64_t size = 777;
     a = base(0);
-    CHECK(qmoe_gmm_swiglu_quant_workspace_size(a.x, a.w, a.bias, NULL, a.ws, a.xs, a.gl, a.out,
+    CHECK(qmoe_grouped_matmul_swiglu_quant_workspace_size(a.x, a.w, a.bias, NULL, a.ws, a.xs, a.gl, a.out,
                                                a.oscale, NULL, NULL, NULL, &ex) == NUL);
     CHECK(ex == SENTINEL && names(qmoe_last_error(), "workspaceSize"));
-    CHECK(qmoe_gmm_swiglu_quant_workspace_size(a.x, a.w, a.bias, NULL, a.ws, a.xs, a.gl, a.out,
+    CHECK(qmoe_grouped_matmul_swiglu_quant_workspace_size(a.x, a.w, a.bias, NULL, a.ws, a.xs, a.gl, a.out,
                                                a.oscale, NULL, NULL, &size, NULL) == NUL);
     CHECK(size == 777 && names(qmoe_last_error(), "executor"));
-    CHECK(qmoe_gmm_swiglu_quant(NULL, 0, NULL, NULL) == NUL);
+    CHECK(qmoe_grouped_matmul_swiglu_quant(NULL, 0, NULL, NULL) == NUL);
     CHECK(names(qmoe_last_error(), "executor"));
 }
 
@@ -382,16 +382,16 @@ static qmoe_status execute(int a8w4, qmoe_group_list_type type, const int64_t *g
     for (int i = 0; i < E * K * N; i++) w_buf[i] = (int8_t)(i % 5 - 2);
     for (int i = 0; i < E * N; i++) ws_buf[i] = 0.01f, bias_buf[i] = 0.0f;
     for (int i = 0; i < M; i++) xs_buf[i] = 0.1f;
-    qmoe_executor *ex = NULL;
+    qmoe_grouped_matmul_swiglu_quant_executor *ex = NULL;
     uint64_t size = 0;
     qmoe_status st = plan(&a, &size, &ex);
     CHECK_MSG(st == QMOE_OK, "plan: %s", qmoe_last_error());
     if (st) return st;
     void *ws = malloc(size + 1);
     fill_sentinels();
-    st = qmoe_gmm_swiglu_quant(ws, size, ex, NULL);
+    st = qmoe_grouped_matmul_swiglu_quant(ws, size, ex, NULL);
     free(ws);
-    qmoe_executor_destroy(ex);
+    qmoe_grouped_matmul_swiglu_quant_executor_destroy(ex);
     return st;
 }
 
@@ -424,13 +424,13 @@ static void test_group_list_values(void)
     /* an empty groupList may have no memory at all; so may every tensor of an M = 0 case */
     args a = base(1);
     a.gl = MK(QMOE_DTYPE_INT64, ND, NULL, 0);
-    qmoe_executor *ex = NULL;
+    qmoe_grouped_matmul_swiglu_quant_executor *ex = NULL;
     uint64_t size = 0;
     CHECK(plan(&a, &size, &ex) == QMOE_OK);
     void *work = malloc(size + 1);
     fill_sentinels();
-    CHECK(qmoe_gmm_swiglu_quant(work, size, ex, NULL) == QMOE_OK && outputs_untouched());
-    qmoe_executor_destroy(ex);
+    CHECK(qmoe_grouped_matmul_swiglu_quant(work, size, ex, NULL) == QMOE_OK && outputs_untouched());
+    qmoe_grouped_matmul_swiglu_quant_executor_destroy(ex);
     a = base(0);
     a.x = MK(QMOE_DTYPE_INT8, ND, NULL, 0, K);
     a.xs = MK(QMOE_DTYPE_FLOAT32, ND, NULL, 0);
@@ -441,10 +441,10 @@ static void test_group_list_values(void)
     CHECK(plan(&a, &size, &ex) == QMOE_OK);
     free(work);
     work = malloc(size + 1);
-    CHECK(ex && qmoe_gmm_swiglu_quant(work, size, ex, NULL) == QMOE_OK);
+    CHECK(ex && qmoe_grouped_matmul_swiglu_quant(work, size, ex, NULL) == QMOE_OK);
     gl_buf[1] = 1; /* past M = 0 */
-    CHECK(ex && qmoe_gmm_swiglu_quant(work, size, ex, NULL) == INV);
-    qmoe_executor_destroy(ex);
+    CHECK(ex && qmoe_grouped_matmul_swiglu_quant(work, size, ex, NULL) == INV);
+    qmoe_grouped_matmul_swiglu_quant_executor_destroy(ex);
     free(work);
 
     /* a valid list writes exactly its rows: rows >= g[last] keep the sentinel */
@@ -468,10 +468,10 @@ static void test_workspace(void)
     a.gl = MK(QMOE_DTYPE_INT64, ND, ends, E);
     a.out = MK(QMOE_DTYPE_INT8, ND, wout, M, NW / 2);
     a.oscale = MK(QMOE_DTYPE_FLOAT32, ND, wscale, M);
-    qmoe_executor *ex = NULL;
+    qmoe_grouped_matmul_swiglu_quant_executor *ex = NULL;
     uint64_t size = 0;
     for (int threads = 2; threads <= 16 && size == 0; threads *= 2) {
-        qmoe_executor_destroy(ex);
+        qmoe_grouped_matmul_swiglu_quant_executor_destroy(ex);
         a.opt.threads = threads;
         CHECK(plan(&a, &size, &ex) == QMOE_OK);
     }
@@ -480,21 +480,21 @@ static void test_workspace(void)
     void *work = malloc(size);
     memset(wout, 0x6B, sizeof wout);
     memset(wscale, 0x6B, sizeof wscale);
-    CHECK(qmoe_gmm_swiglu_quant(work, size - 1, ex, NULL) == INV);
+    CHECK(qmoe_grouped_matmul_swiglu_quant(work, size - 1, ex, NULL) == INV);
     CHECK(names(qmoe_last_error(), "workspaceSize"));
-    CHECK(qmoe_gmm_swiglu_quant(NULL, size, ex, NULL) == NUL);
+    CHECK(qmoe_grouped_matmul_swiglu_quant(NULL, size, ex, NULL) == NUL);
     CHECK(names(qmoe_last_error(), "workspace"));
     /* the driver keeps float rows there: a misaligned workspace is refused */
     char *odd = malloc(size + 1);
-    CHECK(qmoe_gmm_swiglu_quant(odd + 1, size, ex, NULL) == INV);
+    CHECK(qmoe_grouped_matmul_swiglu_quant(odd + 1, size, ex, NULL) == INV);
     CHECK(names(qmoe_last_error(), "workspace"));
     free(odd);
     CHECK(is_sentinel(wout, sizeof wout) && is_sentinel(wscale, sizeof wscale));
     /* the same executor then runs with the full workspace */
-    CHECK(qmoe_gmm_swiglu_quant(work, size, ex, NULL) == QMOE_OK);
+    CHECK(qmoe_grouped_matmul_swiglu_quant(work, size, ex, NULL) == QMOE_OK);
     CHECK(!is_sentinel(wscale, sizeof wscale));
     free(work);
-    qmoe_executor_destroy(ex);
+    qmoe_grouped_matmul_swiglu_quant_executor_destroy(ex);
 }
 
 int main(void)

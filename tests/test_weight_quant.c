@@ -1,4 +1,4 @@
-/* qmoe_quantize_gate_up / qmoe_quantize_linear against a plain scalar statement of the scheme
+/* qmoe_quant_gate_up / qmoe_quant_linear against a plain scalar statement of the scheme
  * (docs/moe-layer.md) and the spec's layout formulas; refusals write nothing. */
 #include <math.h>
 #include <stdlib.h>
@@ -80,7 +80,7 @@ static void check_gate_up(int64_t E, int64_t I, int64_t H, qmoe_quant_mode mode,
     void *weight = malloc((size_t)sz.weight_bytes);
     float *scale = malloc((size_t)sz.scale_count * sizeof(float));
     float *bias = malloc((size_t)(E * N) * sizeof(float));
-    qmoe_status st = qmoe_quantize_gate_up(gp, upp, QMOE_DTYPE_FLOAT32, E, I, H, &o, weight, scale,
+    qmoe_status st = qmoe_quant_gate_up(gp, upp, QMOE_DTYPE_FLOAT32, E, I, H, &o, weight, scale,
                                            bias);
     CHECK_MSG(st == QMOE_OK, "%s", qmoe_last_error());
     float qmax = a8w4 ? 7.0f : 127.0f;
@@ -129,7 +129,7 @@ static void check_gate_up(int64_t E, int64_t I, int64_t H, qmoe_quant_mode mode,
     void *w1 = malloc((size_t)sz.weight_bytes);
     float *s1 = malloc((size_t)sz.scale_count * sizeof(float));
     float *b1 = malloc((size_t)(E * N) * sizeof(float));
-    CHECK(qmoe_quantize_gate_up(gp, upp, QMOE_DTYPE_FLOAT32, E, I, H, &o1, w1, s1, b1) == QMOE_OK);
+    CHECK(qmoe_quant_gate_up(gp, upp, QMOE_DTYPE_FLOAT32, E, I, H, &o1, w1, s1, b1) == QMOE_OK);
     CHECK(!memcmp(w1, weight, (size_t)sz.weight_bytes));
     CHECK(!memcmp(s1, scale, (size_t)sz.scale_count * sizeof(float)));
     CHECK(!a8w4 || !memcmp(b1, bias, (size_t)(E * N) * sizeof(float)));
@@ -166,11 +166,11 @@ static void check_half_inputs(void)
     qmoe_quant_options o = QMOE_QUANT_OPTIONS_INIT;
     static int8_t w_a[E * N * K], w_b[E * N * K];
     float s_a[E * N], s_b[E * N];
-    CHECK(qmoe_quantize_linear(pb, QMOE_DTYPE_BFLOAT16, E, N, K, &o, w_a, s_a, NULL) == QMOE_OK);
-    CHECK(qmoe_quantize_linear(pfb, QMOE_DTYPE_FLOAT32, E, N, K, &o, w_b, s_b, NULL) == QMOE_OK);
+    CHECK(qmoe_quant_linear(pb, QMOE_DTYPE_BFLOAT16, E, N, K, &o, w_a, s_a, NULL) == QMOE_OK);
+    CHECK(qmoe_quant_linear(pfb, QMOE_DTYPE_FLOAT32, E, N, K, &o, w_b, s_b, NULL) == QMOE_OK);
     CHECK(!memcmp(w_a, w_b, sizeof w_a) && !memcmp(s_a, s_b, sizeof s_a));
-    CHECK(qmoe_quantize_linear(ph, QMOE_DTYPE_FLOAT16, E, N, K, &o, w_a, s_a, NULL) == QMOE_OK);
-    CHECK(qmoe_quantize_linear(pfh, QMOE_DTYPE_FLOAT32, E, N, K, &o, w_b, s_b, NULL) == QMOE_OK);
+    CHECK(qmoe_quant_linear(ph, QMOE_DTYPE_FLOAT16, E, N, K, &o, w_a, s_a, NULL) == QMOE_OK);
+    CHECK(qmoe_quant_linear(pfh, QMOE_DTYPE_FLOAT32, E, N, K, &o, w_b, s_b, NULL) == QMOE_OK);
     CHECK(!memcmp(w_a, w_b, sizeof w_a) && !memcmp(s_a, s_b, sizeof s_a));
 }
 
@@ -186,7 +186,7 @@ static void refused(qmoe_status want, const char *arg, const void *const *gate,
     memset(weight, SENTINEL, sizeof weight);
     memset(scale, SENTINEL, sizeof scale);
     memset(bias, SENTINEL, sizeof bias);
-    qmoe_status st = qmoe_quantize_gate_up(gate, up, dtype, E, I, H, o, weight, scale,
+    qmoe_status st = qmoe_quant_gate_up(gate, up, dtype, E, I, H, o, weight, scale,
                                            with_bias ? bias : NULL);
     int untouched = 1;
     for (size_t i = 0; i < sizeof weight; i++) untouched &= weight[i] == SENTINEL;
@@ -246,14 +246,14 @@ static void check_refusals(void)
     CHECK(qmoe_last_error_info()->rule == QMOE_RULE_LIMIT);
     CHECK(qmoe_quant_sizes_of(&o, 1, 16, 32, NULL) == QMOE_ERR_PARAM_NULLPTR);
     /* nothing to do: E = 0 succeeds without touching anything */
-    CHECK(qmoe_quantize_gate_up(NULL, NULL, QMOE_DTYPE_FLOAT32, 0, I, H, &o, NULL, NULL, NULL) ==
+    CHECK(qmoe_quant_gate_up(NULL, NULL, QMOE_DTYPE_FLOAT32, 0, I, H, &o, NULL, NULL, NULL) ==
           QMOE_OK);
     /* a zeroed options struct is the defaults */
     qmoe_quant_options zero;
     memset(&zero, 0, sizeof zero);
     static int8_t wz[E * I * H * 2];
     static float sz2[E * I * 2];
-    CHECK(qmoe_quantize_gate_up(gp, up, QMOE_DTYPE_FLOAT32, E, I, H, &zero, wz, sz2, NULL) ==
+    CHECK(qmoe_quant_gate_up(gp, up, QMOE_DTYPE_FLOAT32, E, I, H, &zero, wz, sz2, NULL) ==
           QMOE_OK);
     CHECK(qmoe_last_error()[0] == '\0');
 }

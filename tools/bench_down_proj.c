@@ -214,7 +214,7 @@ int bench_down_proj(int argc, char **argv)
             return 2;
         }
     }
-    if (a.threads <= 0) a.threads = qmoe_online_cores();
+    if (a.threads <= 0) a.threads = qmoe_device_online_cores();
     if (a.threads > 256) a.threads = 256;
     if (a.experts < 1 || a.k < 16 || a.k % 16 || a.n < 32 || a.n % 32) {
         fprintf(stderr, "qmoe bench down-proj: E >= 1, K a multiple of 16, N of 32\n");

@@ -282,7 +282,7 @@ int bench_moe_layer(int argc, char **argv)
     if (moe_ep_launched() && moe_ep_join(CMD, 0, r != 0, 0, 0) < 0) /* as in qmoe moe run */
         return r > 0 ? 0 : 2;
     if (r) return r > 0 ? 0 : 2;
-    if (a.threads <= 0) a.threads = qmoe_online_cores();
+    if (a.threads <= 0) a.threads = qmoe_device_online_cores();
     qmoe_moe_layer_config c = config_of(&a);
     double gib = (double)a.m.E * (double)a.m.H * (double)a.m.I * 3 / (a.a8w4 ? 2 : 1) / (1 << 30);
     if (gib * 2 > (double)a.max_gib) { /* raw buffers plus the prepacked copy while loading */

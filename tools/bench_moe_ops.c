@@ -209,7 +209,7 @@ int bench_moe_ops(int argc, char **argv)
     mo_args a;
     int r = mo_parse(argc, argv, &a);
     if (r) return r > 0 ? 0 : 2;
-    if (a.threads <= 0) a.threads = qmoe_online_cores();
+    if (a.threads <= 0) a.threads = qmoe_device_online_cores();
     if (a.threads > 256) a.threads = 256;
     int64_t M = a.tokens, H = a.hidden, E = a.experts, K = a.k, MK = M * K;
     fprintf(stderr, "qmoe bench moe-ops: measuring the DRAM read bandwidth on %d threads\n", a.threads);

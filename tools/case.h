@@ -62,7 +62,7 @@ void case_group_ends(const op_case *c, int64_t *ends);
 /* ------------------------------------------------------------------ execution ---------------- */
 
 typedef struct case_exec {
-    qmoe_executor *executor;
+    qmoe_grouped_matmul_swiglu_quant_executor *executor;
     void *workspace;
     uint64_t workspace_size;
     npy_array out;       /* int8 [M, N/2], zero-filled before the run */
@@ -75,15 +75,15 @@ typedef struct case_exec {
  * rule that needs no data is checked before any input is read or output allocated, so a refused
  * case costs no memory. The tensors point into an inaccessible address-space reservation the size
  * of the real arrays, which phase one never reads. */
-int case_check(const op_case *c, const qmoe_op_options *options, char *err);
+int case_check(const op_case *c, const qmoe_grouped_matmul_swiglu_quant_options *options, char *err);
 
 /* Phase one: allocates the zeroed outputs, builds the tensors, plans with `options` (its
  * group_list_type is taken from the case) and allocates the workspace. */
-int case_plan(const op_case *c, const qmoe_op_options *options, case_exec *ex, char *err);
+int case_plan(const op_case *c, const qmoe_grouped_matmul_swiglu_quant_options *options, case_exec *ex, char *err);
 
 /* The same with the weight prepacked first (qmoe/weights.h) for options->kernel; the operator
  * then gets the object's view and no weight scale or bias. */
-int case_plan_prepacked(const op_case *c, const qmoe_op_options *options, case_exec *ex,
+int case_plan_prepacked(const op_case *c, const qmoe_grouped_matmul_swiglu_quant_options *options, case_exec *ex,
                         char *err);
 
 /* Phase two on `stream` (NULL: synchronous). */
@@ -128,7 +128,7 @@ void gen_defaults(gen_params *p);
 
 /* A random, realistic case: tokens spread unevenly over the experts, weights and activations
  * quantized with amax/127-style scales so outputs are neither saturated nor zero, and for A8W4
- * the bias computed with qmoe_weight_assist_matrix. */
+ * the bias computed with qmoe_layout_weight_assist_matrix. */
 int case_generate(const gen_params *p, op_case *c, char *err);
 
 /* The arrays case_generate would make, as headers only (no memory, nothing to free): for

@@ -186,7 +186,7 @@ static int output_headers(const op_case *c, int64_t N, npy_array *out, npy_array
     return 0;
 }
 
-int case_check(const op_case *c, const qmoe_op_options *options, char *err)
+int case_check(const op_case *c, const qmoe_grouped_matmul_swiglu_quant_options *options, char *err)
 {
     tensor_desc wd;
     int64_t N;
@@ -219,17 +219,17 @@ int case_check(const op_case *c, const qmoe_op_options *options, char *err)
         if (i >= CASE_INPUTS || c->in[i].data || c->source[i] || c->in[i].ndim)
             arrays[i]->data = (char *)base + offset[i];
     qmoe_tensor *t[T_COUNT] = {0};
-    qmoe_op_options o = *options;
+    qmoe_grouped_matmul_swiglu_quant_options o = *options;
     o.group_list_type = c->group_list_type;
     int rc = make_tensors(&fake, &ex, &wd, t, err);
     if (!rc) {
         uint64_t ws;
-        qmoe_executor *exec = NULL;
-        qmoe_status st = qmoe_gmm_swiglu_quant_workspace_size(
+        qmoe_grouped_matmul_swiglu_quant_executor *exec = NULL;
+        qmoe_status st = qmoe_grouped_matmul_swiglu_quant_workspace_size(
             t[CASE_X], t[CASE_WEIGHT], t[CASE_BIAS], NULL, t[CASE_WEIGHT_SCALE], t[CASE_X_SCALE],
             t[CASE_GROUP_LIST], t[T_OUT], t[T_OUT_SCALE], NULL, &o, &ws, &exec);
         if (st) case_error(c, st, err);
-        qmoe_executor_destroy(exec);
+        qmoe_grouped_matmul_swiglu_quant_executor_destroy(exec);
         rc = st ? -1 : 0;
     }
     destroy_tensors(t);
@@ -239,7 +239,7 @@ int case_check(const op_case *c, const qmoe_op_options *options, char *err)
 
 /* Prepacks the weight (with its scale and bias, which the operator then gets as NULL) for the
  * planned kernel; t[CASE_WEIGHT] becomes the object's view. */
-static qmoe_status prepack(const qmoe_op_options *o, case_exec *ex, qmoe_tensor **t)
+static qmoe_status prepack(const qmoe_grouped_matmul_swiglu_quant_options *o, case_exec *ex, qmoe_tensor **t)
 {
     qmoe_weights_options po = {.kernel = o->kernel, .force_weight_nz = o->force_weight_nz};
     qmoe_tensor *view = NULL;
@@ -254,13 +254,13 @@ static qmoe_status prepack(const qmoe_op_options *o, case_exec *ex, qmoe_tensor 
     return QMOE_OK;
 }
 
-static int plan(const op_case *c, const qmoe_op_options *options, case_exec *ex, char *err,
+static int plan(const op_case *c, const qmoe_grouped_matmul_swiglu_quant_options *options, case_exec *ex, char *err,
                 int prepacked)
 {
     tensor_desc wd;
     int64_t N;
     qmoe_tensor *t[T_COUNT] = {0};
-    qmoe_op_options o = *options;
+    qmoe_grouped_matmul_swiglu_quant_options o = *options;
     o.group_list_type = c->group_list_type;
     memset(ex, 0, sizeof *ex);
     if (weight_desc(c, &wd, &N, err) || alloc_outputs(c, N, ex, err) ||
@@ -270,7 +270,7 @@ static int plan(const op_case *c, const qmoe_op_options *options, case_exec *ex,
     }
     qmoe_status st = prepacked ? prepack(&o, ex, t) : QMOE_OK;
     if (st == QMOE_OK)
-        st = qmoe_gmm_swiglu_quant_workspace_size(
+        st = qmoe_grouped_matmul_swiglu_quant_workspace_size(
             t[CASE_X], t[CASE_WEIGHT], t[CASE_BIAS], NULL, t[CASE_WEIGHT_SCALE], t[CASE_X_SCALE],
             t[CASE_GROUP_LIST], t[T_OUT], t[T_OUT_SCALE], NULL, &o, &ex->workspace_size,
             &ex->executor);
@@ -279,12 +279,12 @@ static int plan(const op_case *c, const qmoe_op_options *options, case_exec *ex,
     return st ? -1 : alloc_workspace(ex, err);
 }
 
-int case_plan(const op_case *c, const qmoe_op_options *options, case_exec *ex, char *err)
+int case_plan(const op_case *c, const qmoe_grouped_matmul_swiglu_quant_options *options, case_exec *ex, char *err)
 {
     return plan(c, options, ex, err, 0);
 }
 
-int case_plan_prepacked(const op_case *c, const qmoe_op_options *options, case_exec *ex,
+int case_plan_prepacked(const op_case *c, const qmoe_grouped_matmul_swiglu_quant_options *options, case_exec *ex,
                         char *err)
 {
     return plan(c, options, ex, err, 1);
@@ -292,7 +292,7 @@ int case_plan_prepacked(const op_case *c, const qmoe_op_options *options, case_e
 
 int case_launch(const op_case *c, case_exec *ex, qmoe_stream *stream, char *err)
 {
-    qmoe_status st = qmoe_gmm_swiglu_quant(ex->workspace, ex->workspace_size, ex->executor, stream);
+    qmoe_status st = qmoe_grouped_matmul_swiglu_quant(ex->workspace, ex->workspace_size, ex->executor, stream);
     if (st) case_error(c, st, err);
     return st ? -1 : 0;
 }
@@ -316,7 +316,7 @@ void case_error(const op_case *c, qmoe_status st, char *err)
 
 void case_exec_free(case_exec *ex)
 {
-    qmoe_executor_destroy(ex->executor);
+    qmoe_grouped_matmul_swiglu_quant_executor_destroy(ex->executor);
     qmoe_weights_destroy(ex->weights);
     free(ex->workspace);
     npy_free(&ex->out);

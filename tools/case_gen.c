@@ -218,7 +218,7 @@ static int gen_bias(const gen_params *p, const npy_array *nd, const npy_array *s
 {
     int64_t shape[2] = {p->E, p->N};
     if (alloc(&c->in[CASE_BIAS], NPY_FLOAT32, 2, shape, "bias", err)) return -1;
-    if (qmoe_weight_assist_matrix(nd->data, p->E, p->K, p->N, scale->data, p->groups,
+    if (qmoe_layout_weight_assist_matrix(nd->data, p->E, p->K, p->N, scale->data, p->groups,
                                   c->in[CASE_BIAS].data)) {
         snprintf(err, CASE_ERR_LEN, "bias: %s", qmoe_last_error());
         return -1;
@@ -241,16 +241,16 @@ static int pack_weight(const gen_params *p, npy_array *nd, op_case *c, char *err
     }
     if (!p->a8w4) {
         if (alloc(w, NPY_INT8, 5, nz8, "weight", err)) return -1;
-        st = qmoe_nd_to_nz_int8(nd->data, E, K, N, w->data);
+        st = qmoe_layout_nd_to_nz_int8(nd->data, E, K, N, w->data);
     } else if (p->weight_format == GEN_WEIGHT_NZ) {
         if (alloc(w, NPY_INT32, 5, nz4, "weight", err)) return -1;
-        st = qmoe_nd_to_nz_int4(nd->data, E, K, N, w->data); /* the int32 view: same bytes */
+        st = qmoe_layout_nd_to_nz_int4(nd->data, E, K, N, w->data); /* the int32 view: same bytes */
     } else if (p->weight_format == GEN_WEIGHT_ND) {
         if (alloc(w, NPY_INT32, 3, nd32, "weight", err)) return -1;
-        st = qmoe_pack_int4_int32(nd->data, nd->count, w->data);
+        st = qmoe_layout_int4_pack_int32(nd->data, nd->count, w->data);
     } else {
         if (alloc(w, NPY_UINT8, 3, nd4, "weight", err)) return -1;
-        st = qmoe_pack_int4(nd->data, nd->count, w->data);
+        st = qmoe_layout_int4_pack(nd->data, nd->count, w->data);
         c->weight_int4_nd = 1;
     }
     npy_free(nd);

@@ -57,7 +57,7 @@ typedef struct cli_state {
     outfiles trace; /* the trace alone, for commands without outputs of their own */
 } cli_state;
 
-void cli_runtime_options(const cli_runtime *rt, qmoe_op_options *options)
+void cli_runtime_options(const cli_runtime *rt, qmoe_grouped_matmul_swiglu_quant_options *options)
 {
     options->threads = rt->threads;
     options->devices = rt->devices > 0 ? rt->devices : 1;
@@ -103,7 +103,7 @@ static void free_state(cli_state *st)
     free(st);
 }
 
-int cli_runtime_begin(cli_runtime *rt, qmoe_op_options *options, qmoe_stream **stream)
+int cli_runtime_begin(cli_runtime *rt, qmoe_grouped_matmul_swiglu_quant_options *options, qmoe_stream **stream)
 {
     int ndev = rt->devices > 0 ? rt->devices : 1;
     char err[OUTFILE_ERR_LEN] = "--trace: too many output files";
@@ -124,7 +124,7 @@ int cli_runtime_begin(cli_runtime *rt, qmoe_op_options *options, qmoe_stream **s
         return 1;
     }
     /* threads 0: the cores shared by the devices, as the plan's default assumes */
-    int per = qmoe_online_cores() / ndev;
+    int per = qmoe_device_online_cores() / ndev;
     qmoe_device_options o = {.threads = rt->threads > 0 ? rt->threads : per > 0 ? per : 1};
     for (; st->ndev < ndev; st->ndev++) {
         qmoe_device **dev = &st->devices[st->ndev];

@@ -27,7 +27,7 @@ int cli_runtime_parse(cli_runtime *rt, int argc, char **argv, int *i);
 const char *cli_runtime_help(void);
 
 /* The thread and device counts phase one needs, without creating anything. */
-void cli_runtime_options(const cli_runtime *rt, qmoe_op_options *options);
+void cli_runtime_options(const cli_runtime *rt, qmoe_grouped_matmul_swiglu_quant_options *options);
 
 /* For a command with outputs of its own: adds --trace (when given) to `set`, so that it is
  * checked with them and written with them (by outfiles_write, while the devices still exist).
@@ -36,7 +36,7 @@ int cli_runtime_trace_output(cli_runtime *rt, outfiles *set);
 
 /* Before planning: checks the trace file (unless adopted), creates the devices and the stream
  * and fills options (threads, devices). Returns 0, or non-zero with a message on stderr. */
-int cli_runtime_begin(cli_runtime *rt, qmoe_op_options *options, qmoe_stream **stream);
+int cli_runtime_begin(cli_runtime *rt, qmoe_grouped_matmul_swiglu_quant_options *options, qmoe_stream **stream);
 
 /* Waits for the stream; returns its status. The devices stay until cli_runtime_free. */
 qmoe_status cli_runtime_sync(cli_runtime *rt);

@@ -358,7 +358,7 @@ static int bench_case(const bench_args *a, const bench_shape *s, int threads, do
             s->name, (long long)s->E, (long long)s->M, (long long)s->K, (long long)s->N,
             a->a8w4 ? "a8w4" : "a8w8");
     op_case c;
-    qmoe_op_options check = {0};
+    qmoe_grouped_matmul_swiglu_quant_options check = {0};
     cli_runtime_options(&a->rt, &check);
     /* phase one on the shapes first: a case the operator refuses costs no memory */
     if (case_generate_headers(&g, &c, err) || case_check(&c, &check, err) ||
@@ -378,7 +378,7 @@ static int bench_case(const bench_args *a, const bench_shape *s, int threads, do
     int64_t rows = prev;
 
     cli_runtime rt = a->rt;
-    qmoe_op_options opt;
+    qmoe_grouped_matmul_swiglu_quant_options opt;
     memset(&opt, 0, sizeof opt);
     qmoe_stream *stream = NULL;
     if (cli_runtime_begin(&rt, &opt, &stream)) {
@@ -394,7 +394,7 @@ static int bench_case(const bench_args *a, const bench_shape *s, int threads, do
         fprintf(stderr, "qmoe bench: %s\n", ms ? err : "out of memory");
         goto done; /* case_plan may have allocated the outputs */
     }
-    qmoe_kernel kid = qmoe_executor_kernel(ex.executor);
+    qmoe_kernel kid = qmoe_grouped_matmul_swiglu_quant_executor_kernel(ex.executor);
     const qmoe_gemm_isa *isa = qmoe_gemm_isa_for(kid);
     if (!isa) isa = &qmoe_isa_portable;
     if (*peak == 0) {

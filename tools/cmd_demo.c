@@ -89,7 +89,7 @@ static int verify_row(const op_case *c, const case_exec *fast, int64_t m, int64_
     op_case row;
     case_exec ref;
     char err[CASE_ERR_LEN];
-    qmoe_op_options o;
+    qmoe_grouped_matmul_swiglu_quant_options o;
     memset(&o, 0, sizeof o);
     memset(&ref, 0, sizeof ref);
     o.kernel = QMOE_KERNEL_REFERENCE;
@@ -152,7 +152,7 @@ static void print_timing(const demo_args *a, const case_exec *ex, double seconds
     char threads[32] = "all";
     if (a->rt.threads) snprintf(threads, sizeof threads, "%d", a->rt.threads);
     printf("kernel: %s, threads: %s, devices: %d, weights: %s\n",
-           qmoe_kernel_name(qmoe_executor_kernel(ex->executor)), threads,
+           qmoe_kernel_name(qmoe_grouped_matmul_swiglu_quant_executor_kernel(ex->executor)), threads,
            a->rt.devices > 1 ? a->rt.devices : 1, ex->weights ? "prepacked" : "raw");
     printf("execute: %.3f ms, %.1f int8 GOPS (2*M*K*N / time)\n", seconds * 1e3,
            seconds > 0 ? ops / seconds * 1e-9 : 0.0);
@@ -162,7 +162,7 @@ static void print_timing(const demo_args *a, const case_exec *ex, double seconds
 /* Plans, then times phase two up to the drained stream (the trace, if any, is written after). */
 static int run_timed(demo_args *a, const op_case *c, case_exec *ex, char *err)
 {
-    qmoe_op_options o;
+    qmoe_grouped_matmul_swiglu_quant_options o;
     qmoe_stream *stream;
     memset(&o, 0, sizeof o);
     if (cli_runtime_begin(&a->rt, &o, &stream)) return -2; /* message already printed */
@@ -175,7 +175,7 @@ static int run_timed(demo_args *a, const op_case *c, case_exec *ex, char *err)
         return -1;
     }
     fprintf(stderr, "qmoe demo: executing with the %s kernel\n",
-            qmoe_kernel_name(qmoe_executor_kernel(ex->executor)));
+            qmoe_kernel_name(qmoe_grouped_matmul_swiglu_quant_executor_kernel(ex->executor)));
     /* An untimed run first: the device sizes its scratchpad and the pages are touched once, as
      * in any real use where the operator runs layer after layer. Then the timed run. */
     int rc = case_launch(c, ex, stream, err);
@@ -224,7 +224,7 @@ int cmd_demo(int argc, char **argv)
     if (rc) return rc > 0 ? 0 : 2;
     gen_args_describe(&a.gen, what, sizeof what);
     /* phase one on the shapes first: a case the operator refuses costs no memory */
-    qmoe_op_options o = {0};
+    qmoe_grouped_matmul_swiglu_quant_options o = {0};
     cli_runtime_options(&a.rt, &o);
     o.kernel = a.kernel;
     if (case_generate_headers(&a.gen, &c, err) || case_check(&c, &o, err)) {

@@ -136,7 +136,7 @@ static int check_files(run_args *a, outfiles *files, outfile **out, char *err)
 /* Plan, execute and write; the stream is drained before anything is freed or written. */
 static int execute(run_args *a, outfiles *files, outfile **out, char *err)
 {
-    qmoe_op_options o = {0};
+    qmoe_grouped_matmul_swiglu_quant_options o = {0};
     qmoe_stream *stream;
     case_exec ex = {0};
     if (cli_runtime_begin(&a->rt, &o, &stream)) return -2; /* message already printed */
@@ -168,7 +168,7 @@ int cmd_run(int argc, char **argv)
     memset(&a, 0, sizeof a);
     int rc = parse(argc, argv, &a);
     if (rc) return rc > 0 ? 0 : 2;
-    qmoe_op_options o = {0};
+    qmoe_grouped_matmul_swiglu_quant_options o = {0};
     cli_runtime_options(&a.rt, &o);
     o.kernel = a.kernel;
     rc = check_files(&a, &files, out, err) || case_load_headers(&a.c, err) ||

@@ -198,7 +198,7 @@ int moe_ep_default_threads(moe_ep *ep)
     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host);
     MPI_Comm_size(host, &here);
     MPI_Comm_free(&host);
-    int t = qmoe_online_cores() / (here > 0 ? here : 1);
+    int t = qmoe_device_online_cores() / (here > 0 ? here : 1);
     return t > 0 ? t : 1;
 }
 

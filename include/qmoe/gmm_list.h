@@ -23,7 +23,7 @@ extern "C" {
 #define QMOE_GMM_LIST_MAX_EXPERTS 65536
 
 /*
- * Phase one. Arguments as qmoe_gmm_swiglu_quant_workspace_size, except:
+ * Phase one. Arguments as qmoe_grouped_matmul_swiglu_quant_workspace_size, except:
  *   weights[e], e < num_experts: int8 (A8W8) per-expert weights, all of one layout: FRACTAL_NZ
  *     rank 4 [N/32, K/16, 16, 32], or ND rank 2 [K, N]. Same shape, dtype, format and strides
  *     for every expert; each may live anywhere (its own allocation).
@@ -33,18 +33,18 @@ extern "C" {
  *     values are QMOE_ERR_PARAM_INVALID. The clamp is computed by the reference kernel: with
  *     options->kernel AUTO it is chosen, another explicit kernel is QMOE_ERR_PARAM_INVALID.
  * There is no bias and no offset (A8W8 only, as the vendor's). groupList may have up to
- * num_experts entries. Phase two is qmoe_gmm_swiglu_quant() with the executor returned here; the
+ * num_experts entries. Phase two is qmoe_grouped_matmul_swiglu_quant() with the executor returned here; the
  * weights' memory must stay valid as long as for any executor, the arrays `weights` and
  * `weight_scales` (and the tensor objects) only during this call.
  * Errors: QMOE_ERR_PARAM_NULLPTR for a NULL list, entry or required tensor; QMOE_ERR_PARAM_INVALID
  * naming the entry ("weights[3]: ...") for a bad one; nothing is allocated on error.
  */
-QMOE_API qmoe_status qmoe_gmm_swiglu_quant_weight_list_workspace_size(
+QMOE_API qmoe_status qmoe_grouped_matmul_swiglu_quant_weight_list_workspace_size(
     const qmoe_tensor *x, const qmoe_tensor *const *weights,
     const qmoe_tensor *const *weight_scales, int64_t num_experts, const qmoe_tensor *x_scale,
     const qmoe_tensor *group_list, float swiglu_limit, const qmoe_tensor *output,
-    const qmoe_tensor *output_scale, const qmoe_op_options *options, uint64_t *workspace_size,
-    qmoe_executor **executor);
+    const qmoe_tensor *output_scale, const qmoe_grouped_matmul_swiglu_quant_options *options, uint64_t *workspace_size,
+    qmoe_grouped_matmul_swiglu_quant_executor **executor);
 
 #ifdef __cplusplus
 }

@@ -38,7 +38,7 @@ typedef enum qmoe_moe_gating {
 } qmoe_moe_gating;
 
 /* The layer's configuration. Start from QMOE_MOE_LAYER_CONFIG_INIT (or zero it and set the
- * sizes); struct_size works as in qmoe_op_options: new fields are only ever appended. */
+ * sizes); struct_size works as in qmoe_grouped_matmul_swiglu_quant_options: new fields are only ever appended. */
 typedef struct qmoe_moe_layer_config {
     uint32_t struct_size;
     int64_t hidden_size;       /* H */
@@ -69,7 +69,7 @@ typedef struct qmoe_moe_layer_config {
 
 /* From float weights in the checkpoint convention: gate[e], up[e] point at expert e's [I, H]
  * row-major matrices, down[e] at its [H, I] one, all of `dtype` (float32, float16, bfloat16).
- * Quantized on load (qmoe_quantize_gate_up / qmoe_quantize_linear), then prepacked; the float
+ * Quantized on load (qmoe_quant_gate_up / qmoe_quant_linear), then prepacked; the float
  * weights are not kept. QMOE_ERR_PARAM_NULLPTR / _INVALID for a bad configuration (named
  * field) or weights; QMOE_ERR_INNER when out of memory. On error *layer is left as it was. */
 QMOE_API qmoe_status qmoe_moe_layer_create_from_float(const qmoe_moe_layer_config *config,
@@ -160,7 +160,7 @@ QMOE_API qmoe_status qmoe_moe_layer_create_shard(const qmoe_moe_layer_config *co
 /* The configuration the layer was made with (shared_gate/up/down NULL, correction_bias the
  * layer's copy); the routed experts it holds (E for a whole layer) and the id of held expert i
  * (-1 out of range or for NULL). */
-QMOE_API qmoe_status qmoe_moe_layer_get_config(const qmoe_moe_layer *layer,
+QMOE_API qmoe_status qmoe_moe_layer_config_of(const qmoe_moe_layer *layer,
                                                qmoe_moe_layer_config *config);
 QMOE_API int64_t qmoe_moe_layer_held_experts(const qmoe_moe_layer *layer);
 QMOE_API int64_t qmoe_moe_layer_held_expert_id(const qmoe_moe_layer *layer, int64_t i);

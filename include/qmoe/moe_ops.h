@@ -34,7 +34,7 @@ typedef struct qmoe_moe_executor qmoe_moe_executor;
 
 /* Options of phase one; NULL or all-zero: rows split into as many parts as there are online
  * cores. struct_size is sizeof(qmoe_moe_options) as the caller was compiled (0: this first
- * layout); new fields are only appended, read as qmoe_op_options are (qmoe.h). */
+ * layout); new fields are only appended, read as qmoe_grouped_matmul_swiglu_quant_options are (qmoe.h). */
 typedef struct qmoe_moe_options {
     uint32_t struct_size;
     int threads; /* parts the rows are split into (0: the online cores), at most 4096 */

@@ -12,7 +12,7 @@
  * execute one op at the same time; executing allocates nothing once a stream has run as many
  * operators at once as it will hold.
  *
- * The vendor-style two-phase calls (qmoe_gmm_swiglu_quant_workspace_size() + qmoe_gmm_swiglu_quant(),
+ * The vendor-style two-phase calls (qmoe_grouped_matmul_swiglu_quant_workspace_size() + qmoe_grouped_matmul_swiglu_quant(),
  * the aclnn face) are built on this: their executors are an op plus the data of the tensors
  * given at phase one.
  *
@@ -76,13 +76,13 @@ QMOE_API qmoe_status qmoe_op_create_grouped_matmul_swiglu_quant(
     const qmoe_tensor *x, const qmoe_tensor *weight, const qmoe_tensor *bias,
     const qmoe_tensor *offset, const qmoe_tensor *weight_scale, const qmoe_tensor *x_scale,
     const qmoe_tensor *group_list, const qmoe_tensor *output, const qmoe_tensor *output_scale,
-    const qmoe_tensor *output_offset, const qmoe_op_options *options, qmoe_op **op);
+    const qmoe_tensor *output_offset, const qmoe_grouped_matmul_swiglu_quant_options *options, qmoe_op **op);
 
 QMOE_API qmoe_status qmoe_op_create_grouped_matmul_swiglu_quant_weight_list(
     const qmoe_tensor *x, const qmoe_tensor *const *weights,
     const qmoe_tensor *const *weight_scales, int64_t num_experts, const qmoe_tensor *x_scale,
     const qmoe_tensor *group_list, float swiglu_limit, const qmoe_tensor *output,
-    const qmoe_tensor *output_scale, const qmoe_op_options *options, qmoe_op **op);
+    const qmoe_tensor *output_scale, const qmoe_grouped_matmul_swiglu_quant_options *options, qmoe_op **op);
 
 QMOE_API qmoe_status qmoe_op_create_grouped_matmul(
     const qmoe_tensor *x, const qmoe_tensor *weight, const qmoe_tensor *bias,

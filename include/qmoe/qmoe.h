@@ -158,7 +158,7 @@ typedef enum qmoe_kernel {
     QMOE_KERNEL_NEON_I8MM = 8, /* ARM64: NEON usmmla (int8 matrix multiply) */
 } qmoe_kernel;
 
-/* Options of phase one. Initialise with QMOE_OP_OPTIONS_INIT (or qmoe_op_options_init()), then
+/* Options of phase one. Initialise with QMOE_GROUPED_MATMUL_SWIGLU_QUANT_OPTIONS_INIT (or qmoe_grouped_matmul_swiglu_quant_options_init()), then
  * set what you need: the defaults are the vendor's (cumsum groupList, weight format as declared,
  * fastest kernel, all device threads). `struct_size` lets the struct grow without breaking
  * programs built against an older header: new fields are only ever appended, and the library
@@ -166,22 +166,22 @@ typedef enum qmoe_kernel {
  * (struct_size 0) is still valid and means this 0.2 layout with all defaults. A struct_size
  * smaller than the 0.2 layout, or a larger one whose extra bytes (fields this library does not
  * know) are not zero, is QMOE_ERR_PARAM_INVALID. */
-typedef struct qmoe_op_options {
-    uint32_t struct_size; /* sizeof(qmoe_op_options) as the caller was compiled; 0: the 0.2 layout */
+typedef struct qmoe_grouped_matmul_swiglu_quant_options {
+    uint32_t struct_size; /* sizeof(qmoe_grouped_matmul_swiglu_quant_options) as the caller was compiled; 0: the 0.2 layout */
     qmoe_group_list_type group_list_type;
     int force_weight_nz; /* nonzero: ignore weight's declared format, treat as FRACTAL_NZ (vendor) */
     qmoe_kernel kernel;
     int threads; /* 0: the online cores (divided among `devices`); otherwise this many per device */
     int devices; /* 0 or 1: one device; D > 1: split rows over a group of D devices */
-} qmoe_op_options;
+} qmoe_grouped_matmul_swiglu_quant_options;
 
-#define QMOE_OP_OPTIONS_INIT {(uint32_t)sizeof(qmoe_op_options), QMOE_GROUP_LIST_CUMSUM, 0, \
+#define QMOE_GROUPED_MATMUL_SWIGLU_QUANT_OPTIONS_INIT {(uint32_t)sizeof(qmoe_grouped_matmul_swiglu_quant_options), QMOE_GROUP_LIST_CUMSUM, 0, \
                               QMOE_KERNEL_AUTO, 0, 0}
 
-/* Sets *options to QMOE_OP_OPTIONS_INIT. NULL is a no-op. */
-QMOE_API void qmoe_op_options_init(qmoe_op_options *options);
+/* Sets *options to QMOE_GROUPED_MATMUL_SWIGLU_QUANT_OPTIONS_INIT. NULL is a no-op. */
+QMOE_API void qmoe_grouped_matmul_swiglu_quant_options_init(qmoe_grouped_matmul_swiglu_quant_options *options);
 
-typedef struct qmoe_executor qmoe_executor;
+typedef struct qmoe_grouped_matmul_swiglu_quant_executor qmoe_grouped_matmul_swiglu_quant_executor;
 
 /*
  * Phase one: validate every argument that does not need device data, choose the kernel, plan the
@@ -196,12 +196,12 @@ typedef struct qmoe_executor qmoe_executor;
  * On error nothing is allocated, *executor is left as it was, and qmoe_last_error() says why.
  * The tensor objects may be destroyed after this call; their memory must stay valid.
  */
-QMOE_API qmoe_status qmoe_gmm_swiglu_quant_workspace_size(
+QMOE_API qmoe_status qmoe_grouped_matmul_swiglu_quant_workspace_size(
     const qmoe_tensor *x, const qmoe_tensor *weight, const qmoe_tensor *bias,
     const qmoe_tensor *offset, const qmoe_tensor *weight_scale, const qmoe_tensor *x_scale,
     const qmoe_tensor *group_list, const qmoe_tensor *output, const qmoe_tensor *output_scale,
-    const qmoe_tensor *output_offset, const qmoe_op_options *options, uint64_t *workspace_size,
-    qmoe_executor **executor);
+    const qmoe_tensor *output_offset, const qmoe_grouped_matmul_swiglu_quant_options *options, uint64_t *workspace_size,
+    qmoe_grouped_matmul_swiglu_quant_executor **executor);
 
 /*
  * Phase two: run. When the operator runs (after the operators queued before it on the stream,
@@ -215,15 +215,15 @@ QMOE_API qmoe_status qmoe_gmm_swiglu_quant_workspace_size(
  * must then stay valid until the stream is synchronized, while the executor may be destroyed at
  * once.
  * A native executor may be executed any number of times (the data its tensors point to may
- * change between runs) and must be destroyed with qmoe_executor_destroy().
+ * change between runs) and must be destroyed with qmoe_grouped_matmul_swiglu_quant_executor_destroy().
  */
-QMOE_API qmoe_status qmoe_gmm_swiglu_quant(void *workspace, uint64_t workspace_size,
-                                  qmoe_executor *executor, qmoe_stream *stream);
+QMOE_API qmoe_status qmoe_grouped_matmul_swiglu_quant(void *workspace, uint64_t workspace_size,
+                                  qmoe_grouped_matmul_swiglu_quant_executor *executor, qmoe_stream *stream);
 
-QMOE_API void qmoe_executor_destroy(qmoe_executor *executor); /* NULL is a no-op */
+QMOE_API void qmoe_grouped_matmul_swiglu_quant_executor_destroy(qmoe_grouped_matmul_swiglu_quant_executor *executor); /* NULL is a no-op */
 
 /* The kernel phase one chose (never QMOE_KERNEL_AUTO); QMOE_KERNEL_AUTO for a NULL executor. */
-QMOE_API qmoe_kernel qmoe_executor_kernel(const qmoe_executor *executor);
+QMOE_API qmoe_kernel qmoe_grouped_matmul_swiglu_quant_executor_kernel(const qmoe_grouped_matmul_swiglu_quant_executor *executor);
 QMOE_API const char *qmoe_kernel_name(qmoe_kernel kernel);
 
 /* ---------------------------------------------------------------- layout helpers -------------- */
@@ -234,30 +234,30 @@ QMOE_API const char *qmoe_kernel_name(qmoe_kernel kernel);
  * int4 value out of range) with nothing written. */
 
 /* int8 FRACTAL_NZ [E,N/32,K/16,16,32] <-> ND [E,K,N]; needs K%16==0, N%32==0. */
-QMOE_API qmoe_status qmoe_nd_to_nz_int8(const int8_t *nd, int64_t E, int64_t K, int64_t N, int8_t *nz);
-QMOE_API qmoe_status qmoe_nz_to_nd_int8(const int8_t *nz, int64_t E, int64_t K, int64_t N, int8_t *nd);
+QMOE_API qmoe_status qmoe_layout_nd_to_nz_int8(const int8_t *nd, int64_t E, int64_t K, int64_t N, int8_t *nz);
+QMOE_API qmoe_status qmoe_layout_nz_to_nd_int8(const int8_t *nz, int64_t E, int64_t K, int64_t N, int8_t *nd);
 
 /* int4 FRACTAL_NZ [E,N/64,K/16,16,64] packed (E*K*N/2 bytes) <-> ND values; K%16==0, N%64==0. */
-QMOE_API qmoe_status qmoe_nd_to_nz_int4(const int8_t *nd_values, int64_t E, int64_t K, int64_t N,
+QMOE_API qmoe_status qmoe_layout_nd_to_nz_int4(const int8_t *nd_values, int64_t E, int64_t K, int64_t N,
                                uint8_t *nz_packed);
-QMOE_API qmoe_status qmoe_nz_to_nd_int4(const uint8_t *nz_packed, int64_t E, int64_t K, int64_t N,
+QMOE_API qmoe_status qmoe_layout_nz_to_nd_int4(const uint8_t *nz_packed, int64_t E, int64_t K, int64_t N,
                                int8_t *nd_values);
 
 /* int4 packing: `count` values -> (count+1)/2 bytes, low nibble first; an odd tail's high nibble
  * is 0. */
-QMOE_API qmoe_status qmoe_pack_int4(const int8_t *values, int64_t count, uint8_t *packed);
-QMOE_API qmoe_status qmoe_unpack_int4(const uint8_t *packed, int64_t count, int8_t *values);
+QMOE_API qmoe_status qmoe_layout_int4_pack(const int8_t *values, int64_t count, uint8_t *packed);
+QMOE_API qmoe_status qmoe_layout_int4_unpack(const uint8_t *packed, int64_t count, int8_t *values);
 
 /* The int32 view of packed int4: `count` (a multiple of 8) values -> count/8 int32, element j of
- * each word in bits [4j, 4j+4). Byte-identical to qmoe_pack_int4 on little-endian machines. */
-QMOE_API qmoe_status qmoe_pack_int4_int32(const int8_t *values, int64_t count, int32_t *words);
-QMOE_API qmoe_status qmoe_unpack_int4_int32(const int32_t *words, int64_t count, int8_t *values);
+ * each word in bits [4j, 4j+4). Byte-identical to qmoe_layout_int4_pack on little-endian machines. */
+QMOE_API qmoe_status qmoe_layout_int4_pack_int32(const int8_t *values, int64_t count, int32_t *words);
+QMOE_API qmoe_status qmoe_layout_int4_unpack_int32(const int32_t *words, int64_t count, int8_t *values);
 
 /* The A8W4 weight assist matrix (the operator's `bias`), as real callers build it:
  * per-channel (groups == 0, scale [E,N]):  bias[e,n] = 8 * scale[e,n] * sum_k W[e,k,n]
  * per-group   (groups == G, scale [E,G,N]): bias[e,n] = 8 * sum_k W[e,k,n] * scale[e,k/(K/G),n]
  * W is logical ND int4 values [E,K,N] one per int8. Accumulated in double, rounded to float. */
-QMOE_API qmoe_status qmoe_weight_assist_matrix(const int8_t *nd_values, int64_t E, int64_t K, int64_t N,
+QMOE_API qmoe_status qmoe_layout_weight_assist_matrix(const int8_t *nd_values, int64_t E, int64_t K, int64_t N,
                                       const float *scale, int64_t groups, float *bias);
 
 /* ---------------------------------------------------------------- conversions ----------------- */
@@ -272,6 +272,10 @@ QMOE_API qmoe_status qmoe_convert_bf16_to_f32(const uint16_t *src, int64_t n, fl
 
 #ifdef __cplusplus
 }
+#endif
+
+#ifndef QMOE_NO_DEPRECATED
+#include "qmoe/deprecated.h" /* the 0.2 names (docs/api.md, "Migration to 0.3.0") */
 #endif
 
 #endif /* QMOE_QMOE_H */

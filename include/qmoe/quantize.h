@@ -23,7 +23,7 @@
  *     (K % 16 == 0, N % 64 == 0).
  *   ND: int8 [E, K, N]; packed int4 [E, K, N/2] bytes (N even) = int32 [E, K, N/8] when N % 8 == 0.
  *   scale: float32 [E, N] (per channel) or [E, K/group_size, N].
- *   bias (A8W4 only): the weight assist matrix float32 [E, N] (qmoe_weight_assist_matrix of the
+ *   bias (A8W4 only): the weight assist matrix float32 [E, N] (qmoe_layout_weight_assist_matrix of the
  *     quantized values and the scales); for A8W8 it may be NULL and is not written.
  *
  * Errors: QMOE_ERR_PARAM_NULLPTR / QMOE_ERR_PARAM_INVALID (sizes, alignment, options, a
@@ -74,13 +74,13 @@ QMOE_API qmoe_status qmoe_quant_sizes_of(const qmoe_quant_options *options, int6
 
 /* One linear weight per expert: w[e] points at expert e's [N, K] row-major matrix of `dtype`
  * (QMOE_DTYPE_FLOAT32, FLOAT16 or BFLOAT16); the result is the operators' W [E, K, N]. */
-QMOE_API qmoe_status qmoe_quantize_linear(const void *const *w, qmoe_dtype dtype, int64_t E,
+QMOE_API qmoe_status qmoe_quant_linear(const void *const *w, qmoe_dtype dtype, int64_t E,
                                           int64_t N, int64_t K, const qmoe_quant_options *options,
                                           void *weight, float *scale, float *bias);
 
 /* The fused gate/up weight of GroupedMatmulSwigluQuant: gate[e] and up[e] point at expert e's
  * [I, H] matrices; the result has K = H, N = 2I, gate_proj in columns [0, I). */
-QMOE_API qmoe_status qmoe_quantize_gate_up(const void *const *gate, const void *const *up,
+QMOE_API qmoe_status qmoe_quant_gate_up(const void *const *gate, const void *const *up,
                                            qmoe_dtype dtype, int64_t E, int64_t I, int64_t H,
                                            const qmoe_quant_options *options, void *weight,
                                            float *scale, float *bias);

@@ -8,14 +8,14 @@
  * operator's output rows. Several streams may share a device: a device runs the operators it is
  * given one at a time, in the order they were submitted (across all streams, one global order).
  *
- * Passing stream NULL to qmoe_gmm_swiglu_quant() runs the operator synchronously on the
+ * Passing stream NULL to qmoe_grouped_matmul_swiglu_quant() runs the operator synchronously on the
  * process-wide default device (all online cores), created on first use and kept until the
  * process exits; a plan made for D > 1 devices runs on a default group of D devices, each with
  * max(1, cores / D) threads. A plan made with options.threads == 0 is planned for that default
  * thread count; on a device with fewer threads the planned parts are shared round-robin by its
  * threads (results are bit-identical for any thread or device count).
  *
- * Asynchronous execution (stream not NULL), as with the vendor's runtime: qmoe_gmm_swiglu_quant()
+ * Asynchronous execution (stream not NULL), as with the vendor's runtime: qmoe_grouped_matmul_swiglu_quant()
  * checks its arguments, queues the operator and returns. The operator reads groupList when it
  * runs, after the operators queued before it (which may write it), so a bad groupList is
  * reported by qmoe_stream_synchronize(), with nothing written. The workspace and every
@@ -37,7 +37,7 @@ enum { QMOE_MAX_DEVICES = 16 };
 /* ---------------------------------------------------------------- devices --------------------- */
 
 /* Initialise with QMOE_DEVICE_OPTIONS_INIT (or zero it), then set what you need. struct_size
- * works as in qmoe_op_options: 0 means this 0.2 layout; new fields are only ever appended. */
+ * works as in qmoe_grouped_matmul_swiglu_quant_options: 0 means this 0.2 layout; new fields are only ever appended. */
 typedef struct qmoe_device_options {
     uint32_t struct_size; /* sizeof(qmoe_device_options) as the caller was compiled; 0: 0.2 layout */
     int threads;          /* 0: one per online core (or per CPU of `cpus`) */
@@ -67,7 +67,7 @@ QMOE_API int qmoe_device_id(const qmoe_device *device); /* process-unique; the t
 QMOE_API const char *qmoe_device_isa(const qmoe_device *device);
 
 /* Online CPU cores of the machine (>= 1). */
-QMOE_API int qmoe_online_cores(void);
+QMOE_API int qmoe_device_online_cores(void);
 
 /* ---------------------------------------------------------------- streams --------------------- */
 
@@ -108,7 +108,7 @@ QMOE_API qmoe_status qmoe_trace_write(const char *path, qmoe_device *const *devi
 
 /* The default device (stream NULL), created on first use; NULL when it cannot be created. The
  * library owns it: streams may be created on it, but it must not be destroyed. */
-QMOE_API qmoe_device *qmoe_default_device(void);
+QMOE_API qmoe_device *qmoe_device_default(void);
 
 #ifdef __cplusplus
 }

@@ -75,10 +75,10 @@ def nd_to_nz(weight_nd: ArrayLike, *, int4: bool = False, as_int32: bool = False
     E, K, N = _ekn(w, "weight_nd")
     if not int4:
         nz = np.empty(E * K * N, dtype=np.int8)
-        _lib.check(_lib.lib.qmoe_nd_to_nz_int8(_ptr(w), E, K, N, _ptr(nz)))
+        _lib.check(_lib.lib.qmoe_layout_nd_to_nz_int8(_ptr(w), E, K, N, _ptr(nz)))
         return nz.reshape(E, N // 32, K // 16, 16, 32)
     nz = np.empty((E * K * N + 1) // 2, dtype=np.uint8)
-    _lib.check(_lib.lib.qmoe_nd_to_nz_int4(_ptr(w), E, K, N, _ptr(nz)))
+    _lib.check(_lib.lib.qmoe_layout_nd_to_nz_int4(_ptr(w), E, K, N, _ptr(nz)))
     nz = nz.reshape(E, N // 64, K // 16, 16, 32)
     if as_int32:
         _little_endian_words()
@@ -108,7 +108,7 @@ def nz_to_nd(weight_nz: ArrayLike, *, int4_packed: bool = False) -> np.ndarray:
             raise invalid(f"weight_nz: shape {w.shape}, expected [E, N/32, K/16, 16, 32]")
         E, K, N = w.shape[0], w.shape[2] * 16, w.shape[1] * 32
         nd = np.empty((E, K, N), dtype=np.int8)
-        _lib.check(_lib.lib.qmoe_nz_to_nd_int8(_ptr(w), E, K, N, _ptr(nd)))
+        _lib.check(_lib.lib.qmoe_layout_nz_to_nd_int8(_ptr(w), E, K, N, _ptr(nd)))
         return nd
     b = _packed_bytes(arr, "weight_nz")
     if b.dtype == np.int32:
@@ -120,7 +120,7 @@ def nz_to_nd(weight_nz: ArrayLike, *, int4_packed: bool = False) -> np.ndarray:
         raise invalid(f"weight_nz: shape {b.shape}, expected [E, N/64, K/16, 16, {inner[1]}]")
     E, K, N = b.shape[0], b.shape[2] * 16, b.shape[1] * 64
     nd = np.empty((E, K, N), dtype=np.int8)
-    _lib.check(_lib.lib.qmoe_nz_to_nd_int4(_ptr(b), E, K, N, _ptr(nd)))
+    _lib.check(_lib.lib.qmoe_layout_nz_to_nd_int4(_ptr(b), E, K, N, _ptr(nd)))
     return nd
 
 
@@ -141,10 +141,10 @@ def pack_int4(values: ArrayLike, *, as_int32: bool = False) -> np.ndarray:
         raise invalid(f"values: last dimension {n} is not a multiple of {per}")
     if as_int32:
         out = np.empty(v.shape[:-1] + (n // 8,), dtype=np.int32)
-        _lib.check(_lib.lib.qmoe_pack_int4_int32(_ptr(v), v.size, _ptr(out)))
+        _lib.check(_lib.lib.qmoe_layout_int4_pack_int32(_ptr(v), v.size, _ptr(out)))
     else:
         out = np.empty(v.shape[:-1] + (n // 2,), dtype=np.uint8)
-        _lib.check(_lib.lib.qmoe_pack_int4(_ptr(v), v.size, _ptr(out)))
+        _lib.check(_lib.lib.qmoe_layout_int4_pack(_ptr(v), v.size, _ptr(out)))
     return out
 
 
@@ -163,10 +163,10 @@ def unpack_int4(packed: ArrayLike) -> np.ndarray:
         raise invalid("packed: rank 0, expected at least one axis")
     if p.dtype == np.int32:
         out = np.empty(p.shape[:-1] + (8 * p.shape[-1],), dtype=np.int8)
-        _lib.check(_lib.lib.qmoe_unpack_int4_int32(_ptr(p), out.size, _ptr(out)))
+        _lib.check(_lib.lib.qmoe_layout_int4_unpack_int32(_ptr(p), out.size, _ptr(out)))
     else:
         out = np.empty(p.shape[:-1] + (2 * p.shape[-1],), dtype=np.int8)
-        _lib.check(_lib.lib.qmoe_unpack_int4(_ptr(p), out.size, _ptr(out)))
+        _lib.check(_lib.lib.qmoe_layout_int4_unpack(_ptr(p), out.size, _ptr(out)))
     return out
 
 
@@ -221,5 +221,5 @@ def weight_assist_matrix(weight_nd_values: ArrayLike, scale: ArrayLike, groups: 
     if s.shape != want:
         raise invalid(f"scale: shape {s.shape}, expected {list(want)} for groups = {groups}")
     bias = np.empty((E, N), dtype=np.float32)
-    _lib.check(_lib.lib.qmoe_weight_assist_matrix(_ptr(w), E, K, N, _ptr(s), groups, _ptr(bias)))
+    _lib.check(_lib.lib.qmoe_layout_weight_assist_matrix(_ptr(w), E, K, N, _ptr(s), groups, _ptr(bias)))
     return bias

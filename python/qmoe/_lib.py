@@ -43,7 +43,7 @@ MAX_DIMS = 8
 
 
 class OpOptions(ctypes.Structure):
-    """struct qmoe_op_options (C enums are int-sized); struct_size 0 means the 0.2 layout."""
+    """struct qmoe_grouped_matmul_swiglu_quant_options (C enums are int-sized); struct_size 0 means the 0.2 layout."""
 
     _fields_ = [
         ("struct_size", c_uint32),
@@ -87,7 +87,7 @@ def _load() -> ctypes.CDLL:
 
 
 _P_TENSOR = c_void_p  # qmoe_tensor * (opaque)
-_P_EXECUTOR = c_void_p  # qmoe_executor * (opaque)
+_P_EXECUTOR = c_void_p  # qmoe_grouped_matmul_swiglu_quant_executor * (opaque)
 _P_I64 = POINTER(c_int64)
 
 
@@ -108,26 +108,26 @@ def _declare(lib: ctypes.CDLL) -> None:
        POINTER(_P_TENSOR))
     fn("qmoe_tensor_destroy", None, _P_TENSOR)
 
-    fn("qmoe_gmm_swiglu_quant_workspace_size", c_int,
+    fn("qmoe_grouped_matmul_swiglu_quant_workspace_size", c_int,
        _P_TENSOR, _P_TENSOR, _P_TENSOR, _P_TENSOR, _P_TENSOR, _P_TENSOR, _P_TENSOR,
        _P_TENSOR, _P_TENSOR, _P_TENSOR, POINTER(OpOptions), POINTER(c_uint64),
        POINTER(_P_EXECUTOR))
-    fn("qmoe_gmm_swiglu_quant", c_int, c_void_p, c_uint64, _P_EXECUTOR, c_void_p)
-    fn("qmoe_gmm_swiglu_quant_weight_list_workspace_size", c_int,
+    fn("qmoe_grouped_matmul_swiglu_quant", c_int, c_void_p, c_uint64, _P_EXECUTOR, c_void_p)
+    fn("qmoe_grouped_matmul_swiglu_quant_weight_list_workspace_size", c_int,
        _P_TENSOR, POINTER(_P_TENSOR), POINTER(_P_TENSOR), c_int64, _P_TENSOR, _P_TENSOR, c_float,
        _P_TENSOR, _P_TENSOR, POINTER(OpOptions), POINTER(c_uint64), POINTER(_P_EXECUTOR))
-    fn("qmoe_executor_destroy", None, _P_EXECUTOR)
-    fn("qmoe_executor_kernel", c_int, _P_EXECUTOR)
+    fn("qmoe_grouped_matmul_swiglu_quant_executor_destroy", None, _P_EXECUTOR)
+    fn("qmoe_grouped_matmul_swiglu_quant_executor_kernel", c_int, _P_EXECUTOR)
 
-    fn("qmoe_nd_to_nz_int8", c_int, c_void_p, c_int64, c_int64, c_int64, c_void_p)
-    fn("qmoe_nz_to_nd_int8", c_int, c_void_p, c_int64, c_int64, c_int64, c_void_p)
-    fn("qmoe_nd_to_nz_int4", c_int, c_void_p, c_int64, c_int64, c_int64, c_void_p)
-    fn("qmoe_nz_to_nd_int4", c_int, c_void_p, c_int64, c_int64, c_int64, c_void_p)
-    fn("qmoe_pack_int4", c_int, c_void_p, c_int64, c_void_p)
-    fn("qmoe_unpack_int4", c_int, c_void_p, c_int64, c_void_p)
-    fn("qmoe_pack_int4_int32", c_int, c_void_p, c_int64, c_void_p)
-    fn("qmoe_unpack_int4_int32", c_int, c_void_p, c_int64, c_void_p)
-    fn("qmoe_weight_assist_matrix", c_int, c_void_p, c_int64, c_int64, c_int64, c_void_p,
+    fn("qmoe_layout_nd_to_nz_int8", c_int, c_void_p, c_int64, c_int64, c_int64, c_void_p)
+    fn("qmoe_layout_nz_to_nd_int8", c_int, c_void_p, c_int64, c_int64, c_int64, c_void_p)
+    fn("qmoe_layout_nd_to_nz_int4", c_int, c_void_p, c_int64, c_int64, c_int64, c_void_p)
+    fn("qmoe_layout_nz_to_nd_int4", c_int, c_void_p, c_int64, c_int64, c_int64, c_void_p)
+    fn("qmoe_layout_int4_pack", c_int, c_void_p, c_int64, c_void_p)
+    fn("qmoe_layout_int4_unpack", c_int, c_void_p, c_int64, c_void_p)
+    fn("qmoe_layout_int4_pack_int32", c_int, c_void_p, c_int64, c_void_p)
+    fn("qmoe_layout_int4_unpack_int32", c_int, c_void_p, c_int64, c_void_p)
+    fn("qmoe_layout_weight_assist_matrix", c_int, c_void_p, c_int64, c_int64, c_int64, c_void_p,
        c_int64, c_void_p)
 
 

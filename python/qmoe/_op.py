@@ -284,7 +284,7 @@ def _execute(phase_one: PhaseOne, M: int, N2: int,
             info = _lib.lib.qmoe_last_error_info().contents
             t.probing = False
             if st == _lib.OK:
-                _lib.lib.qmoe_executor_destroy(executor)
+                _lib.lib.qmoe_grouped_matmul_swiglu_quant_executor_destroy(executor)
             elif not (st == _lib.ERR_PARAM_INVALID and info.rule == _lib.RULE_OVERLAP
                       and info.arg in (b"output", b"outputScale")):
                 _check(st)
@@ -304,9 +304,9 @@ def _execute(phase_one: PhaseOne, M: int, N2: int,
         try:
             buf, ptr = _alloc_workspace(size.value)  # buf owns the memory until we return
             # The GIL is released for this call (ctypes.CDLL), so other threads keep running.
-            _check(_lib.lib.qmoe_gmm_swiglu_quant(ptr, size.value, executor, None))
+            _check(_lib.lib.qmoe_grouped_matmul_swiglu_quant(ptr, size.value, executor, None))
         finally:
-            _lib.lib.qmoe_executor_destroy(executor)
+            _lib.lib.qmoe_grouped_matmul_swiglu_quant_executor_destroy(executor)
     return output, output_scale
 
 
@@ -352,7 +352,7 @@ def _run(x: ArrayLike, weight: ArrayLike, group_list: ArrayLike, weight_scale: A
     # close() on another thread waits for this call (or this call refuses a closed object).
     with pre._use() if pre is not None else contextlib.nullcontext() as handle:
         def phase_one(t: Tensors, output: Any, output_scale: Any, size: Any, executor: Any) -> int:
-            return _lib.lib.qmoe_gmm_swiglu_quant_workspace_size(
+            return _lib.lib.qmoe_grouped_matmul_swiglu_quant_workspace_size(
                 t.create(x_arr, x_dt),
                 pre._view(t, handle) if pre is not None else
                 t.create(w.arr, w.dtype, w.fmt, shape=w.shape, strides=w.strides),
@@ -578,7 +578,7 @@ def grouped_matmul_swiglu_quant_weight_nz_tensor_list(
     def phase_one(t: Tensors, output: Any, output_scale: Any, size: Any, executor: Any) -> int:
         w_handles = (ctypes.c_void_p * max(E, 1))(*[t.create(w.arr, w.dtype, w.fmt) for w in ws])
         s_handles = (ctypes.c_void_p * max(E, 1))(*[t.create(a, dt) for a, dt in ss])
-        return _lib.lib.qmoe_gmm_swiglu_quant_weight_list_workspace_size(
+        return _lib.lib.qmoe_grouped_matmul_swiglu_quant_weight_list_workspace_size(
             t.create(x_arr, x_dt), w_handles if E else None, s_handles if E else None, E,
             t.create(xs_arr, xs_dt), t.create(gl_arr, gl_dt), float(swiglu_limit), output,
             output_scale, ctypes.byref(opts), size, executor)

@@ -1,7 +1,7 @@
 """Float expert weights (checkpoint convention) -> the operators' quantized weights and scales.
 
-One call quantizes a whole MoE layer's experts with the library's qmoe_quantize_gate_up /
-qmoe_quantize_linear (include/qmoe/quantize.h; the scheme is docs/moe-layer.md).
+One call quantizes a whole MoE layer's experts with the library's qmoe_quant_gate_up /
+qmoe_quant_linear (include/qmoe/quantize.h; the scheme is docs/moe-layer.md).
 """
 
 from __future__ import annotations
@@ -46,11 +46,11 @@ def _declare() -> None:
     lib.qmoe_quant_sizes_of.restype = c_int
     lib.qmoe_quant_sizes_of.argtypes = [POINTER(_QuantOptions), c_int64, c_int64, c_int64,
                                         POINTER(_QuantSizes)]
-    lib.qmoe_quantize_linear.restype = c_int
-    lib.qmoe_quantize_linear.argtypes = [POINTER(c_void_p), c_int, c_int64, c_int64, c_int64,
+    lib.qmoe_quant_linear.restype = c_int
+    lib.qmoe_quant_linear.argtypes = [POINTER(c_void_p), c_int, c_int64, c_int64, c_int64,
                                          POINTER(_QuantOptions), c_void_p, c_void_p, c_void_p]
-    lib.qmoe_quantize_gate_up.restype = c_int
-    lib.qmoe_quantize_gate_up.argtypes = [POINTER(c_void_p), POINTER(c_void_p), c_int, c_int64,
+    lib.qmoe_quant_gate_up.restype = c_int
+    lib.qmoe_quant_gate_up.argtypes = [POINTER(c_void_p), POINTER(c_void_p), c_int, c_int64,
                                           c_int64, c_int64, POINTER(_QuantOptions), c_void_p,
                                           c_void_p, c_void_p]
 
@@ -197,9 +197,9 @@ def quantize_experts(gate: ArrayLike, up: ArrayLike, down: ArrayLike, *, mode: s
     except MemoryError as exc:
         raise QmoeError(_lib.ERR_INNER, f"out of memory for the quantized weights of E = {E}, "
                         f"I = {I}, H = {H}", _lib.status_name(_lib.ERR_INNER)) from exc
-    _lib.check(_lib.lib.qmoe_quantize_gate_up(_pointers(g), _pointers(u), gcode, E, I, H,
+    _lib.check(_lib.lib.qmoe_quant_gate_up(_pointers(g), _pointers(u), gcode, E, I, H,
                                               ctypes.byref(opts), _ptr(w13), _ptr(s13), _ptr(b13)))
-    _lib.check(_lib.lib.qmoe_quantize_linear(_pointers(d), dcode, E, H, I, ctypes.byref(opts),
+    _lib.check(_lib.lib.qmoe_quant_linear(_pointers(d), dcode, E, H, I, ctypes.byref(opts),
                                              _ptr(w2), _ptr(s2), _ptr(b2)))
     result = QuantizedExperts(w13, s13, b13, w2, s2, b2)
     if any_torch(gate, up, down):

@@ -11,7 +11,7 @@
 void compat_executor_free(aclOpExecutor *executor)
 {
     if (!executor) return;
-    qmoe_executor_destroy(executor->native);
+    qmoe_grouped_matmul_swiglu_quant_executor_destroy(executor->native);
     qmoe_moe_executor_destroy(executor->moe);
     qmoe_grouped_matmul_executor_destroy(executor->gmm);
     free(executor);

@@ -91,7 +91,7 @@ aclError aclInit(const char *configPath)
         fclose(f);
     }
     int threads, ndev;
-    if (!env_count("QMOE_ACL_THREADS", 4096, qmoe_online_cores(), &threads))
+    if (!env_count("QMOE_ACL_THREADS", 4096, qmoe_device_online_cores(), &threads))
         return compat_fail(ACL_ERROR_INVALID_PARAM,
                            "aclInit: QMOE_ACL_THREADS='%s' is not an integer in [1, 4096]",
                            getenv("QMOE_ACL_THREADS"));

@@ -55,12 +55,12 @@ static aclnnStatus plan(const char *api, int weight_nz, const aclTensor *const i
                                          i == ARG_WEIGHT && weight_as_nz ? COMPAT_AS_NZ_WEIGHT
                                                                          : COMPAT_AS_VIEW,
                                          &t[i]);
-    qmoe_executor *native = NULL;
+    qmoe_grouped_matmul_swiglu_quant_executor *native = NULL;
     uint64_t size = 0;
     if (!st) {
-        qmoe_op_options options = {.force_weight_nz = weight_as_nz,
+        qmoe_grouped_matmul_swiglu_quant_options options = {.force_weight_nz = weight_as_nz,
                                    .threads = compat_device_threads()};
-        qmoe_status ns = qmoe_gmm_swiglu_quant_workspace_size(
+        qmoe_status ns = qmoe_grouped_matmul_swiglu_quant_workspace_size(
             t[ARG_X], t[ARG_WEIGHT], t[ARG_BIAS], NULL, t[ARG_WSCALE], t[ARG_XSCALE],
             t[ARG_GROUPS], t[ARG_OUT], t[ARG_OUTSCALE], NULL, &options, &size, &native);
         if (ns) st = compat_fail((aclnnStatus)ns, "%s: %s", api, qmoe_last_error());
@@ -69,7 +69,7 @@ static aclnnStatus plan(const char *api, int weight_nz, const aclTensor *const i
     if (st) return st;
 
     aclOpExecutor *ex = malloc(sizeof *ex);
-    if (!ex) qmoe_executor_destroy(native);
+    if (!ex) qmoe_grouped_matmul_swiglu_quant_executor_destroy(native);
     else *ex = (aclOpExecutor){.op = COMPAT_OP_GMM_SWIGLU_QUANT, .native = native};
     return compat_executor_publish(api, ex, size, workspace_size, executor);
 }
@@ -80,7 +80,7 @@ static aclnnStatus execute(const char *api, void *workspace, uint64_t workspace_
     qmoe_stream *native;
     aclnnStatus st = compat_executor_claim(api, executor, COMPAT_OP_GMM_SWIGLU_QUANT, stream, &native);
     if (st) return st;
-    st = (aclnnStatus)qmoe_gmm_swiglu_quant(workspace, workspace_size, executor->native, native);
+    st = (aclnnStatus)qmoe_grouped_matmul_swiglu_quant(workspace, workspace_size, executor->native, native);
     return compat_executor_finish(api, executor, st, stream, native);
 }
 

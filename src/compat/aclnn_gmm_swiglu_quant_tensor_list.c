@@ -109,7 +109,7 @@ aclnnStatus aclnnGroupedMatmulSwigluQuantWeightNzTensorListGetWorkspaceSize(
     const aclTensor *plain[NT] = {x, xScale, groupList, output, outputScale};
     static const char *const plain_names[NT] = {"x", "xScale", "groupList", "output", "outputScale"};
     qmoe_tensor *t[NT] = {0};
-    qmoe_executor *native = NULL;
+    qmoe_grouped_matmul_swiglu_quant_executor *native = NULL;
     uint64_t size = 0;
     aclnnStatus st = ACLNN_SUCCESS;
     if (!w || !s) {
@@ -124,9 +124,9 @@ aclnnStatus aclnnGroupedMatmulSwigluQuantWeightNzTensorListGetWorkspaceSize(
         st = compat_tensor_to_native(API, plain_names[i], plain[i], COMPAT_AS_VIEW, &t[i]);
 
     if (!st) {
-        qmoe_op_options options = {.struct_size = (uint32_t)sizeof options,
+        qmoe_grouped_matmul_swiglu_quant_options options = {.struct_size = (uint32_t)sizeof options,
                                    .threads = compat_device_threads()};
-        qmoe_status ns = qmoe_gmm_swiglu_quant_weight_list_workspace_size(
+        qmoe_status ns = qmoe_grouped_matmul_swiglu_quant_weight_list_workspace_size(
             t[X], (const qmoe_tensor *const *)w, (const qmoe_tensor *const *)s, (int64_t)n, t[XS],
             t[GL], swigluLimit, t[OUT], t[OUTS], &options, &size, &native);
         if (ns) st = compat_fail((aclnnStatus)ns, "%s: %s", API, qmoe_last_error());
@@ -141,7 +141,7 @@ done_lists:
     if (st) return st;
 
     aclOpExecutor *ex = malloc(sizeof *ex);
-    if (!ex) qmoe_executor_destroy(native);
+    if (!ex) qmoe_grouped_matmul_swiglu_quant_executor_destroy(native);
     else *ex = (aclOpExecutor){.op = COMPAT_OP_GMM_SWIGLU_QUANT, .native = native};
     return compat_executor_publish(API, ex, size, workspaceSize, executor);
 }

@@ -88,7 +88,7 @@ typedef enum compat_op {
  * underneath), one of the three by `op`. */
 struct aclOpExecutor {
     compat_op op;
-    qmoe_executor *native;             /* COMPAT_OP_GMM_SWIGLU_QUANT */
+    qmoe_grouped_matmul_swiglu_quant_executor *native;             /* COMPAT_OP_GMM_SWIGLU_QUANT */
     qmoe_moe_executor *moe;            /* COMPAT_OP_MOE */
     qmoe_grouped_matmul_executor *gmm; /* COMPAT_OP_GROUPED_MATMUL */
 };

@@ -81,23 +81,23 @@ static qmoe_status relayout(const char *fn, const char *src_name, const char *ds
     return succeed();
 }
 
-qmoe_status qmoe_nd_to_nz_int8(const int8_t *nd, int64_t E, int64_t K, int64_t N, int8_t *nz)
+qmoe_status qmoe_layout_nd_to_nz_int8(const int8_t *nd, int64_t E, int64_t K, int64_t N, int8_t *nz)
 {
     return relayout("nd_to_nz_int8", "nd", "nz", nd, nz, E, K, N, 0, 1);
 }
 
-qmoe_status qmoe_nz_to_nd_int8(const int8_t *nz, int64_t E, int64_t K, int64_t N, int8_t *nd)
+qmoe_status qmoe_layout_nz_to_nd_int8(const int8_t *nz, int64_t E, int64_t K, int64_t N, int8_t *nd)
 {
     return relayout("nz_to_nd_int8", "nz", "nd", nz, nd, E, K, N, 0, 0);
 }
 
-qmoe_status qmoe_nd_to_nz_int4(const int8_t *nd_values, int64_t E, int64_t K, int64_t N,
+qmoe_status qmoe_layout_nd_to_nz_int4(const int8_t *nd_values, int64_t E, int64_t K, int64_t N,
                                uint8_t *nz_packed)
 {
     return relayout("nd_to_nz_int4", "nd_values", "nz_packed", nd_values, nz_packed, E, K, N, 1, 1);
 }
 
-qmoe_status qmoe_nz_to_nd_int4(const uint8_t *nz_packed, int64_t E, int64_t K, int64_t N,
+qmoe_status qmoe_layout_nz_to_nd_int4(const uint8_t *nz_packed, int64_t E, int64_t K, int64_t N,
                                int8_t *nd_values)
 {
     return relayout("nz_to_nd_int4", "nz_packed", "nd_values", nz_packed, nd_values, E, K, N, 1, 0);
@@ -118,7 +118,7 @@ static qmoe_status check_io(const char *fn, int64_t count, int64_t multiple, con
     return QMOE_OK;
 }
 
-qmoe_status qmoe_pack_int4(const int8_t *values, int64_t count, uint8_t *packed)
+qmoe_status qmoe_layout_int4_pack(const int8_t *values, int64_t count, uint8_t *packed)
 {
     qmoe_status st;
     if ((st = check_io("pack_int4", count, 1, values, "values", packed, "packed")) ||
@@ -131,7 +131,7 @@ qmoe_status qmoe_pack_int4(const int8_t *values, int64_t count, uint8_t *packed)
     return succeed();
 }
 
-qmoe_status qmoe_unpack_int4(const uint8_t *packed, int64_t count, int8_t *values)
+qmoe_status qmoe_layout_int4_unpack(const uint8_t *packed, int64_t count, int8_t *values)
 {
     qmoe_status st = check_io("unpack_int4", count, 1, packed, "packed", values, "values");
     if (st) return st;
@@ -139,7 +139,7 @@ qmoe_status qmoe_unpack_int4(const uint8_t *packed, int64_t count, int8_t *value
     return succeed();
 }
 
-qmoe_status qmoe_pack_int4_int32(const int8_t *values, int64_t count, int32_t *words)
+qmoe_status qmoe_layout_int4_pack_int32(const int8_t *values, int64_t count, int32_t *words)
 {
     qmoe_status st;
     if ((st = check_io("pack_int4_int32", count, 8, values, "values", words, "words")) ||
@@ -153,7 +153,7 @@ qmoe_status qmoe_pack_int4_int32(const int8_t *values, int64_t count, int32_t *w
     return succeed();
 }
 
-qmoe_status qmoe_unpack_int4_int32(const int32_t *words, int64_t count, int8_t *values)
+qmoe_status qmoe_layout_int4_unpack_int32(const int32_t *words, int64_t count, int8_t *values)
 {
     qmoe_status st = check_io("unpack_int4_int32", count, 8, words, "words", values, "values");
     if (st) return st;
@@ -162,7 +162,7 @@ qmoe_status qmoe_unpack_int4_int32(const int32_t *words, int64_t count, int8_t *
     return succeed();
 }
 
-qmoe_status qmoe_weight_assist_matrix(const int8_t *nd_values, int64_t E, int64_t K, int64_t N,
+qmoe_status qmoe_layout_weight_assist_matrix(const int8_t *nd_values, int64_t E, int64_t K, int64_t N,
                                       const float *scale, int64_t groups, float *bias)
 {
     int64_t total;

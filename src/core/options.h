@@ -1,4 +1,4 @@
-/* Reading a caller's growable options struct (qmoe_op_options, qmoe_device_options): its first
+/* Reading a caller's growable options struct (qmoe_grouped_matmul_swiglu_quant_options, qmoe_device_options): its first
  * field is uint32_t struct_size, new fields are only ever appended. */
 #ifndef QMOE_CORE_OPTIONS_H
 #define QMOE_CORE_OPTIONS_H

@@ -240,7 +240,7 @@ enum ggml_status qg_compute_matmul(qg_context *ctx, struct ggml_tensor *node)
                        "the node's weight is not a q8_0 / q4_0 tensor in a QMOE buffer");
         return failed(ggml_op_desc(node));
     }
-    int threads = ctx->n_threads > 0 ? ctx->n_threads : qmoe_online_cores();
+    int threads = ctx->n_threads > 0 ? ctx->n_threads : qmoe_device_online_cores();
     if (!ensure_device(ctx, threads)) return failed("making the qmoe device");
     qg_weight *w = qg_buffer_weight(a->buffer, a);
     if (!w) return failed("converting the weight");

@@ -65,7 +65,7 @@ static qmoe_status build_chunk(const qg_weight *w, qg_chunk *c)
     gather(w, c, vals, scales, rowq, rowd);
     int64_t wshape[3] = {c->ne, K, ncp}, sshape[3] = {c->ne, G, ncp}, bshape[2] = {c->ne, ncp};
     if (a8w4) {
-        st = qmoe_pack_int4(vals, (int64_t)nv, packed);
+        st = qmoe_layout_int4_pack(vals, (int64_t)nv, packed);
         if (!st) st = tensor3(wshape, 3, QMOE_DTYPE_INT4, packed, &tw);
         /* GroupedMatmul reads no assist matrix; the prepacked object wants one: zero */
         if (!st) st = tensor3(bshape, 2, QMOE_DTYPE_FLOAT32, bias, &tb);

@@ -304,8 +304,8 @@ qmoe_status qmoe_moe_layer_create_from_float(const qmoe_moe_layer_config *config
         st = qmoe_fail(QMOE_ERR_INNER, OP ": out of memory quantizing the weights");
         goto done;
     }
-    st = qmoe_quantize_gate_up(gate, up, dtype, E, I, H, &qo, w13, sc13, b13);
-    if (!st) st = qmoe_quantize_linear(down, dtype, E, H, I, &qo, w2, sc2, b2);
+    st = qmoe_quant_gate_up(gate, up, dtype, E, I, H, &qo, w13, sc13, b13);
+    if (!st) st = qmoe_quant_linear(down, dtype, E, H, I, &qo, w2, sc2, b2);
     if (st) goto done;
     qmoe_dtype wd = c.mode == QMOE_QUANT_A8W4 ? QMOE_DTYPE_INT4 : QMOE_DTYPE_INT8;
     int64_t sh13[3] = {E, H, 2 * I}, sh2[3] = {E, I, H};
@@ -428,7 +428,7 @@ static qmoe_status plan_layer(const qmoe_moe_layer *L, const qmoe_tensor *hidden
     st = qmoe_op_create_moe_init_routing(t[HID], ids, NULL, NULL, &ra, t[XQ], t[RI], t[CUM], t[XS], &mo,
                                          &p->route);
     if (st) goto done;
-    qmoe_op_options oo = QMOE_OP_OPTIONS_INIT;
+    qmoe_grouped_matmul_swiglu_quant_options oo = QMOE_GROUPED_MATMUL_SWIGLU_QUANT_OPTIONS_INIT;
     oo.threads = c->threads;
     st = qmoe_op_create_grouped_matmul_swiglu_quant(t[XQ], L->t13, NULL, NULL, NULL, t[XS], t[CUM], t[HQ], t[HS],
                                          NULL, &oo, &p->gu);

@@ -131,7 +131,7 @@ qmoe_status qmoe_moe_layer_create_shard(const qmoe_moe_layer_config *config, int
     return finish_shard(st, L, &c, num_held, expert_ids, layer);
 }
 
-qmoe_status qmoe_moe_layer_get_config(const qmoe_moe_layer *L, qmoe_moe_layer_config *config)
+qmoe_status qmoe_moe_layer_config_of(const qmoe_moe_layer *L, qmoe_moe_layer_config *config)
 {
     if (!L || !config)
         return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, !L ? "layer" : "config",
@@ -252,7 +252,7 @@ static qmoe_status plan_experts(const qmoe_moe_layer *L, const qmoe_tensor *x, c
     if (!st) st = desc_like(y, &t[Y]);
     if (!st) st = qmoe_tensor_desc_create(hq, 2, NULL, QMOE_DTYPE_INT8, QMOE_FORMAT_ND, &t[HQ]);
     if (!st) st = qmoe_tensor_desc_create(&R, 1, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, &t[HS]);
-    qmoe_op_options oo = QMOE_OP_OPTIONS_INIT;
+    qmoe_grouped_matmul_swiglu_quant_options oo = QMOE_GROUPED_MATMUL_SWIGLU_QUANT_OPTIONS_INIT;
     oo.threads = c->threads;
     if (!st)
         st = qmoe_op_create_grouped_matmul_swiglu_quant(t[X], L->t13, NULL, NULL, NULL, t[XS], t[GL], t[HQ], t[HS], NULL,

@@ -154,7 +154,7 @@ static void write_item(job *j, int64_t item, float *row, int8_t *q, float *tile_
             tile_scale[g * nt + c] = s;
             j->scale_out[(e * groups + g) * j->N + n0 + c] = s;
         }
-    if (j->a8w4 && qmoe_weight_assist_matrix(q, 1, j->K, nt, tile_scale, j->G,
+    if (j->a8w4 && qmoe_layout_weight_assist_matrix(q, 1, j->K, nt, tile_scale, j->G,
                                              j->bias_out + e * j->N + n0) != QMOE_OK)
         j->fail = 1;
     /* element offset of W[e][0][n0]: NZ tiles of 32 (int8) / 64 (int4) columns are contiguous
@@ -162,15 +162,15 @@ static void write_item(job *j, int64_t item, float *row, int8_t *q, float *tile_
     int64_t base = e * j->K * j->N;
     if (!j->nd) {
         qmoe_status st = j->a8w4
-            ? qmoe_nd_to_nz_int4(q, 1, j->K, nt, (uint8_t *)j->weight + (base + n0 * j->K) / 2)
-            : qmoe_nd_to_nz_int8(q, 1, j->K, nt, (int8_t *)j->weight + base + n0 * j->K);
+            ? qmoe_layout_nd_to_nz_int4(q, 1, j->K, nt, (uint8_t *)j->weight + (base + n0 * j->K) / 2)
+            : qmoe_layout_nd_to_nz_int8(q, 1, j->K, nt, (int8_t *)j->weight + base + n0 * j->K);
         if (st != QMOE_OK) j->fail = 1;
         return;
     }
     for (int64_t k = 0; k < j->K; k++) {
         int64_t at = base + k * j->N + n0; /* even for int4: N and n0 are even */
         if (!j->a8w4) memcpy((int8_t *)j->weight + at, q + k * nt, (size_t)nt);
-        else if (qmoe_pack_int4(q + k * nt, nt, (uint8_t *)j->weight + at / 2) != QMOE_OK)
+        else if (qmoe_layout_int4_pack(q + k * nt, nt, (uint8_t *)j->weight + at / 2) != QMOE_OK)
             j->fail = 1;
     }
 }
@@ -397,7 +397,7 @@ out:
     return st;
 }
 
-qmoe_status qmoe_quantize_linear(const void *const *w, qmoe_dtype dtype, int64_t E, int64_t N,
+qmoe_status qmoe_quant_linear(const void *const *w, qmoe_dtype dtype, int64_t E, int64_t N,
                                  int64_t K, const qmoe_quant_options *options, void *weight,
                                  float *scale, float *bias)
 {
@@ -405,7 +405,7 @@ qmoe_status qmoe_quantize_linear(const void *const *w, qmoe_dtype dtype, int64_t
     return quantize(&j, options, weight, scale, bias);
 }
 
-qmoe_status qmoe_quantize_gate_up(const void *const *gate, const void *const *up,
+qmoe_status qmoe_quant_gate_up(const void *const *gate, const void *const *up,
                                   qmoe_dtype dtype, int64_t E, int64_t I, int64_t H,
                                   const qmoe_quant_options *options, void *weight, float *scale,
                                   float *bias)

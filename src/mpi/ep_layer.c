@@ -35,7 +35,7 @@ static qmoe_status check_forward(const qmoe_ep *ep, const qmoe_moe_layer *layer,
                        : !hidden ? "hidden"
                        : !logits ? "router_logits"
                                  : "out");
-    if (qmoe_moe_layer_get_config(layer, c))
+    if (qmoe_moe_layer_config_of(layer, c))
         return ep_fail(QMOE_ERR_PARAM_INVALID, "layer: %s", qmoe_last_error());
     if (ep->x_dtype != QMOE_DTYPE_INT8)
         return ep_fail(QMOE_ERR_PARAM_INVALID, "the context's x_dtype must be INT8 for the layer");

@@ -82,14 +82,14 @@ void op_arg_planned(qmoe_op *op, int i, const void *pointer);
 qmoe_status op_execute(const qmoe_op *op, void *const *args, int nargs, void *workspace,
                        uint64_t workspace_size, qmoe_stream *stream);
 
-/* A two-phase executor (qmoe_executor, qmoe_grouped_matmul_executor, qmoe_moe_executor): the op
+/* A two-phase executor (qmoe_grouped_matmul_swiglu_quant_executor, qmoe_grouped_matmul_executor, qmoe_moe_executor): the op
  * plus the data of the tensors given at phase one. */
 typedef struct op_bound {
     qmoe_op *op;
     void **args; /* op->nargs entries, in the same block */
 } op_bound;
 
-struct qmoe_executor {
+struct qmoe_grouped_matmul_swiglu_quant_executor {
     op_bound b;
 };
 struct qmoe_grouped_matmul_executor {

@@ -93,7 +93,7 @@ static void cpu_run_parts(qmoe_device *d, qmoe_work_fn f, void *data, int nparts
     qmoe_workq_run(cpu(d)->wq, counted_part, &w, nparts);
 }
 
-int qmoe_online_cores(void)
+int qmoe_device_online_cores(void)
 {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n < 1 ? 1 : n > MAX_THREADS ? MAX_THREADS : (int)n;
@@ -312,7 +312,7 @@ qmoe_status qmoe_device_create(const qmoe_device_options *options, qmoe_device *
                                        "options");
     if (st) return st;
     const qmoe_device_options *o = &opts;
-    int cores = qmoe_online_cores();
+    int cores = qmoe_device_online_cores();
     st = check_options(o, cores);
     if (st) return st;
     cpu_device *dev = calloc(1, sizeof *dev);

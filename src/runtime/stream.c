@@ -270,7 +270,7 @@ static qmoe_device *default_device_locked(void)
     return default_dev;
 }
 
-qmoe_device *qmoe_default_device(void)
+qmoe_device *qmoe_device_default(void)
 {
     pthread_mutex_lock(&default_lock);
     qmoe_device *dev = default_device_locked();
@@ -290,7 +290,7 @@ static qmoe_stream *default_stream(int ndev)
         if (ndev == 1) {
             ok = (devs[0] = default_device_locked()) != NULL;
         } else {
-            int per = qmoe_online_cores() / ndev;
+            int per = qmoe_device_online_cores() / ndev;
             qmoe_device_options o = {.threads = per > 0 ? per : 1};
             for (int d = 0; d < ndev && ok; d++) ok = !qmoe_device_create(&o, &devs[d]);
         }

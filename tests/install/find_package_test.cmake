@@ -1,5 +1,5 @@
 # Installs BUILD_DIR into PREFIX, configures, builds and runs the consumer project (which needs
-# find_package(qmoe 0.2 CONFIG) and refuses 0.1, 0.3 and 1.0), then moves the prefix elsewhere and
+# find_package(qmoe 0.3 CONFIG) and refuses 0.2, 0.4 and 1.0), then moves the prefix elsewhere and
 # does it all again from a fresh build folder: the installed package files hold no absolute path.
 include(${CMAKE_CURRENT_LIST_DIR}/prefix.cmake)
 qmoe_install_into(${BUILD_DIR} ${PREFIX} ${PREFIX}-build ${PREFIX}-moved-build)

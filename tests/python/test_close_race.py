@@ -44,7 +44,7 @@ else:
     gl = np.array([8, 16, 24, 32, 40, 48, 56, 64], np.int64)
     if which == "prepacked":
         call = lambda: qmoe.grouped_matmul_swiglu_quant(x, obj, gl, None, xs)[:2]
-        name = "qmoe_gmm_swiglu_quant"
+        name = "qmoe_grouped_matmul_swiglu_quant"
     else:  # the grouped matmul with the same prepacked weights
         call = lambda: qmoe.npu_grouped_matmul([x], [obj], per_token_scale=[xs], group_list=gl,
                                                split_item=3, group_type=0)[0]

@@ -1,5 +1,5 @@
 """The ctypes declarations (qmoe/_lib.py) agree with include/qmoe/qmoe.h: the numbers of every
-enum and the fields of qmoe_op_options, so a change to the C API cannot silently break Python."""
+enum and the fields of qmoe_grouped_matmul_swiglu_quant_options, so a change to the C API cannot silently break Python."""
 
 import re
 from pathlib import Path
@@ -43,7 +43,7 @@ def test_enum_numbers_match_the_header():
 
 
 def test_op_options_fields_match_the_header():
-    body = re.search(r"typedef struct qmoe_op_options\s*\{(.*?)\}\s*qmoe_op_options;", HEADER,
+    body = re.search(r"typedef struct qmoe_grouped_matmul_swiglu_quant_options\s*\{(.*?)\}\s*qmoe_grouped_matmul_swiglu_quant_options;", HEADER,
                      re.S).group(1)
     body = re.sub(r"/\*.*?\*/", "", body, flags=re.S)
     fields = re.findall(r"^\s*(?:int|uint32_t|qmoe_\w+)\s+(\w+)\s*;", body, re.M)

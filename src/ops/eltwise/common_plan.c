@@ -104,7 +104,7 @@ qmoe_status moe_threads(const char *op, const qmoe_moe_options *options, int32_t
     if (t < 0 || t > 4096)
         return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_OPTION, "options",
                              "%s: options.threads = %d; expected 0 to 4096", op, t);
-    if (t == 0) t = qmoe_online_cores();
+    if (t == 0) t = qmoe_device_online_cores();
     *threads = t > 0 ? t : 1;
     return QMOE_OK;
 }

@@ -254,7 +254,7 @@ qmoe_status qmoe_op_create_grouped_matmul(
         return INVALID(UNSUPPORTED, "weight", OP ": weight: prepacked for kernel %s, the operator runs %s",
                        qmoe_kernel_name((qmoe_kernel)pp->kernel), qmoe_kernel_name((qmoe_kernel)k->id));
     if (ex.path == GMM_PATH_INT8 && !ex.isa) ex.path = GMM_PATH_EXACT; /* the reference kernel */
-    ex.threads = o.threads ? o.threads : qmoe_online_cores();
+    ex.threads = o.threads ? o.threads : qmoe_device_online_cores();
     if (ex.threads < 1) ex.threads = 1;
     p->threads = ex.threads;
     p->devices = 1;

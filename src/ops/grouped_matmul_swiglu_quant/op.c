@@ -66,7 +66,7 @@ qmoe_status qmoe_op_create_grouped_matmul_swiglu_quant(
     const qmoe_tensor *x, const qmoe_tensor *weight, const qmoe_tensor *bias,
     const qmoe_tensor *offset, const qmoe_tensor *weight_scale, const qmoe_tensor *x_scale,
     const qmoe_tensor *group_list, const qmoe_tensor *output, const qmoe_tensor *output_scale,
-    const qmoe_tensor *output_offset, const qmoe_op_options *options, qmoe_op **op)
+    const qmoe_tensor *output_offset, const qmoe_grouped_matmul_swiglu_quant_options *options, qmoe_op **op)
 {
     if (!op) return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "op", "op is a null pointer");
     qmoe_gmm_params plan;
@@ -95,20 +95,20 @@ qmoe_status qmoe_op_create_grouped_matmul_swiglu_quant(
 }
 
 qmoe_status qmoe_gmm_executor_new(qmoe_op *op, const qmoe_tensor *const *tensors,
-                                  uint64_t *workspace_size, qmoe_executor **executor)
+                                  uint64_t *workspace_size, qmoe_grouped_matmul_swiglu_quant_executor **executor)
 {
     void *ex;
-    qmoe_status st = op_executor_new(sizeof(qmoe_executor), op, tensors, workspace_size, &ex);
+    qmoe_status st = op_executor_new(sizeof(qmoe_grouped_matmul_swiglu_quant_executor), op, tensors, workspace_size, &ex);
     if (!st) *executor = ex;
     return st;
 }
 
-qmoe_status qmoe_gmm_swiglu_quant_workspace_size(
+qmoe_status qmoe_grouped_matmul_swiglu_quant_workspace_size(
     const qmoe_tensor *x, const qmoe_tensor *weight, const qmoe_tensor *bias,
     const qmoe_tensor *offset, const qmoe_tensor *weight_scale, const qmoe_tensor *x_scale,
     const qmoe_tensor *group_list, const qmoe_tensor *output, const qmoe_tensor *output_scale,
-    const qmoe_tensor *output_offset, const qmoe_op_options *options, uint64_t *workspace_size,
-    qmoe_executor **executor)
+    const qmoe_tensor *output_offset, const qmoe_grouped_matmul_swiglu_quant_options *options, uint64_t *workspace_size,
+    qmoe_grouped_matmul_swiglu_quant_executor **executor)
 {
     if (!workspace_size)
         return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "workspaceSize",
@@ -126,8 +126,8 @@ qmoe_status qmoe_gmm_swiglu_quant_workspace_size(
     return qmoe_gmm_executor_new(op, t, workspace_size, executor);
 }
 
-qmoe_status qmoe_gmm_swiglu_quant(void *workspace, uint64_t workspace_size,
-                                  qmoe_executor *executor, qmoe_stream *stream)
+qmoe_status qmoe_grouped_matmul_swiglu_quant(void *workspace, uint64_t workspace_size,
+                                  qmoe_grouped_matmul_swiglu_quant_executor *executor, qmoe_stream *stream)
 {
     if (!executor)
         return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "executor",
@@ -136,17 +136,17 @@ qmoe_status qmoe_gmm_swiglu_quant(void *workspace, uint64_t workspace_size,
                            stream);
 }
 
-void qmoe_executor_destroy(qmoe_executor *executor)
+void qmoe_grouped_matmul_swiglu_quant_executor_destroy(qmoe_grouped_matmul_swiglu_quant_executor *executor)
 {
     op_executor_free(executor ? &executor->b : NULL);
 }
 
-qmoe_kernel qmoe_executor_kernel(const qmoe_executor *executor)
+qmoe_kernel qmoe_grouped_matmul_swiglu_quant_executor_kernel(const qmoe_grouped_matmul_swiglu_quant_executor *executor)
 {
     return executor ? qmoe_op_kernel(executor->b.op) : QMOE_KERNEL_AUTO;
 }
 
-qmoe_gmm_params *qmoe_executor_params(qmoe_executor *executor)
+qmoe_gmm_params *qmoe_grouped_matmul_swiglu_quant_executor_params(qmoe_grouped_matmul_swiglu_quant_executor *executor)
 {
     return (qmoe_gmm_params *)(void *)executor->b.op->plan;
 }

@@ -114,7 +114,7 @@ qmoe_status qmoe_gmm_plan_execution(qmoe_gmm_params *p, const qmoe_kernel_entry 
         p->threads = threads;
     } else {
         /* the default group's thread count: all cores, shared by the devices */
-        int per = qmoe_online_cores() / p->devices;
+        int per = qmoe_device_online_cores() / p->devices;
         p->threads = per > 0 ? per : 1;
     }
     /* Large blocks: the kernel packs a weight panel once per call and reuses it for each row. */

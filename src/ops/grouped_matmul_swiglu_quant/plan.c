@@ -196,11 +196,11 @@ static qmoe_status expect_no_alias(const qmoe_tensor *x, const qmoe_tensor *weig
 }
 
 /* The 0.2 layout, the first with struct_size (up to `devices`): what struct_size 0 stands for. */
-#define OPTIONS_0_2_SIZE (offsetof(qmoe_op_options, devices) + sizeof(int))
+#define OPTIONS_0_2_SIZE (offsetof(qmoe_grouped_matmul_swiglu_quant_options, devices) + sizeof(int))
 
-void qmoe_op_options_init(qmoe_op_options *options)
+void qmoe_grouped_matmul_swiglu_quant_options_init(qmoe_grouped_matmul_swiglu_quant_options *options)
 {
-    static const qmoe_op_options init = QMOE_OP_OPTIONS_INIT;
+    static const qmoe_grouped_matmul_swiglu_quant_options init = QMOE_GROUPED_MATMUL_SWIGLU_QUANT_OPTIONS_INIT;
     if (options) *options = init;
 }
 
@@ -209,12 +209,12 @@ qmoe_status qmoe_gmm_plan(const qmoe_tensor *x, const qmoe_tensor *weight,
                           const qmoe_tensor *weight_scale, const qmoe_tensor *x_scale,
                           const qmoe_tensor *group_list, const qmoe_tensor *output,
                           const qmoe_tensor *output_scale, const qmoe_tensor *output_offset,
-                          const qmoe_op_options *options, qmoe_gmm_params *p)
+                          const qmoe_grouped_matmul_swiglu_quant_options *options, qmoe_gmm_params *p)
 {
-    qmoe_op_options opts;
+    qmoe_grouped_matmul_swiglu_quant_options opts;
     qmoe_status st = qmoe_read_options(options, &opts, sizeof opts, OPTIONS_0_2_SIZE, "options");
     if (st) return st;
-    const qmoe_op_options *o = &opts;
+    const qmoe_grouped_matmul_swiglu_quant_options *o = &opts;
     /* prepacked weights hold their scales and the A8W4 correction: those may be NULL */
     const struct qmoe_weights *pp = weight ? weight->packed : NULL;
     const struct { const void *t; const char *name; } required[] = {

@@ -13,7 +13,7 @@ qmoe_status qmoe_gmm_plan(const qmoe_tensor *x, const qmoe_tensor *weight,
                           const qmoe_tensor *weight_scale, const qmoe_tensor *x_scale,
                           const qmoe_tensor *group_list, const qmoe_tensor *output,
                           const qmoe_tensor *output_scale, const qmoe_tensor *output_offset,
-                          const qmoe_op_options *options, qmoe_gmm_params *plan);
+                          const qmoe_grouped_matmul_swiglu_quant_options *options, qmoe_gmm_params *plan);
 
 /* The op of a filled plan (devices, kernel, workspace and scratch from it), nargs entries. */
 qmoe_status qmoe_gmm_op_new(const op_desc *desc, const qmoe_gmm_params *plan, int nargs,
@@ -24,9 +24,9 @@ void qmoe_gmm_align_outputs(qmoe_op *op, const qmoe_gmm_params *plan, int out, i
 qmoe_status qmoe_gmm_check(const void *plan, void *workspace);
 /* A two-phase executor over op bound to tensors (the create function's order); takes op. */
 qmoe_status qmoe_gmm_executor_new(qmoe_op *op, const qmoe_tensor *const *tensors,
-                                  uint64_t *workspace_size, qmoe_executor **executor);
+                                  uint64_t *workspace_size, qmoe_grouped_matmul_swiglu_quant_executor **executor);
 
 /* The plan of a two-phase executor (the tests inspect and edit it). */
-qmoe_gmm_params *qmoe_executor_params(qmoe_executor *executor);
+qmoe_gmm_params *qmoe_grouped_matmul_swiglu_quant_executor_params(qmoe_grouped_matmul_swiglu_quant_executor *executor);
 
 #endif

@@ -122,7 +122,7 @@ qmoe_status qmoe_op_create_grouped_matmul_swiglu_quant_weight_list(
     const qmoe_tensor *x, const qmoe_tensor *const *weights,
     const qmoe_tensor *const *weight_scales, int64_t num_experts, const qmoe_tensor *x_scale,
     const qmoe_tensor *group_list, float swiglu_limit, const qmoe_tensor *output,
-    const qmoe_tensor *output_scale, const qmoe_op_options *options, qmoe_op **op)
+    const qmoe_tensor *output_scale, const qmoe_grouped_matmul_swiglu_quant_options *options, qmoe_op **op)
 {
     qmoe_status st;
     if (!op) return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "op", "op is a null pointer");
@@ -154,8 +154,8 @@ qmoe_status qmoe_op_create_grouped_matmul_swiglu_quant_weight_list(
 
     /* A local copy (force_weight_nz changes below) of the fields this library knows; a struct_size
      * too small for them goes to the planner as given, which refuses it. */
-    qmoe_op_options o = {0};
-    const qmoe_op_options *opts = &o;
+    qmoe_grouped_matmul_swiglu_quant_options o = {0};
+    const qmoe_grouped_matmul_swiglu_quant_options *opts = &o;
     if (options && options->struct_size && options->struct_size < sizeof o) {
         opts = options;
     } else if (options) {
@@ -221,12 +221,12 @@ qmoe_status qmoe_op_create_grouped_matmul_swiglu_quant_weight_list(
     return QMOE_OK;
 }
 
-qmoe_status qmoe_gmm_swiglu_quant_weight_list_workspace_size(
+qmoe_status qmoe_grouped_matmul_swiglu_quant_weight_list_workspace_size(
     const qmoe_tensor *x, const qmoe_tensor *const *weights,
     const qmoe_tensor *const *weight_scales, int64_t num_experts, const qmoe_tensor *x_scale,
     const qmoe_tensor *group_list, float swiglu_limit, const qmoe_tensor *output,
-    const qmoe_tensor *output_scale, const qmoe_op_options *options, uint64_t *workspace_size,
-    qmoe_executor **executor)
+    const qmoe_tensor *output_scale, const qmoe_grouped_matmul_swiglu_quant_options *options, uint64_t *workspace_size,
+    qmoe_grouped_matmul_swiglu_quant_executor **executor)
 {
     if (!workspace_size)
         return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "workspaceSize",

@@ -70,8 +70,8 @@ static qmoe_status plan_source(const qmoe_tensor *weight, const qmoe_tensor *wei
         (st = qmoe_tensor_create(&zero, 1, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, NULL, &os))) {
         st = qmoe_fail(QMOE_ERR_INNER, "prepack: out of memory");
     } else {
-        qmoe_op_options opt;
-        qmoe_op_options_init(&opt);
+        qmoe_grouped_matmul_swiglu_quant_options opt;
+        qmoe_grouped_matmul_swiglu_quant_options_init(&opt);
         opt.force_weight_nz = o->force_weight_nz;
         opt.kernel = o->kernel;
         opt.threads = 1;

@@ -5,8 +5,8 @@
 #include "qmoe/qmoe.h"
 #include "qmoe/runtime.h"
 
-#if QMOE_VERSION < QMOE_VERSION_OF(0, 2, 0)
-#error "qmoe/version.h: expected at least 0.2.0"
+#if QMOE_VERSION < QMOE_VERSION_OF(0, 3, 0)
+#error "qmoe/version.h: expected at least 0.3.0"
 #endif
 
 int main(void)
@@ -20,10 +20,10 @@ int main(void)
                 qmoe_version(), EXPECT_VERSION);
         return 1;
     }
-    qmoe_op_options o = QMOE_OP_OPTIONS_INIT;
+    qmoe_grouped_matmul_swiglu_quant_options o = QMOE_GROUPED_MATMUL_SWIGLU_QUANT_OPTIONS_INIT;
     uint64_t ws = 0;
-    qmoe_executor *ex = NULL;
-    qmoe_status st = qmoe_gmm_swiglu_quant_workspace_size(NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+    qmoe_grouped_matmul_swiglu_quant_executor *ex = NULL;
+    qmoe_status st = qmoe_grouped_matmul_swiglu_quant_workspace_size(NULL, NULL, NULL, NULL, NULL, NULL, NULL,
                                                           NULL, NULL, NULL, &o, &ws, &ex);
     const qmoe_error_info *e = qmoe_last_error_info();
     if (st != QMOE_ERR_PARAM_NULLPTR || e->status != st || e->rule != QMOE_RULE_NULL ||
@@ -32,6 +32,6 @@ int main(void)
                 e->arg, e->message);
         return 1;
     }
-    printf("qmoe %s, %d cores\n", qmoe_version(), qmoe_online_cores());
+    printf("qmoe %s, %d cores\n", qmoe_version(), qmoe_device_online_cores());
     return 0;
 }
