@@ -210,6 +210,19 @@ qmoe_status op_executor_new(size_t head, qmoe_op *op, const qmoe_tensor *const *
     return QMOE_OK;
 }
 
+qmoe_status op_out_pointers(const char *name, const void *workspace_size, const void *executor)
+{
+    const char *sep = name ? ": " : "";
+    if (!name) name = "";
+    if (!workspace_size)
+        return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "workspaceSize",
+                             "%s%sworkspaceSize is a null pointer", name, sep);
+    if (!executor)
+        return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "executor",
+                             "%s%sexecutor is a null pointer", name, sep);
+    return QMOE_OK;
+}
+
 void op_executor_free(op_bound *b)
 {
     if (!b) return;

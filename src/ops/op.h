@@ -106,6 +106,9 @@ struct qmoe_moe_executor {
 qmoe_status op_executor_new(size_t head, qmoe_op *op, const qmoe_tensor *const *tensors,
                             uint64_t *workspace_size, void **out);
 void op_executor_free(op_bound *b); /* NULL is a no-op */
+/* Phase one of a two-phase call: both out-pointers given (messages prefixed "name: " unless
+ * name is NULL). */
+qmoe_status op_out_pointers(const char *name, const void *workspace_size, const void *executor);
 /* Phase two of a two-phase executor ("executor" NULL is QMOE_ERR_PARAM_NULLPTR). */
 qmoe_status op_executor_run(const char *name, const op_bound *b, void *workspace,
                             uint64_t workspace_size, qmoe_stream *stream);

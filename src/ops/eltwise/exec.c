@@ -264,13 +264,7 @@ qmoe_status moe_executor_new(qmoe_op *op, const qmoe_tensor *const *tensors,
 qmoe_status moe_out_pointers(const char *op, uint64_t *workspace_size,
                              qmoe_moe_executor **executor)
 {
-    if (!workspace_size)
-        return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "workspaceSize",
-                             "%s: workspaceSize is a null pointer", op);
-    if (!executor)
-        return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "executor",
-                             "%s: executor is a null pointer", op);
-    return QMOE_OK;
+    return op_out_pointers(op, workspace_size, executor);
 }
 
 qmoe_status moe_op_pointer(const char *name, qmoe_op **op)

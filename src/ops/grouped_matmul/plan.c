@@ -308,10 +308,10 @@ qmoe_status qmoe_grouped_matmul_workspace_size(
     int64_t group_list_type, const qmoe_tensor *out, const qmoe_grouped_matmul_options *options,
     uint64_t *workspace_size, qmoe_grouped_matmul_executor **executor)
 {
-    if (!workspace_size) return NULLPTR("workspaceSize");
-    if (!executor) return NULLPTR("executor");
+    qmoe_status st = op_out_pointers(OP, workspace_size, executor);
+    if (st) return st;
     qmoe_op *op;
-    qmoe_status st = qmoe_op_create_grouped_matmul(x, weight, bias, scale, per_token_scale,
+    st = qmoe_op_create_grouped_matmul(x, weight, bias, scale, per_token_scale,
                                                    group_list, group_list_type, out, options, &op);
     if (st) return st;
     const qmoe_tensor *t[A_COUNT] = {x, weight, bias, scale, per_token_scale, group_list, out};

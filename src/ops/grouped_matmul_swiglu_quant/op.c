@@ -110,14 +110,10 @@ qmoe_status qmoe_grouped_matmul_swiglu_quant_workspace_size(
     const qmoe_tensor *output_offset, const qmoe_grouped_matmul_swiglu_quant_options *options, uint64_t *workspace_size,
     qmoe_grouped_matmul_swiglu_quant_executor **executor)
 {
-    if (!workspace_size)
-        return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "workspaceSize",
-                             "workspaceSize is a null pointer");
-    if (!executor)
-        return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "executor",
-                             "executor is a null pointer");
+    qmoe_status st = op_out_pointers(NULL, workspace_size, executor);
+    if (st) return st;
     qmoe_op *op;
-    qmoe_status st = qmoe_op_create_grouped_matmul_swiglu_quant(x, weight, bias, offset, weight_scale,
+    st = qmoe_op_create_grouped_matmul_swiglu_quant(x, weight, bias, offset, weight_scale,
                                                      x_scale, group_list, output, output_scale,
                                                      output_offset, options, &op);
     if (st) return st;
