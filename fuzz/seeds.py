@@ -96,6 +96,12 @@ def grouped_matmul_seeds():
     for form in range(8):
         put("fuzz_grouped_matmul", f"form{form}", bytes([form, 9, 3, 1, 1, form & 1, 1, 0, 1, 0, 2, 0]))
     put("fuzz_grouped_matmul", "m0", bytes([0, 0, 2, 0, 0, 0, 0, 2, 0, 1, 1, 0]))
+    # then a run: the pointers kept, then the group list's draws (each: parity picks an extreme
+    # or a small value); counts {2, INT64_MAX} and cumulative ends {2, INT64_MIN}, whose running
+    # total or order must be refused before it is formed
+    run = [0, 9, 1, 1, 0, 0, 0, 0, 0]
+    put("fuzz_grouped_matmul", "run-counts-overflow", bytes(run + [1, 2, 0, 0, 0, 0, 4, 1, 0]))
+    put("fuzz_grouped_matmul", "run-ends-min", bytes(run + [0, 2, 0, 0, 0, 0, 4, 1, 1]))
 
 
 if __name__ == "__main__":
