@@ -6,7 +6,8 @@
 # (so libggml-qmoe.so and the tools share one libggml-base.so).
 #   make ggml-llama   download + build llama.cpp's ggml, llama, test-backend-ops and llama-bench
 #   make ggml-backend build $(BUILD)/src/ggml/libggml-qmoe.so against that tree
-#   make test-ggml    the backend's unit tests, test-backend-ops -b QMOE -o MUL_MAT_ID / MUL_MAT in
+#   make test-ggml    the backend's unit tests, the layering check again with the backend's objects
+#                     built (no cycle in src/ggml either), test-backend-ops -b QMOE -o MUL_MAT_ID / MUL_MAT in
 #                     test mode, and llama-bench on small Qwen3-MoE-shaped models (part of make test)
 # Without the package index the suite is reported as NOT RUN with the reason, and make test goes on.
 GGML_DIR            ?= $(BUILD)/ggml
@@ -58,6 +59,7 @@ test-ggml:
 	start=$$(date +%s); \
 	$(MAKE) --no-print-directory ggml-backend && \
 	ctest --test-dir $(BUILD) -L ggml --output-on-failure && \
+	ctest --test-dir $(BUILD) -R '^layers$$' --output-on-failure && \
 	tests/ggml/run-backend-ops.sh $(GGML_LLAMA_BUILD)/bin/test-backend-ops $(GGML_BACKEND_LIB) \
 	  $(GGML_DIR)/logs >$(GGML_RESULT); rc=$$?; \
 	if [ -f $(GGML_RESULT) ] && ! scripts/venv.sh $(GGML_VENV) tests/ggml/requirements.txt >/dev/null; then \

@@ -11,13 +11,6 @@
 
 #define QG_EXPORT __attribute__((visibility("default")))
 
-void qg_log_error(const char *what)
-{
-    /* ggml_log_internal is ggml's logger (ggml-impl.h, exported by ggml-base): a program's log
-     * callback sees the message; declared here to keep ggml-impl.h's C++-minded parts out */
-    extern void ggml_log_internal(enum ggml_log_level level, const char *format, ...);
-    ggml_log_internal(GGML_LOG_LEVEL_ERROR, "qmoe: %s: %s\n", what, qmoe_last_error());
-}
 
 /* ---- the backend ---- */
 
@@ -218,7 +211,6 @@ static struct ggml_backend_device qg_dev = {
     .context = NULL,
 };
 
-ggml_backend_dev_t qg_device(void) { return &qg_dev; }
 
 static ggml_backend_dev_t reg_device(ggml_backend_reg_t reg, size_t index)
 {
@@ -252,7 +244,11 @@ static struct ggml_backend_reg qg_reg = {
 QG_EXPORT ggml_backend_reg_t ggml_backend_init(void);
 QG_EXPORT int ggml_backend_score(void);
 
-ggml_backend_reg_t ggml_backend_init(void) { return &qg_reg; }
+ggml_backend_reg_t ggml_backend_init(void)
+{
+    qg_buffer_type()->device = &qg_dev; /* set here: buffer.c does not call back into this file */
+    return &qg_reg;
+}
 
 /* 0 (refuse) where qmoe has none of its fast kernels here: the portable one would be slower
  * than ggml's own CPU code. */

@@ -10,7 +10,6 @@
 
 #define QG_ALIGN 64
 
-ggml_backend_dev_t qg_device(void);
 
 static void drop_range(qg_buffer *b, size_t lo, size_t hi)
 {
@@ -176,10 +175,9 @@ ggml_backend_buffer_type_t qg_buffer_type(void)
             .get_alloc_size = NULL,
             .is_host = buft_is_host,
         },
-        .device = NULL,
+        .device = NULL, /* set by ggml_backend_init (backend.c) */
         .context = NULL,
     };
-    buft.device = qg_device();
     return &buft;
 }
 
