@@ -96,7 +96,7 @@ static qmoe_tensor *create(const desc *d, int slot) { return fz_tensor(d, unread
  * did not wrap around. */
 static void check_plan(const qmoe_grouped_matmul_swiglu_quant_executor *ex, uint64_t size)
 {
-    const qmoe_gmm_params *p = &ex->plan;
+    const qmoe_gmm_params *p = qmoe_grouped_matmul_swiglu_quant_executor_params((qmoe_grouped_matmul_swiglu_quant_executor *)(uintptr_t)ex);
     fz_require(qmoe_grouped_matmul_swiglu_quant_executor_kernel(ex) != QMOE_KERNEL_AUTO, "plan without a concrete kernel");
     fz_require(size == p->workspace_bytes, "workspace size differs from the plan's");
     /* K = 0 and N = 0 are accepted (docs/testing.md: zero sizes give the all-zero result) */

@@ -186,14 +186,14 @@ static const op_desc *desc_of(int32_t kind)
     }
 }
 
-/* Bytes from a view's first to its last element (0: empty); bounded by its tensor's checks. */
+/* Bytes from a view's first to its last element (0: empty); bounded by its tensor's checks, which
+ * bound the extent of tensors with elements only: an empty one is answered before any sum. */
 static uint64_t view_bytes(const moe_view *v)
 {
-    int64_t last = 0;
-    for (int d = 0; d < v->nd; d++) {
+    for (int d = 0; d < v->nd; d++)
         if (v->shape[d] == 0) return 0;
-        last += (v->shape[d] - 1) * v->st[d];
-    }
+    int64_t last = 0;
+    for (int d = 0; d < v->nd; d++) last += (v->shape[d] - 1) * v->st[d];
     return (uint64_t)((last + 1) * qmoe_dtype_bits((qmoe_dtype)v->dtype) / 8);
 }
 
