@@ -37,8 +37,9 @@ typedef enum qmoe_moe_gating {
     QMOE_MOE_GATING_SIGMOID = 1, /* sigmoid, + bias for selection, group top-k, renormalised */
 } qmoe_moe_gating;
 
-/* The layer's configuration. Start from QMOE_MOE_LAYER_CONFIG_INIT (or zero it and set the
- * sizes); struct_size works as in qmoe_grouped_matmul_swiglu_quant_options: new fields are only ever appended. */
+/* The layer's configuration. Start from QMOE_MOE_LAYER_CONFIG_INIT (or zero it and set the sizes);
+ * struct_size works as in qmoe_grouped_matmul_swiglu_quant_options: new fields are only ever
+ * appended. */
 typedef struct qmoe_moe_layer_config {
     uint32_t struct_size;
     int64_t hidden_size;       /* H */

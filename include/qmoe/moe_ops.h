@@ -5,18 +5,18 @@
  * (weighted sum back in token order) and SwiGLU.
  *
  * Each operator has the two phases of the fused operator: qmoe_<op>_workspace_size() validates
- * every argument that does not need tensor data, plans the work and returns the workspace size
- * and an executor; qmoe_<op>() queues the operator on a stream (NULL: runs it synchronously on
- * the process-wide default device), which checks the index data (expert ids, row indices) when
- * it runs - after the operators queued before it - and computes. A data error writes nothing
- * and is returned by the call (NULL stream) or by qmoe_stream_synchronize(). Executors are reusable and are
- * destroyed with qmoe_moe_executor_destroy(). Contracts: docs/ops/<op>.md.
+ * every argument that does not need tensor data, plans the work and returns the workspace size and
+ * an executor; qmoe_<op>() queues the operator on a stream (NULL: runs it synchronously on the
+ * process-wide default device), which checks the index data (expert ids, row indices) when it runs
+ * - after the operators queued before it - and computes. A data error writes nothing and is
+ * returned by the call (NULL stream) or by qmoe_stream_synchronize(). Executors are reusable and
+ * are destroyed with qmoe_moe_executor_destroy(). Contracts: docs/ops/<op>.md.
  *
  * Common rules: tensors are qmoe_tensor views (any non-negative strides, including outputs);
- * outputs must not share memory with an input or with each other (QMOE_ERR_PARAM_INVALID); a
- * failed call writes nothing and says why in qmoe_last_error(). Float inputs are read as float32,
- * computed in float32 and rounded once to the output dtype (round to nearest even). Results do not
- * depend on the thread count.
+ * outputs must not share memory with an input or with each other (QMOE_ERR_PARAM_INVALID); a failed
+ * call writes nothing and says why in qmoe_last_error(). Float inputs are read as float32, computed
+ * in float32 and rounded once to the output dtype (round to nearest even). Results do not depend on
+ * the thread count.
  */
 #ifndef QMOE_MOE_OPS_H
 #define QMOE_MOE_OPS_H
@@ -32,9 +32,9 @@ extern "C" {
 
 typedef struct qmoe_moe_executor qmoe_moe_executor;
 
-/* Options of phase one; NULL or all-zero: rows split into as many parts as there are online
- * cores. struct_size is sizeof(qmoe_moe_options) as the caller was compiled (0: this first
- * layout); new fields are only appended, read as qmoe_grouped_matmul_swiglu_quant_options are (qmoe.h). */
+/* Options of phase one; NULL or all-zero: rows split into as many parts as there are online cores.
+ * struct_size is sizeof(qmoe_moe_options) as the caller was compiled (0: this first layout); new
+ * fields are only appended, read as qmoe_grouped_matmul_swiglu_quant_options are (qmoe.h). */
 typedef struct qmoe_moe_options {
     uint32_t struct_size;
     int threads; /* parts the rows are split into (0: the online cores), at most 4096 */

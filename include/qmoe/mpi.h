@@ -1,20 +1,21 @@
 /* qmoe on MPI: expert parallelism across processes and machines (libqmoe_mpi).
  *
  * P ranks of a communicator each own some of a layer's E experts and hold their own tokens.
- * qmoe_moe_dispatch moves every token row to the ranks that own its top-k experts (MPI_Alltoall
- * of the counts, then one MPI_Ialltoallv carrying each token once per rank with its scale and
- * expert ids, however many of its experts that rank owns), where they arrive grouped by local expert
- * (the owner copies a row once per choice); qmoe_moe_combine brings the processed rows back
- * (ranks on one machine read them in place from an MPI shared-memory window; otherwise one
- * message per block) and finishes each token's weighted sum over its k choices in the order of a single-process
- * qmoe_moe_finalize_routing, so the outputs are bit-identical for any P. qmoe_ep_layer_forward runs a whole MoE layer (qmoe/moe_layer.h) on
- * them, each rank holding only its experts' weights (a shard).
+ * qmoe_moe_dispatch moves every token row to the ranks that own its top-k experts (MPI_Alltoall of
+ * the counts, then one MPI_Ialltoallv carrying each token once per rank with its scale and expert
+ * ids, however many of its experts that rank owns), where they arrive grouped by local expert (the
+ * owner copies a row once per choice); qmoe_moe_combine brings the processed rows back (ranks on
+ * one machine read them in place from an MPI shared-memory window; otherwise one message per block)
+ * and finishes each token's weighted sum over its k choices in the order of a single-process
+ * qmoe_moe_finalize_routing, so the outputs are bit-identical for any P. qmoe_ep_layer_forward runs
+ * a whole MoE layer (qmoe/moe_layer.h) on them, each rank holding only its experts' weights (a
+ * shard).
  *
- * Every function here is collective over the context's communicator: all ranks call it, in the
- * same order. Bad input on any rank makes every rank return the same status (agreed with an
- * MPI_Allreduce before any data moves) with its outputs untouched. Communication failures are
- * fatal (MPI_ERRORS_ARE_FATAL on the context's own communicator): a rank that dies ends the job.
- * Only compiled when the build found MPI (QMOE_WITH_MPI); link qmoe::qmoe_mpi / -lqmoe_mpi. */
+ * Every function here is collective over the context's communicator: all ranks call it, in the same
+ * order. Bad input on any rank makes every rank return the same status (agreed with an
+ * MPI_Allreduce before any data moves) with its outputs untouched. Communication failures are fatal
+ * (MPI_ERRORS_ARE_FATAL on the context's own communicator): a rank that dies ends the job. Only
+ * compiled when the build found MPI (QMOE_WITH_MPI); link qmoe::qmoe_mpi / -lqmoe_mpi. */
 #ifndef QMOE_MPI_H
 #define QMOE_MPI_H
 

@@ -2,19 +2,19 @@
  * qmoe — the operator model: plan once from shapes, execute many times with data.
  *
  * Every qmoe operator is a qmoe_op. qmoe_op_create_<operator>() is phase one: it validates every
- * argument from shapes, dtypes, strides, formats and options only (tensor data is never read,
- * and tensors may be descriptors without data, see qmoe_tensor_desc_create), chooses the kernel,
- * the work split and the scratch, and returns the plan with its workspace size. The plan is
- * immutable: qmoe_op_execute() binds the data of one run (one pointer per tensor argument), checks
- * what needs data (outputs that overlap inputs or each other, the workspace), queues the operator
- * on a stream, and never re-decides; the index data (groupList, expert ids, row indices) is
- * checked when the operator runs, after the operators queued before it. Any number of threads may
- * execute one op at the same time; executing allocates nothing once a stream has run as many
- * operators at once as it will hold.
+ * argument from shapes, dtypes, strides, formats and options only (tensor data is never read, and
+ * tensors may be descriptors without data, see qmoe_tensor_desc_create), chooses the kernel, the
+ * work split and the scratch, and returns the plan with its workspace size. The plan is immutable:
+ * qmoe_op_execute() binds the data of one run (one pointer per tensor argument), checks what needs
+ * data (outputs that overlap inputs or each other, the workspace), queues the operator on a stream,
+ * and never re-decides; the index data (groupList, expert ids, row indices) is checked when the
+ * operator runs, after the operators queued before it. Any number of threads may execute one op at
+ * the same time; executing allocates nothing once a stream has run as many operators at once as it
+ * will hold.
  *
- * The vendor-style two-phase calls (qmoe_grouped_matmul_swiglu_quant_workspace_size() + qmoe_grouped_matmul_swiglu_quant(),
- * the aclnn face) are built on this: their executors are an op plus the data of the tensors
- * given at phase one.
+ * The vendor-style two-phase calls (qmoe_grouped_matmul_swiglu_quant_workspace_size() +
+ * qmoe_grouped_matmul_swiglu_quant(), the aclnn face) are built on this: their executors are an op
+ * plus the data of the tensors given at phase one.
  *
  * Arguments of qmoe_op_execute: args[i] is the data of the op's i-th tensor argument, in the order
  * of the tensor parameters of its create function (qmoe_op_arg_name() names them):
@@ -25,10 +25,9 @@
  *     weight_scale and bias it folded in, must be NULL or the pointers given at planning.
  * The weight-list operator's arguments are x, weights[0..E), weight_scales[0..E), x_scale,
  * group_list, output, output_scale (E = num_experts; each list entry is named "weights" or
- * "weightScales").
- * A fused-operator plan for D > 1 devices (options.devices) cuts its rows at whole 128-byte lines
- * of output and outputScale: a run's output and outputScale must then be 128-byte aligned.
- * A failed call writes nothing and says why in qmoe_last_error() / qmoe_last_error_info().
+ * "weightScales"). A fused-operator plan for D > 1 devices (options.devices) cuts its rows at whole
+ * 128-byte lines of output and outputScale: a run's output and outputScale must then be 128-byte
+ * aligned. A failed call writes nothing and says why in qmoe_last_error() / qmoe_last_error_info().
  */
 #ifndef QMOE_OP_H
 #define QMOE_OP_H
@@ -49,7 +48,7 @@ typedef struct qmoe_op qmoe_op;
 /* The operator a plan is for (qmoe_op_type_of). Values are stable; new ones are appended. */
 typedef enum qmoe_op_type {
     QMOE_OP_GROUPED_MATMUL_SWIGLU_QUANT = 1,             /* GroupedMatmulSwigluQuant (qmoe.h) */
-    QMOE_OP_GROUPED_MATMUL_SWIGLU_QUANT_WEIGHT_LIST = 2, /* its per-expert weight lists (qmoe/gmm_list.h) */
+    QMOE_OP_GROUPED_MATMUL_SWIGLU_QUANT_WEIGHT_LIST = 2, /* per-expert weight lists (gmm_list.h) */
     QMOE_OP_GROUPED_MATMUL = 3,               /* GroupedMatmul (qmoe/grouped_matmul.h) */
     QMOE_OP_DYNAMIC_QUANT = 4,                /* the operators of qmoe/moe_ops.h */
     QMOE_OP_MOE_GATING_TOP_K_SOFTMAX = 5,
@@ -76,13 +75,15 @@ QMOE_API qmoe_status qmoe_op_create_grouped_matmul_swiglu_quant(
     const qmoe_tensor *x, const qmoe_tensor *weight, const qmoe_tensor *bias,
     const qmoe_tensor *offset, const qmoe_tensor *weight_scale, const qmoe_tensor *x_scale,
     const qmoe_tensor *group_list, const qmoe_tensor *output, const qmoe_tensor *output_scale,
-    const qmoe_tensor *output_offset, const qmoe_grouped_matmul_swiglu_quant_options *options, qmoe_op **op);
+    const qmoe_tensor *output_offset, const qmoe_grouped_matmul_swiglu_quant_options *options,
+    qmoe_op **op);
 
 QMOE_API qmoe_status qmoe_op_create_grouped_matmul_swiglu_quant_weight_list(
     const qmoe_tensor *x, const qmoe_tensor *const *weights,
     const qmoe_tensor *const *weight_scales, int64_t num_experts, const qmoe_tensor *x_scale,
     const qmoe_tensor *group_list, float swiglu_limit, const qmoe_tensor *output,
-    const qmoe_tensor *output_scale, const qmoe_grouped_matmul_swiglu_quant_options *options, qmoe_op **op);
+    const qmoe_tensor *output_scale, const qmoe_grouped_matmul_swiglu_quant_options *options,
+    qmoe_op **op);
 
 QMOE_API qmoe_status qmoe_op_create_grouped_matmul(
     const qmoe_tensor *x, const qmoe_tensor *weight, const qmoe_tensor *bias,

@@ -158,16 +158,16 @@ typedef enum qmoe_kernel {
     QMOE_KERNEL_NEON_I8MM = 8, /* ARM64: NEON usmmla (int8 matrix multiply) */
 } qmoe_kernel;
 
-/* Options of phase one. Initialise with QMOE_GROUPED_MATMUL_SWIGLU_QUANT_OPTIONS_INIT (or qmoe_grouped_matmul_swiglu_quant_options_init()), then
- * set what you need: the defaults are the vendor's (cumsum groupList, weight format as declared,
- * fastest kernel, all device threads). `struct_size` lets the struct grow without breaking
- * programs built against an older header: new fields are only ever appended, and the library
- * reads only the first struct_size bytes, taking defaults for the rest. A zeroed struct
- * (struct_size 0) is still valid and means this 0.2 layout with all defaults. A struct_size
- * smaller than the 0.2 layout, or a larger one whose extra bytes (fields this library does not
- * know) are not zero, is QMOE_ERR_PARAM_INVALID. */
+/* Options of phase one. Initialise with QMOE_GROUPED_MATMUL_SWIGLU_QUANT_OPTIONS_INIT (or
+ * qmoe_grouped_matmul_swiglu_quant_options_init()), then set what you need: the defaults are the
+ * vendor's (cumsum groupList, weight format as declared, fastest kernel, all device threads).
+ * `struct_size` lets the struct grow without breaking programs built against an older header: new
+ * fields are only ever appended, and the library reads only the first struct_size bytes, taking
+ * defaults for the rest. A zeroed struct (struct_size 0) is still valid and means this 0.2 layout
+ * with all defaults. A struct_size smaller than the 0.2 layout, or a larger one whose extra bytes
+ * (fields this library does not know) are not zero, is QMOE_ERR_PARAM_INVALID. */
 typedef struct qmoe_grouped_matmul_swiglu_quant_options {
-    uint32_t struct_size; /* sizeof(qmoe_grouped_matmul_swiglu_quant_options) as the caller was compiled; 0: the 0.2 layout */
+    uint32_t struct_size; /* sizeof the struct as the caller was compiled; 0: the 0.2 layout */
     qmoe_group_list_type group_list_type;
     int force_weight_nz; /* nonzero: ignore weight's declared format, treat as FRACTAL_NZ (vendor) */
     qmoe_kernel kernel;
@@ -175,11 +175,13 @@ typedef struct qmoe_grouped_matmul_swiglu_quant_options {
     int devices; /* 0 or 1: one device; D > 1: split rows over a group of D devices */
 } qmoe_grouped_matmul_swiglu_quant_options;
 
-#define QMOE_GROUPED_MATMUL_SWIGLU_QUANT_OPTIONS_INIT {(uint32_t)sizeof(qmoe_grouped_matmul_swiglu_quant_options), QMOE_GROUP_LIST_CUMSUM, 0, \
-                              QMOE_KERNEL_AUTO, 0, 0}
+#define QMOE_GROUPED_MATMUL_SWIGLU_QUANT_OPTIONS_INIT                                              \
+    {(uint32_t)sizeof(qmoe_grouped_matmul_swiglu_quant_options), QMOE_GROUP_LIST_CUMSUM, 0,         \
+     QMOE_KERNEL_AUTO, 0, 0}
 
 /* Sets *options to QMOE_GROUPED_MATMUL_SWIGLU_QUANT_OPTIONS_INIT. NULL is a no-op. */
-QMOE_API void qmoe_grouped_matmul_swiglu_quant_options_init(qmoe_grouped_matmul_swiglu_quant_options *options);
+QMOE_API void qmoe_grouped_matmul_swiglu_quant_options_init(
+    qmoe_grouped_matmul_swiglu_quant_options *options);
 
 typedef struct qmoe_grouped_matmul_swiglu_quant_executor qmoe_grouped_matmul_swiglu_quant_executor;
 
@@ -200,30 +202,34 @@ QMOE_API qmoe_status qmoe_grouped_matmul_swiglu_quant_workspace_size(
     const qmoe_tensor *x, const qmoe_tensor *weight, const qmoe_tensor *bias,
     const qmoe_tensor *offset, const qmoe_tensor *weight_scale, const qmoe_tensor *x_scale,
     const qmoe_tensor *group_list, const qmoe_tensor *output, const qmoe_tensor *output_scale,
-    const qmoe_tensor *output_offset, const qmoe_grouped_matmul_swiglu_quant_options *options, uint64_t *workspace_size,
+    const qmoe_tensor *output_offset, const qmoe_grouped_matmul_swiglu_quant_options *options,
+    uint64_t *workspace_size,
     qmoe_grouped_matmul_swiglu_quant_executor **executor);
 
 /*
- * Phase two: run. When the operator runs (after the operators queued before it on the stream,
- * which may write groupList), it checks the groupList values (decreasing, negative or past M is
- * QMOE_ERR_PARAM_INVALID with both outputs untouched: reported by this call with a NULL stream,
- * by qmoe_stream_synchronize() otherwise), then computes. `workspace` must hold at least the
- * size phase one returned (it may be NULL when that size is 0) and be aligned for float (64
- * bytes is best; QMOE_ERR_PARAM_INVALID otherwise). `stream` NULL runs synchronously on the
- * process-wide default device (see qmoe/runtime.h); otherwise the operator is queued and its
- * status is also reported by qmoe_stream_synchronize(); the workspace and the tensors' memory
- * must then stay valid until the stream is synchronized, while the executor may be destroyed at
- * once.
- * A native executor may be executed any number of times (the data its tensors point to may
- * change between runs) and must be destroyed with qmoe_grouped_matmul_swiglu_quant_executor_destroy().
+ * Phase two: run. When the operator runs (after the operators queued before it on the stream, which
+ * may write groupList), it checks the groupList values (decreasing, negative or past M is
+ * QMOE_ERR_PARAM_INVALID with both outputs untouched: reported by this call with a NULL stream, by
+ * qmoe_stream_synchronize() otherwise), then computes. `workspace` must hold at least the size
+ * phase one returned (it may be NULL when that size is 0) and be aligned for int64 (64 bytes is
+ * best; QMOE_ERR_PARAM_INVALID otherwise). `stream` NULL runs synchronously on the process-wide
+ * default device (see qmoe/runtime.h); otherwise the operator is queued and its status is also
+ * reported by qmoe_stream_synchronize(); the workspace and the tensors' memory must then stay valid
+ * until the stream is synchronized, while the executor may be destroyed at once. A native executor
+ * may be executed any number of times (the data its tensors point to may change between runs) and
+ * must be destroyed with qmoe_grouped_matmul_swiglu_quant_executor_destroy().
  */
-QMOE_API qmoe_status qmoe_grouped_matmul_swiglu_quant(void *workspace, uint64_t workspace_size,
-                                  qmoe_grouped_matmul_swiglu_quant_executor *executor, qmoe_stream *stream);
+QMOE_API qmoe_status qmoe_grouped_matmul_swiglu_quant(
+    void *workspace, uint64_t workspace_size, qmoe_grouped_matmul_swiglu_quant_executor *executor,
+    qmoe_stream *stream);
 
-QMOE_API void qmoe_grouped_matmul_swiglu_quant_executor_destroy(qmoe_grouped_matmul_swiglu_quant_executor *executor); /* NULL is a no-op */
+/* NULL is a no-op. */
+QMOE_API void qmoe_grouped_matmul_swiglu_quant_executor_destroy(
+    qmoe_grouped_matmul_swiglu_quant_executor *executor);
 
 /* The kernel phase one chose (never QMOE_KERNEL_AUTO); QMOE_KERNEL_AUTO for a NULL executor. */
-QMOE_API qmoe_kernel qmoe_grouped_matmul_swiglu_quant_executor_kernel(const qmoe_grouped_matmul_swiglu_quant_executor *executor);
+QMOE_API qmoe_kernel qmoe_grouped_matmul_swiglu_quant_executor_kernel(
+    const qmoe_grouped_matmul_swiglu_quant_executor *executor);
 QMOE_API const char *qmoe_kernel_name(qmoe_kernel kernel);
 
 /* ---------------------------------------------------------------- layout helpers -------------- */
@@ -234,14 +240,16 @@ QMOE_API const char *qmoe_kernel_name(qmoe_kernel kernel);
  * int4 value out of range) with nothing written. */
 
 /* int8 FRACTAL_NZ [E,N/32,K/16,16,32] <-> ND [E,K,N]; needs K%16==0, N%32==0. */
-QMOE_API qmoe_status qmoe_layout_nd_to_nz_int8(const int8_t *nd, int64_t E, int64_t K, int64_t N, int8_t *nz);
-QMOE_API qmoe_status qmoe_layout_nz_to_nd_int8(const int8_t *nz, int64_t E, int64_t K, int64_t N, int8_t *nd);
+QMOE_API qmoe_status qmoe_layout_nd_to_nz_int8(const int8_t *nd, int64_t E, int64_t K, int64_t N,
+                                               int8_t *nz);
+QMOE_API qmoe_status qmoe_layout_nz_to_nd_int8(const int8_t *nz, int64_t E, int64_t K, int64_t N,
+                                               int8_t *nd);
 
 /* int4 FRACTAL_NZ [E,N/64,K/16,16,64] packed (E*K*N/2 bytes) <-> ND values; K%16==0, N%64==0. */
-QMOE_API qmoe_status qmoe_layout_nd_to_nz_int4(const int8_t *nd_values, int64_t E, int64_t K, int64_t N,
-                               uint8_t *nz_packed);
-QMOE_API qmoe_status qmoe_layout_nz_to_nd_int4(const uint8_t *nz_packed, int64_t E, int64_t K, int64_t N,
-                               int8_t *nd_values);
+QMOE_API qmoe_status qmoe_layout_nd_to_nz_int4(const int8_t *nd_values, int64_t E, int64_t K,
+                                               int64_t N, uint8_t *nz_packed);
+QMOE_API qmoe_status qmoe_layout_nz_to_nd_int4(const uint8_t *nz_packed, int64_t E, int64_t K,
+                                               int64_t N, int8_t *nd_values);
 
 /* int4 packing: `count` values -> (count+1)/2 bytes, low nibble first; an odd tail's high nibble
  * is 0. */
@@ -249,16 +257,20 @@ QMOE_API qmoe_status qmoe_layout_int4_pack(const int8_t *values, int64_t count, 
 QMOE_API qmoe_status qmoe_layout_int4_unpack(const uint8_t *packed, int64_t count, int8_t *values);
 
 /* The int32 view of packed int4: `count` (a multiple of 8) values -> count/8 int32, element j of
- * each word in bits [4j, 4j+4). Byte-identical to qmoe_layout_int4_pack on little-endian machines. */
-QMOE_API qmoe_status qmoe_layout_int4_pack_int32(const int8_t *values, int64_t count, int32_t *words);
-QMOE_API qmoe_status qmoe_layout_int4_unpack_int32(const int32_t *words, int64_t count, int8_t *values);
+ * each word in bits [4j, 4j+4). Byte-identical to qmoe_layout_int4_pack on little-endian machines.
+ */
+QMOE_API qmoe_status qmoe_layout_int4_pack_int32(const int8_t *values, int64_t count,
+                                                 int32_t *words);
+QMOE_API qmoe_status qmoe_layout_int4_unpack_int32(const int32_t *words, int64_t count,
+                                                   int8_t *values);
 
 /* The A8W4 weight assist matrix (the operator's `bias`), as real callers build it:
  * per-channel (groups == 0, scale [E,N]):  bias[e,n] = 8 * scale[e,n] * sum_k W[e,k,n]
  * per-group   (groups == G, scale [E,G,N]): bias[e,n] = 8 * sum_k W[e,k,n] * scale[e,k/(K/G),n]
  * W is logical ND int4 values [E,K,N] one per int8. Accumulated in double, rounded to float. */
-QMOE_API qmoe_status qmoe_layout_weight_assist_matrix(const int8_t *nd_values, int64_t E, int64_t K, int64_t N,
-                                      const float *scale, int64_t groups, float *bias);
+QMOE_API qmoe_status qmoe_layout_weight_assist_matrix(const int8_t *nd_values, int64_t E, int64_t K,
+                                                      int64_t N, const float *scale,
+                                                      int64_t groups, float *bias);
 
 /* ---------------------------------------------------------------- conversions ----------------- */
 

@@ -3,8 +3,8 @@
  *
  * A checkpoint holds each expert's linear layers as nn.Linear weights [out, in] row-major:
  * gate_proj [I, H], up_proj [I, H], down_proj [H, I] (fp32, fp16 or bf16). The operators take
- * W[e][k][n] (K inputs, N outputs per expert) with one scale per output channel (or per group of
- * K) — so quantizing is a transpose as well:
+ * W[e][k][n] (K inputs, N outputs per expert) with one scale per output channel (or per group of K)
+ * — so quantizing is a transpose as well:
  *
  *   GroupedMatmulSwigluQuant: K = H, N = 2I; columns [0, I) hold gate_proj (the activated half:
  *   output j = Swish(gate_j) * up_j) and columns [I, 2I) hold up_proj (the linear half).
@@ -13,9 +13,9 @@
  * The scheme (docs/moe-layer.md): symmetric, per output channel or per group of `group_size`
  * inputs; scale = amax / 127 (A8W8) or amax / 7 (A8W4) in float32; q = round-half-even(w / scale)
  * in float32, clamped to [-127, 127] / [-7, 7]. A channel (group) whose amax is 0, or whose scale
- * underflows to 0, gets scale 0 and q = 0: the operators then compute 0 for it. With
- * clip_search (A8W4), each group's scale is (amax * r) / 7 for the ratio r in {1.00, 0.99, ...,
- * 0.50} whose squared reconstruction error over the group is smallest (the first such r wins).
+ * underflows to 0, gets scale 0 and q = 0: the operators then compute 0 for it. With clip_search
+ * (A8W4), each group's scale is (amax * r) / 7 for the ratio r in {1.00, 0.99, ..., 0.50} whose
+ * squared reconstruction error over the group is smallest (the first such r wins).
  *
  * Outputs, per options.weight_nd:
  *   FRACTAL_NZ (default): A8W8 int8 [E, N/32, K/16, 16, 32] (K % 16 == 0, N % 32 == 0); A8W4
@@ -26,9 +26,9 @@
  *   bias (A8W4 only): the weight assist matrix float32 [E, N] (qmoe_layout_weight_assist_matrix of the
  *     quantized values and the scales); for A8W8 it may be NULL and is not written.
  *
- * Errors: QMOE_ERR_PARAM_NULLPTR / QMOE_ERR_PARAM_INVALID (sizes, alignment, options, a
- * non-finite weight — named by expert, row and column), QMOE_ERR_INNER (out of memory). On any
- * error nothing is written. Results are identical for every thread count.
+ * Errors: QMOE_ERR_PARAM_NULLPTR / QMOE_ERR_PARAM_INVALID (sizes, alignment, options, a non-finite
+ * weight — named by expert, row and column), QMOE_ERR_INNER (out of memory). On any error nothing
+ * is written. Results are identical for every thread count.
  */
 #ifndef QMOE_QUANTIZE_H
 #define QMOE_QUANTIZE_H

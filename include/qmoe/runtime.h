@@ -4,24 +4,24 @@
  * A device is a group of worker threads (thread 0 is the device's command thread, threads 1..T-1
  * are its fork-join pool) with one scratchpad arena (a slice per thread) and per-thread trace
  * buffers and copy queues. A stream runs the operators submitted to it, in submission order,
- * asynchronously to the caller, on one device or on a group of devices that split each
- * operator's output rows. Several streams may share a device: a device runs the operators it is
- * given one at a time, in the order they were submitted (across all streams, one global order).
+ * asynchronously to the caller, on one device or on a group of devices that split each operator's
+ * output rows. Several streams may share a device: a device runs the operators it is given one at a
+ * time, in the order they were submitted (across all streams, one global order).
  *
  * Passing stream NULL to qmoe_grouped_matmul_swiglu_quant() runs the operator synchronously on the
- * process-wide default device (all online cores), created on first use and kept until the
- * process exits; a plan made for D > 1 devices runs on a default group of D devices, each with
- * max(1, cores / D) threads. A plan made with options.threads == 0 is planned for that default
- * thread count; on a device with fewer threads the planned parts are shared round-robin by its
- * threads (results are bit-identical for any thread or device count).
+ * process-wide default device (all online cores), created on first use and kept until the process
+ * exits; a plan made for D > 1 devices runs on a default group of D devices, each with max(1, cores
+ * / D) threads. A plan made with options.threads == 0 is planned for that default thread count; on
+ * a device with fewer threads the planned parts are shared round-robin by its threads (results are
+ * bit-identical for any thread or device count).
  *
- * Asynchronous execution (stream not NULL), as with the vendor's runtime: qmoe_grouped_matmul_swiglu_quant()
- * checks its arguments, queues the operator and returns. The operator reads groupList when it
- * runs, after the operators queued before it (which may write it), so a bad groupList is
- * reported by qmoe_stream_synchronize(), with nothing written. The workspace and every
- * tensor's memory belong to the caller and must stay valid and unchanged until
- * qmoe_stream_synchronize() returns; the executor itself may be destroyed right after the call
- * (the queued operator holds a copy of the plan).
+ * Asynchronous execution (stream not NULL), as with the vendor's runtime:
+ * qmoe_grouped_matmul_swiglu_quant() checks its arguments, queues the operator and returns. The
+ * operator reads groupList when it runs, after the operators queued before it (which may write it),
+ * so a bad groupList is reported by qmoe_stream_synchronize(), with nothing written. The workspace
+ * and every tensor's memory belong to the caller and must stay valid and unchanged until
+ * qmoe_stream_synchronize() returns; the executor itself may be destroyed right after the call (the
+ * queued operator holds a copy of the plan).
  */
 #ifndef QMOE_RUNTIME_H
 #define QMOE_RUNTIME_H
@@ -36,8 +36,9 @@ enum { QMOE_MAX_DEVICES = 16 };
 
 /* ---------------------------------------------------------------- devices --------------------- */
 
-/* Initialise with QMOE_DEVICE_OPTIONS_INIT (or zero it), then set what you need. struct_size
- * works as in qmoe_grouped_matmul_swiglu_quant_options: 0 means this 0.2 layout; new fields are only ever appended. */
+/* Initialise with QMOE_DEVICE_OPTIONS_INIT (or zero it), then set what you need. struct_size works
+ * as in qmoe_grouped_matmul_swiglu_quant_options: 0 means this 0.2 layout; new fields are only ever
+ * appended. */
 typedef struct qmoe_device_options {
     uint32_t struct_size; /* sizeof(qmoe_device_options) as the caller was compiled; 0: 0.2 layout */
     int threads;          /* 0: one per online core (or per CPU of `cpus`) */

@@ -24,10 +24,10 @@ extern "C" {
 
 typedef struct qmoe_weights qmoe_weights;
 
-/* Options of qmoe_weights_prepack: initialise with QMOE_WEIGHTS_OPTIONS_INIT (or zero it), then
- * set what you need. Defaults: weight format as declared, the kernel QMOE_KERNEL_AUTO picks on
- * this CPU (QMOE_ISA may lower it). `struct_size` works as in qmoe_grouped_matmul_swiglu_quant_options: 0 means this
- * first layout, new fields are only ever appended. */
+/* Options of qmoe_weights_prepack: initialise with QMOE_WEIGHTS_OPTIONS_INIT (or zero it), then set
+ * what you need. Defaults: weight format as declared, the kernel QMOE_KERNEL_AUTO picks on this CPU
+ * (QMOE_ISA may lower it). `struct_size` works as in qmoe_grouped_matmul_swiglu_quant_options: 0
+ * means this first layout, new fields are only ever appended. */
 typedef struct qmoe_weights_options {
     uint32_t struct_size; /* sizeof(qmoe_weights_options) as the caller was compiled, or 0 */
     qmoe_kernel kernel;   /* the kernel the object is made for; never QMOE_KERNEL_REFERENCE */
