@@ -19,14 +19,13 @@
 #include "kernels/swiglu_quant.h"
 #include "qmoe/qmoe.h"
 #include "support/oracle.h"
+#include "support/kernels.h"
 #include "support/testlib.h"
 #include "test_edge_rows.h"
 
-static const int32_t kernel_ids[] = {QMOE_KERNEL_REFERENCE, QMOE_KERNEL_PORTABLE,
-                                     QMOE_KERNEL_AVX2,      QMOE_KERNEL_AVX_VNNI,
-                                     QMOE_KERNEL_AVX512_VNNI, QMOE_KERNEL_AMX_INT8,
-                                     QMOE_KERNEL_NEON_DOT,  QMOE_KERNEL_NEON_I8MM};
-enum { NKERNELS = sizeof kernel_ids / sizeof kernel_ids[0] };
+/* Every kernel the library names, the reference first (tests/support/testlib.h). */
+static int kernel_ids[QT_MAX_KERNELS];
+static int NKERNELS;
 
 /* The plan of case c over weight storage wst (the oracle's packer). */
 static void params_for(const edge_case *c, const uint8_t *wst, qmoe_gmm_params *p)
@@ -211,8 +210,10 @@ int main(void)
 {
     check_swiglu_bits();
     check_swiglu_clamp_bits();
-    int ran[NKERNELS] = {0};
-    for (size_t i = 0; i < NKERNELS; i++) {
+    NKERNELS = qt_kernels(QMOE_KERNEL_REFERENCE, kernel_ids, QT_MAX_KERNELS);
+    CHECK(NKERNELS >= 3);
+    int ran[QT_MAX_KERNELS] = {0};
+    for (int i = 0; i < NKERNELS; i++) {
         const qmoe_kernel_entry *k = qmoe_kernel_lookup(kernel_ids[i]);
         if (!k) {
             /* only an instruction set this CPU lacks may be missing */
@@ -236,7 +237,7 @@ int main(void)
         const struct { int64_t rb, cb; const char *how; } blocks[] = {
             {c.M, N2, "whole experts"}, {16, N2, "16-row blocks"}, {3, 16, "3 rows x 16 columns"},
             {1, 5, "1 row x 5 columns"}};
-        for (size_t i = 0; i < NKERNELS; i++) {
+        for (int i = 0; i < NKERNELS; i++) {
             const qmoe_kernel_entry *k = qmoe_kernel_lookup(kernel_ids[i]);
             if (!k) continue;
             ran[i] = 1;
@@ -273,7 +274,7 @@ int main(void)
            "%lld saturating); kernels:",
            (long long)rows, (long long)kinds[0], (long long)kinds[1], (long long)kinds[2],
            (long long)kinds[3]);
-    for (size_t i = 0; i < NKERNELS; i++)
+    for (int i = 0; i < NKERNELS; i++)
         if (ran[i]) printf(" %s", qmoe_kernel_name((qmoe_kernel)kernel_ids[i]));
     printf("\n");
     return qt_finish("test_edge_rows");

@@ -16,6 +16,7 @@
 #include "qmoe/qmoe.h"
 #include "qmoe/runtime.h"
 #include "support/oracle.h"
+#include "support/kernels.h"
 #include "support/testlib.h"
 #include "test_edge_rows.h"
 
@@ -132,11 +133,9 @@ static qmoe_status run_case(hcase *c, qmoe_kernel kernel, int *planned)
     return st;
 }
 
-static const qmoe_kernel kernels[] = {QMOE_KERNEL_AUTO, QMOE_KERNEL_REFERENCE, QMOE_KERNEL_PORTABLE,
-                                      QMOE_KERNEL_AVX2, QMOE_KERNEL_AVX_VNNI, QMOE_KERNEL_AVX512_VNNI,
-                                      QMOE_KERNEL_AMX_INT8, QMOE_KERNEL_NEON_DOT,
-                                      QMOE_KERNEL_NEON_I8MM};
-#define NKERNELS (sizeof kernels / sizeof kernels[0])
+/* AUTO and every kernel the library names (tests/support/testlib.h), filled by main. */
+static qmoe_kernel kernels[QT_MAX_KERNELS];
+static size_t NKERNELS;
 
 static int untouched(const hcase *c)
 {
@@ -477,6 +476,10 @@ static void test_edge_rows(void)
 
 int main(void)
 {
+    int ids[QT_MAX_KERNELS];
+    int n = qt_kernels(QMOE_KERNEL_REFERENCE, ids, QT_MAX_KERNELS - 1);
+    kernels[NKERNELS++] = QMOE_KERNEL_AUTO;
+    for (int i = 0; i < n; i++) kernels[NKERNELS++] = (qmoe_kernel)ids[i];
     test_edge_rows();
     test_aliasing();
     test_group_list();

@@ -23,6 +23,7 @@
 #include "qmoe/qmoe.h"
 #include "qmoe/weights.h"
 #include "support/oracle.h"
+#include "support/kernels.h"
 #include "support/testlib.h"
 
 enum { WS_F32, WS_F16, WS_BF16, WS_U64 };
@@ -419,17 +420,14 @@ static void shape_for(qt_rng *r, oracle_wlayout lay, int64_t *K, int64_t *N)
     if (*N < 2) *N = 2;
 }
 
-/* Every kernel of every architecture; those this CPU lacks are passed over. */
-static const qmoe_kernel kernels[] = {QMOE_KERNEL_PORTABLE,    QMOE_KERNEL_AVX2,
-                                      QMOE_KERNEL_AVX_VNNI,    QMOE_KERNEL_AVX512_VNNI,
-                                      QMOE_KERNEL_AMX_INT8,    QMOE_KERNEL_NEON_DOT,
-                                      QMOE_KERNEL_NEON_I8MM};
-
 static void sweep(qt_rng *r)
 {
+    /* every kernel the library names but the reference (prepacking is for the fast ones);
+     * those this CPU lacks are passed over */
+    int kernels[QT_MAX_KERNELS], nk = qt_kernels(QMOE_KERNEL_PORTABLE, kernels, QT_MAX_KERNELS);
     int ran = 0;
-    for (size_t ki = 0; ki < sizeof kernels / sizeof kernels[0]; ki++) {
-        qmoe_kernel k = kernels[ki];
+    for (int ki = 0; ki < nk; ki++) {
+        qmoe_kernel k = (qmoe_kernel)kernels[ki];
         if (!qmoe_kernel_lookup(k)) continue;
         ran++;
         for (int lay = 0; lay < 6; lay++) {
@@ -521,9 +519,11 @@ static void check_refusals(qt_rng *r)
             free(b);
         }
         /* another kernel than the one it was made for */
-        for (size_t ki = 0; ki < sizeof kernels / sizeof kernels[0]; ki++)
-            if (kernels[ki] != auto_k && qmoe_kernel_lookup(kernels[ki])) {
-                REFUSED(run_op(&c, c.tx, view, NULL, NULL, c.N2, kernels[ki], 1, &res), "kernel");
+        int kernels[QT_MAX_KERNELS], nk = qt_kernels(QMOE_KERNEL_PORTABLE, kernels, QT_MAX_KERNELS);
+        for (int ki = 0; ki < nk; ki++)
+            if (kernels[ki] != (int)auto_k && qmoe_kernel_lookup(kernels[ki])) {
+                REFUSED(run_op(&c, c.tx, view, NULL, NULL, c.N2, (qmoe_kernel)kernels[ki], 1, &res),
+                        "kernel");
                 break;
             }
         REFUSED(run_op(&c, c.tx, view, NULL, NULL, c.N2, QMOE_KERNEL_REFERENCE, 1, &res), "kernel");
