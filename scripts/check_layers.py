@@ -11,7 +11,8 @@ Reads every file under src/ (its #includes) and the library's object files in th
   upward-call      a call (or data use) from a lower layer into a higher one
   isa              instruction-set-specific code outside src/kernels/ (intrinsics headers,
                    target attributes or pragmas, vector intrinsics, ia32 builtins, inline asm)
-  private-include  the CLI (tools/) or the benchmarks (bench/) including a library-internal
+  private-include  a face (src/compat, src/mpi, src/ggml) including the library's internals, or
+                   the CLI (tools/) or the benchmarks (bench/) including a library-internal
                    header (anything under src/) other than INTERNAL_BENCH_HEADER
 
 Layers, lowest first: core <- runtime <- kernels <- ops (and host) <- layer, faces (compat, mpi,
@@ -45,6 +46,7 @@ NEUTRAL_SRC = {"testing.h", "bench.h"}  # the test hooks (defined in several lay
 # The one library-internal header the benchmarks may include (src/-relative), once it exists.
 INTERNAL_BENCH_HEADER = "bench.h"
 APP_DIRS = ("tools", "bench")  # programs over the public headers
+FACES = ("compat", "mpi", "ggml")  # libraries over the public headers (their own folder's aside)
 
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]', re.M)
 ISA_HEADERS = re.compile(r"^(?:\w*intrin\.h|arm_neon\.h|arm_sve\.h|arm_acle\.h|cpuid\.h)$")
@@ -261,6 +263,9 @@ def check(tree, build, nm):
             if LAYERS[folder_of(rel)] < LAYERS[folder_of(target)]:
                 v["upward-include: %s -> %s" % (rel, target)] = "%s (%s) includes %s (%s)" % (
                     rel, folder_of(rel), target, folder_of(target))
+            elif folder_of(rel) in FACES and folder_of(target) != folder_of(rel):
+                v["private-include: %s -> %s" % (rel, target)] = (
+                    "%s: a face includes the library's internal src/%s" % (rel, target))
         if folder_of(rel) != "kernels":
             for what, pattern in ISA_CODE:
                 m = pattern.search(text)

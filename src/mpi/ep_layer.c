@@ -5,7 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/halfconv.h"
 #include "ep_internal.h"
 #include "qmoe/moe_layer.h"
 #include "qmoe/moe_ops.h"
@@ -143,15 +142,10 @@ static qmoe_status gate_tokens(qmoe_ep *ep, const qmoe_moe_layer *layer, int thr
     if (st) st = ep_fail(st, "%s", st == QMOE_ERR_INNER && !qmoe_last_error()[0] ? "out of memory" : qmoe_last_error());
     qmoe_tensor_destroy(ti), qmoe_tensor_destroy(tw);
     if (st) return st;
-    float *wf = ep->twf;
-    for (int64_t i = 0; i < T * K; i++) {
-        if (ld == QMOE_DTYPE_FLOAT32) {
-            wf[i] = ((const float *)ep->tw)[i];
-        } else {
-            uint16_t u = ((const uint16_t *)ep->tw)[i];
-            wf[i] = ld == QMOE_DTYPE_BFLOAT16 ? qmoe_bf16_to_f32(u) : qmoe_f16_to_f32(u);
-        }
-    }
+    /* widened exactly, by the library's public conversions (a face uses public headers only) */
+    if (ld == QMOE_DTYPE_FLOAT32) memcpy(ep->twf, ep->tw, (size_t)(T * K) * sizeof(float));
+    else if (ld == QMOE_DTYPE_BFLOAT16) qmoe_convert_bf16_to_f32(ep->tw, T * K, ep->twf);
+    else qmoe_convert_f16_to_f32(ep->tw, T * K, ep->twf);
     return QMOE_OK;
 }
 

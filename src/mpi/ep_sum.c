@@ -6,7 +6,6 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "core/halfconv.h"
 #include "ep_internal.h"
 
 typedef struct sum_part {
@@ -26,12 +25,16 @@ static void add_row(float *restrict acc, float w, qmoe_dtype y_dtype,
     if (y_dtype == QMOE_DTYPE_FLOAT32) {
         const float *yf = (const float *)(const void *)y;
         for (int64_t h = 0; h < H; h++) acc[h] += w * yf[h];
-    } else if (y_dtype == QMOE_DTYPE_BFLOAT16) {
-        const uint16_t *yb = (const uint16_t *)(const void *)y;
-        for (int64_t h = 0; h < H; h++) acc[h] += w * qmoe_bf16_to_f32(yb[h]);
-    } else {
+    } else { /* widened exactly by the public conversions, a chunk at a time */
+        enum { CHUNK = 256 };
+        float f[CHUNK];
         const uint16_t *yh = (const uint16_t *)(const void *)y;
-        for (int64_t h = 0; h < H; h++) acc[h] += w * qmoe_f16_to_f32(yh[h]);
+        for (int64_t h0 = 0; h0 < H; h0 += CHUNK) {
+            int64_t n = H - h0 < CHUNK ? H - h0 : CHUNK;
+            if (y_dtype == QMOE_DTYPE_BFLOAT16) qmoe_convert_bf16_to_f32(yh + h0, n, f);
+            else qmoe_convert_f16_to_f32(yh + h0, n, f);
+            for (int64_t h = 0; h < n; h++) acc[h0 + h] += w * f[h];
+        }
     }
 }
 
@@ -58,11 +61,9 @@ static void *sum_tokens(void *arg)
         if (a->out_dtype == QMOE_DTYPE_FLOAT32) {
             memcpy((float *)a->out + t * H, acc, (size_t)H * sizeof *acc);
         } else if (a->out_dtype == QMOE_DTYPE_FLOAT16) {
-            uint16_t *o = (uint16_t *)a->out + t * H;
-            for (int64_t h = 0; h < H; h++) o[h] = qmoe_f32_to_f16(acc[h]);
+            qmoe_convert_f32_to_f16(acc, H, (uint16_t *)a->out + t * H);
         } else {
-            uint16_t *o = (uint16_t *)a->out + t * H;
-            for (int64_t h = 0; h < H; h++) o[h] = qmoe_f32_to_bf16(acc[h]);
+            qmoe_convert_f32_to_bf16(acc, H, (uint16_t *)a->out + t * H);
         }
     }
     return NULL;
