@@ -81,6 +81,12 @@ QMOE_API const qmoe_error_info *qmoe_last_error_info(void);
 QMOE_API qmoe_status qmoe_error_set(qmoe_status status, qmoe_error_rule rule, const char *arg,
                                     const char *message);
 
+/* As qmoe_error_set for a face passing an error on in its own words: when the calling thread's
+ * last error has this status, its rule and argument are kept (the library's own error, reported
+ * again by the face); otherwise the rule is QMOE_RULE_NULL for QMOE_ERR_PARAM_NULLPTR and
+ * QMOE_RULE_NONE else, with no argument. Returns status. */
+QMOE_API qmoe_status qmoe_error_pass(qmoe_status status, const char *message);
+
 /* Clears the calling thread's last error, as a call that succeeds does. */
 QMOE_API void qmoe_error_clear(void);
 

@@ -11,18 +11,12 @@ static _Thread_local char fetched[1024];
 
 int compat_fail(int code, const char *fmt, ...)
 {
-    /* a native error passed on keeps its rule and argument */
-    const qmoe_error_info *native = qmoe_last_error_info();
-    qmoe_error_rule rule = native->status == (qmoe_status)code ? native->rule
-                           : code == ACLNN_ERR_PARAM_NULLPTR ? QMOE_RULE_NULL
-                                                             : QMOE_RULE_NONE;
-    const char *arg = native->status == (qmoe_status)code ? native->arg : "";
     char msg[1024];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    qmoe_error_set((qmoe_status)code, rule, arg, msg);
+    qmoe_error_pass((qmoe_status)code, msg); /* a native error passed on keeps rule and argument */
     return code;
 }
 

@@ -52,6 +52,14 @@ qmoe_status qmoe_error_set(qmoe_status status, qmoe_error_rule rule, const char 
     return qmoe_fail_arg(status, rule, arg, "%s", message ? message : "");
 }
 
+qmoe_status qmoe_error_pass(qmoe_status status, const char *message)
+{
+    if (last_info.status == status && status != QMOE_OK)
+        return qmoe_fail_arg(status, last_info.rule, last_info.arg, "%s", message ? message : "");
+    return qmoe_fail_arg(status, status == QMOE_ERR_PARAM_NULLPTR ? QMOE_RULE_NULL : QMOE_RULE_NONE,
+                         "", "%s", message ? message : "");
+}
+
 void qmoe_error_clear(void) { qmoe_clear_error(); }
 
 const char *qmoe_last_error(void) { return last_error; }

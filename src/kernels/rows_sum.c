@@ -3,6 +3,7 @@
 
 #include "core/halfconv.h"
 #include "kernels/cpu_features.h"
+#include "kernels/rows_sum_scalar.h"
 #include "kernels/x86/rows_sum_avx512vnni.h"
 #include "kernels/x86/parts.h"
 
@@ -13,16 +14,7 @@
 void qmoe_rows_sum_portable(float *acc, int64_t H, const char *const *rows, const float *w, int n,
                             int bf16)
 {
-    for (int64_t h = 0; h < H; h++) {
-        float a = acc[h];
-        for (int j = 0; j < n; j++) {
-            float r;
-            if (bf16) r = qmoe_bits_to_f32((uint32_t)((const uint16_t *)(const void *)rows[j])[h] << 16);
-            else r = ((const float *)(const void *)rows[j])[h];
-            a += w[j] * r;
-        }
-        acc[h] = a;
-    }
+    qmoe_rows_sum_columns(acc, 0, H, rows, w, n, bf16);
 }
 
 void qmoe_bf16_store_portable(uint16_t *d, const float *v, int64_t n)

@@ -76,6 +76,9 @@ qmoe_status moe_layer_check_float_args(const qmoe_moe_layer_config *config, qmoe
 /* A tensor view of `shape` at base + off (the workspace's intermediates). */
 qmoe_status moe_layer_tensor_at(uintptr_t base, uint64_t off, qmoe_dtype d, int nd, const int64_t *shape,
                                 qmoe_tensor **t);
+/* A descriptor with t's shape, strides and dtype (rank 1 or 2; NULL for NULL): the layer's plans
+ * are made from shapes only. */
+qmoe_status moe_layer_desc_of(const qmoe_tensor *t, qmoe_tensor **d);
 /* t is [rows, cols] (rows < 0: any row count). */
 qmoe_status moe_layer_check_2d(const qmoe_tensor *t, const char *arg, int64_t rows, int64_t cols);
 

@@ -343,14 +343,14 @@ qmoe_status moe_layer_tensor_at(uintptr_t base, uint64_t off, qmoe_dtype d, int 
     return qmoe_tensor_create(shape, nd, NULL, d, QMOE_FORMAT_ND, (void *)(base + (uintptr_t)off), t);
 }
 
-/* A descriptor with t's shape, strides and dtype (NULL for NULL). */
-static qmoe_status desc_of(const qmoe_tensor *t, qmoe_tensor **d)
+qmoe_status moe_layer_desc_of(const qmoe_tensor *t, qmoe_tensor **d)
 {
     *d = NULL;
     if (!t) return QMOE_OK;
-    int64_t sh[2] = {qmoe_tensor_dim(t, 0), qmoe_tensor_dim(t, 1)},
-            st[2] = {qmoe_tensor_stride(t, 0), qmoe_tensor_stride(t, 1)};
-    return qmoe_tensor_desc_create(sh, 2, st, qmoe_tensor_dtype(t), QMOE_FORMAT_ND, d);
+    int n = qmoe_tensor_ndim(t);
+    int64_t sh[2] = {0, 0}, st[2] = {0, 0};
+    for (int i = 0; i < n && i < 2; i++) sh[i] = qmoe_tensor_dim(t, i), st[i] = qmoe_tensor_stride(t, i);
+    return qmoe_tensor_desc_create(sh, n, st, qmoe_tensor_dtype(t), QMOE_FORMAT_ND, d);
 }
 
 static qmoe_status desc_at(qmoe_dtype d, int nd, const int64_t *shape, qmoe_tensor **t)
@@ -403,11 +403,11 @@ static qmoe_status plan_layer(const qmoe_moe_layer *L, const qmoe_tensor *hidden
     if (!st) st = desc_at(QMOE_DTYPE_INT8, 2, hq, &t[HQ]);
     if (!st) st = desc_at(QMOE_DTYPE_FLOAT32, 1, &A, &t[HS]);
     if (!st) st = desc_at(hd, 2, xq, &t[DOWN]);
-    if (!st) st = desc_of(hidden, &t[HID]);
-    if (!st) st = desc_of(logits, &t[LOG]);
-    if (!st) st = desc_of(ids_in, &t[IDIN]);
-    if (!st) st = desc_of(w_in, &t[WIN]);
-    if (!st) st = desc_of(out, &t[OUT]);
+    if (!st) st = moe_layer_desc_of(hidden, &t[HID]);
+    if (!st) st = moe_layer_desc_of(logits, &t[LOG]);
+    if (!st) st = moe_layer_desc_of(ids_in, &t[IDIN]);
+    if (!st) st = moe_layer_desc_of(w_in, &t[WIN]);
+    if (!st) st = moe_layer_desc_of(out, &t[OUT]);
     if (!st && L->bias)
         st = qmoe_tensor_create(&bias_sh, 1, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, L->bias, &tb);
     if (st) goto done;

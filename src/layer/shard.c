@@ -225,15 +225,6 @@ static int experts_layout(const qmoe_moe_layer_config *c, int64_t R, uint64_t *h
     return 1;
 }
 
-/* A descriptor with t's shape, strides and dtype. */
-static qmoe_status desc_like(const qmoe_tensor *t, qmoe_tensor **d)
-{
-    int n = qmoe_tensor_ndim(t);
-    int64_t sh[2] = {0, 0}, st[2] = {0, 0};
-    for (int i = 0; i < n && i < 2; i++) sh[i] = qmoe_tensor_dim(t, i), st[i] = qmoe_tensor_stride(t, i);
-    return qmoe_tensor_desc_create(sh, n, st, qmoe_tensor_dtype(t), QMOE_FORMAT_ND, d);
-}
-
 /* Plans gate/up and down once for the shapes of rows x grouped by group_list into y, the
  * intermediates in the workspace (bound per run). */
 static qmoe_status plan_experts(const qmoe_moe_layer *L, const qmoe_tensor *x, const qmoe_tensor *xs,
@@ -246,10 +237,10 @@ static qmoe_status plan_experts(const qmoe_moe_layer *L, const qmoe_tensor *x, c
         return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_LIMIT, "x", OP ": %lld rows overflow", (long long)R);
     enum { X, XS, GL, Y, HQ, HS, NT };
     qmoe_tensor *t[NT] = {0};
-    qmoe_status st = desc_like(x, &t[X]);
-    if (!st) st = desc_like(xs, &t[XS]);
-    if (!st) st = desc_like(gl, &t[GL]);
-    if (!st) st = desc_like(y, &t[Y]);
+    qmoe_status st = moe_layer_desc_of(x, &t[X]);
+    if (!st) st = moe_layer_desc_of(xs, &t[XS]);
+    if (!st) st = moe_layer_desc_of(gl, &t[GL]);
+    if (!st) st = moe_layer_desc_of(y, &t[Y]);
     if (!st) st = qmoe_tensor_desc_create(hq, 2, NULL, QMOE_DTYPE_INT8, QMOE_FORMAT_ND, &t[HQ]);
     if (!st) st = qmoe_tensor_desc_create(&R, 1, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, &t[HS]);
     qmoe_grouped_matmul_swiglu_quant_options oo = QMOE_GROUPED_MATMUL_SWIGLU_QUANT_OPTIONS_INIT;

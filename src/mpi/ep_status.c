@@ -12,11 +12,7 @@ qmoe_status ep_fail(qmoe_status status, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    qmoe_error_rule rule = status == QMOE_ERR_PARAM_NULLPTR ? QMOE_RULE_NULL : QMOE_RULE_NONE;
-    const qmoe_error_info *now = qmoe_last_error_info();
-    const char *arg = "";
-    if (now->status == status) rule = now->rule, arg = now->arg; /* a library error passed on */
-    return qmoe_error_set(status, rule, arg, msg);
+    return qmoe_error_pass(status, msg); /* a library error passed on keeps rule and argument */
 }
 
 void ep_clear_error(void) { qmoe_error_clear(); }

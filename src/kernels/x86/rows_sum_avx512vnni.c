@@ -2,8 +2,8 @@
  * registers across the rows instead of a load and store of acc per row; each element sees the
  * portable loop's multiplies and adds (no FMA), so the bits are the same. */
 #include <immintrin.h>
-#include <string.h>
 
+#include "kernels/rows_sum_scalar.h"
 #include "kernels/x86/rows_sum_avx512vnni.h"
 
 void qmoe_rows_sum_avx512(float *acc, int64_t H, const char *const *rows, const float *w, int n,
@@ -33,18 +33,5 @@ void qmoe_rows_sum_avx512(float *acc, int64_t H, const char *const *rows, const 
         _mm512_storeu_ps(acc + h, a0), _mm512_storeu_ps(acc + h + 16, a1);
         _mm512_storeu_ps(acc + h + 32, a2), _mm512_storeu_ps(acc + h + 48, a3);
     }
-    for (; h < H; h++) { /* the tail columns, as the portable loop */
-        float a = acc[h];
-        for (int j = 0; j < n; j++) {
-            float r;
-            if (bf16) {
-                uint32_t bits = (uint32_t)((const uint16_t *)(const void *)rows[j])[h] << 16;
-                memcpy(&r, &bits, sizeof r);
-            } else {
-                r = ((const float *)(const void *)rows[j])[h];
-            }
-            a += w[j] * r;
-        }
-        acc[h] = a;
-    }
+    qmoe_rows_sum_columns(acc, h, H, rows, w, n, bf16); /* the tail columns */
 }

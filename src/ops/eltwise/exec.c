@@ -11,7 +11,7 @@
 #include "runtime/stream.h"
 
 typedef struct moe_op {
-    moe_plan ex;
+    const moe_plan *ex; /* the job's bound plan, read in place */
     void *workspace;
 } moe_op;
 
@@ -31,7 +31,7 @@ static void part_range(int64_t rows, int part, int nparts, int64_t *r0, int64_t 
 static void moe_part(qmoe_thread_ctx *ctx, void *data, int part, int nparts)
 {
     const moe_work *w = data;
-    const moe_plan *ex = &w->op->ex;
+    const moe_plan *ex = w->op->ex;
     int64_t r0, r1;
     part_range(w->rows, part, nparts, &r0, &r1);
     if (r0 >= r1) return;
@@ -79,10 +79,10 @@ static qmoe_status moe_run(const void *plan, void *workspace, qmoe_device *dev, 
 {
     (void)index;
     (void)count;
-    const moe_op o = {*(const moe_plan *)plan, workspace}, *op = &o;
-    moe_work w = {op, plan_rows(&op->ex), 0};
-    if (op->ex.kind == MOE_INIT_ROUTING) {
-        const moe_routing_plan *p = &op->ex.u.routing;
+    const moe_op o = {plan, workspace}, *op = &o;
+    moe_work w = {op, plan_rows(op->ex), 0};
+    if (op->ex->kind == MOE_INIT_ROUTING) {
+        const moe_routing_plan *p = &op->ex->u.routing;
         /* the sort is a counting pass over N*K ids: one thread, before the row copies */
         moe_routing_sort(p, op->workspace);
         w.rows = moe_routing_rows_written(p, op->workspace);
@@ -90,12 +90,12 @@ static qmoe_status moe_run(const void *plan, void *workspace, qmoe_device *dev, 
             /* with a row index per (token, choice) the copies are written right away */
             int scatter = p->a.row_idx_type == 0 && p->escale.data;
             moe_work t = {op, p->N, scatter ? 2 : 1};
-            qmoe_device_run(dev, moe_part, &t, op->ex.threads < p->N ? op->ex.threads : (int)p->N);
+            qmoe_device_run(dev, moe_part, &t, op->ex->threads < p->N ? op->ex->threads : (int)p->N);
             if (scatter) return QMOE_OK;
         }
     }
     if (w.rows <= 0) return QMOE_OK;
-    int nparts = op->ex.threads;
+    int nparts = op->ex->threads;
     if (nparts > w.rows) nparts = (int)w.rows;
     qmoe_device_run(dev, moe_part, &w, nparts);
     return QMOE_OK;
