@@ -74,7 +74,8 @@ static int layout(const qmoe_moe_layer_config *c, int64_t T, qmoe_dtype dtype,
 qmoe_status moe_layer_check_config(const qmoe_moe_layer_config *in, qmoe_moe_layer_config *c)
 {
     if (!in) return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "config", OP ": config is a null pointer");
-    qmoe_status st = qmoe_read_options(in, c, sizeof *c, sizeof *c, "config");
+    /* a caller built before shared_expert_gate passes the smaller struct: still read */
+    qmoe_status st = qmoe_read_options(in, c, sizeof *c, offsetof(qmoe_moe_layer_config, shared_expert_gate), "config");
     if (st) return st;
 #define BAD(...) qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_OPTION, "config", OP ": " __VA_ARGS__)
     if (c->hidden_size < 1 || c->intermediate_size < 1 || c->num_experts < 1)
