@@ -335,6 +335,10 @@ static int run(const run_opts *o, moe_ep *ep, char *err)
     c.threads = (int)o->threads;
     c.shared_intermediate_size = L.Is;
     c.shared_gate = L.shared[0], c.shared_up = L.shared[1], c.shared_down = L.shared[2];
+    c.shared_expert_gate = L.shared_gate_w;
+    c.gate_up_bias = L.gate_up_bias, c.down_bias = L.down_bias;
+    if (L.gpt_oss) c.swiglu_limit = 7.0f, c.swiglu_alpha = 1.702f; /* gpt-oss's config values */
+    c.correction_bias = L.bias; /* a selection bias with either gating, as qmoe.MoELayer takes it */
     if (gating < 0) gating = 0; /* softmax, renormalised */
     c.renormalize = gating != 1;
     if (gating != 2 && o->sigmoid_opts) { /* they would be ignored */
@@ -348,7 +352,6 @@ static int run(const run_opts *o, moe_ep *ep, char *err)
         c.group_count = o->groups ? o->groups : dflt ? 8 : 1;
         c.k_group = o->k_group ? o->k_group : dflt ? 4 : 1;
         c.routed_scaling_factor = o->scaling ? o->scaling : 2.5;
-        c.correction_bias = L.bias;
     }
     qmoe_dtype hd = hidden.dtype == NPY_FLOAT32 ? QMOE_DTYPE_FLOAT32 : QMOE_DTYPE_FLOAT16;
     if (npy_alloc(&out, hidden.dtype, 2, hidden.shape, nerr)) {

@@ -22,6 +22,9 @@ typedef struct layer_in {
     int64_t Is;        /* shared expert's intermediate size (0: none) */
     const void *shared[3];
     qmoe_dtype dtype;
+    const void *shared_gate_w;            /* shared_expert_gate.weight [1, H] (Qwen2-MoE) or NULL */
+    const void *gate_up_bias, *down_bias; /* gpt-oss: [E, 2I] (gate's I, then up's I), [E, H] */
+    int gpt_oss;                          /* the gpt-oss layout (its SwiGLU: limit 7, alpha 1.702) */
 } layer_in;
 
 /* The layer under prefix into *L (pointers into the file, or copies *L owns); -1 with err naming

@@ -327,6 +327,8 @@ def _fused(file: _File, p: str, fused: Dict[str, str], num_experts: Optional[int
 def _shared(file: _File, p: str, shared: Dict[str, str], shared_gate_w: Optional[str], H: int,
             dtype: str):
     sg = su = sd = sgw = None
+    if shared_gate_w is not None and not shared:
+        raise invalid(f"{file.path}: tensor {shared_gate_w} without a shared expert")
     if shared:
         for role in ("gate", "up", "down"):
             if role not in shared:
