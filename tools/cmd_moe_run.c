@@ -41,12 +41,15 @@ static void usage(FILE *f)
             "usage: qmoe moe run --layer FILE.safetensors --hidden H.npy --router-logits L.npy "
             "--out OUT.npy [options]\n\n"
             "Builds the MoE layer under PREFIX (experts.{e}.gate_proj/up_proj/down_proj.weight or\n"
-            "Mixtral's w1/w3/w2; gate.weight, gate.e_score_correction_bias, shared_experts.*: a\n"
-            "shared expert of Is a multiple of I) quantized on load, runs hidden [T,H] (float32 or\n"
+            "Mixtral's w1/w3/w2, or transformers 5's fused experts.gate_up_proj/down_proj, gpt-oss's\n"
+            "with its biases and SwiGLU; gate.weight, gate.e_score_correction_bias, shared_experts.*\n"
+            "or shared_expert.* (+ shared_expert_gate.weight): a shared expert of Is a multiple of\n"
+            "I) quantized on load, runs hidden [T,H] (float32 or\n"
             "float16) with router_logits [T,E] (float32), writes out [T,H] in hidden's dtype.\n"
             "Defaults come from the file's qmoe.* metadata (qmoe moe gen writes it).\n\n"
             "  --prefix P        the layer's name prefix (default: qmoe.prefix, else the one\n"
-            "                    prefix P of the file's P.experts.0.* tensors)\n"
+            "                    prefix P of the file's P.experts.0.* (or fused\n"
+            "                    P.experts.gate_up_proj*) tensors)\n"
             "  --mode a8w8|a8w4  --group-size G (0: per channel)  --clip-search\n"
             "  --top-k K         experts per token\n"
             "  --gating softmax|softmax-norenorm|sigmoid  (default: qmoe.gating, else softmax)\n"
@@ -163,6 +166,7 @@ static int infer_prefix(const str_file *f, const char *file, char *out, char *er
     const char *first = NULL;
     for (size_t k = 0; k < f->n; k++) {
         const char *n = f->tensors[k].name, *s = strstr(n, ".experts.0.");
+        if (!s) s = strstr(n, ".experts.gate_up_proj"); /* fused experts */
         if (!s) continue;
         size_t l = (size_t)(s - n);
         if (!first) {
@@ -174,7 +178,7 @@ static int infer_prefix(const str_file *f, const char *file, char *out, char *er
         }
     }
     if (!first) {
-        snprintf(err, RUN_ERR_LEN, "%.300s: no tensor *.experts.0.* (give --prefix)", file);
+        snprintf(err, RUN_ERR_LEN, "%.300s: no tensor *.experts.0.* or *.experts.gate_up_proj* (give --prefix)", file);
         return -1;
     }
     if (len >= NAME_MAX_LEN - 64) {
