@@ -91,14 +91,12 @@ static int ensure_device(qg_context *ctx, int threads)
     qmoe_device_destroy(ctx->device);
     ctx->stream = NULL;
     ctx->device = NULL;
-    qmoe_device_options o = QMOE_DEVICE_OPTIONS_INIT;
-    o.threads = threads;
-    if (qmoe_device_create(&o, &ctx->device) || qmoe_stream_create(ctx->device, &ctx->stream)) {
+    if (qg_device_create(ctx, threads, &ctx->device) ||
+        qmoe_stream_create(ctx->device, &ctx->stream)) {
         qmoe_device_destroy(ctx->device);
         ctx->device = NULL;
         return 0;
     }
-    ctx->dev_threads = threads;
     return 1;
 }
 
