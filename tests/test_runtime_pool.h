@@ -1,7 +1,8 @@
 /* A caller's thread pool for the tests of the device on the caller's threads: `threads - 1`
  * pthreads that sleep on a condition variable between jobs, and the calling thread as index 0.
  * pool_parallel is a qmoe_parallel_fn; it records which OS threads ran the tasks, so a test can
- * check that the work ran on the pool's threads and nowhere else. It allocates nothing per job. */
+ * check that the work ran on the pool's threads and nowhere else. It allocates nothing per job.
+ * Inline: not every build of a test that includes it uses it (the counting one does). */
 #ifndef QMOE_TEST_RUNTIME_POOL_H
 #define QMOE_TEST_RUNTIME_POOL_H
 
@@ -33,7 +34,7 @@ typedef struct pool_worker {
 
 static pool_worker pool_workers[POOL_MAX];
 
-static int pool_is_own(test_pool *p, pthread_t self)
+static inline int pool_is_own(test_pool *p, pthread_t self)
 {
     if (pthread_equal(self, p->caller)) return 1;
     for (int t = 1; t < p->threads; t++)
@@ -41,7 +42,7 @@ static int pool_is_own(test_pool *p, pthread_t self)
     return 0;
 }
 
-static void *pool_main(void *arg)
+static inline void *pool_main(void *arg)
 {
     pool_worker *w = arg;
     test_pool *p = w->p;
@@ -63,7 +64,7 @@ static void *pool_main(void *arg)
     return NULL;
 }
 
-static void pool_start(test_pool *p, int threads)
+static inline void pool_start(test_pool *p, int threads)
 {
     p->threads = threads;
     pthread_mutex_init(&p->mu, NULL);
@@ -75,7 +76,7 @@ static void pool_start(test_pool *p, int threads)
     }
 }
 
-static void pool_stop(test_pool *p)
+static inline void pool_stop(test_pool *p)
 {
     pthread_mutex_lock(&p->mu);
     p->stop = 1;
@@ -94,7 +95,7 @@ typedef struct pool_job {
     void *arg;
 } pool_job;
 
-static void pool_checked_task(void *arg, int t)
+static inline void pool_checked_task(void *arg, int t)
 {
     pool_job *j = arg;
     if (!pool_is_own(j->p, pthread_self())) {
@@ -106,7 +107,7 @@ static void pool_checked_task(void *arg, int t)
 }
 
 /* qmoe_parallel_fn: tasks 1..n-1 on the pool's threads, task 0 on the calling thread. */
-static void pool_parallel(void *ctx, int n, qmoe_parallel_task task, void *arg)
+static inline void pool_parallel(void *ctx, int n, qmoe_parallel_task task, void *arg)
 {
     test_pool *p = ctx;
     pool_job j = {p, task, arg};
