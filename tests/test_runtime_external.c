@@ -300,6 +300,24 @@ int main(void)
     CHECK(qmoe_device_create_external(&pinned, pool_parallel, &pool, &d) == QMOE_ERR_PARAM_INVALID);
     CHECK(qmoe_device_create_external(&nocpus, pool_parallel, &pool, &d) == QMOE_ERR_PARAM_INVALID);
     CHECK(d == NULL);
+    /* the options grow as qmoe_device_create's: struct_size 0 is the first layout, a larger
+     * struct is read up to its size and its unknown fields must be zero */
+    qmoe_device_options zero;
+    memset(&zero, 0, sizeof zero);
+    zero.threads = 2;
+    CHECK(qmoe_device_create_external(&zero, pool_parallel, &pool, &d) == QMOE_OK);
+    CHECK(qmoe_device_threads(d) == 2);
+    qmoe_device_destroy(d), d = NULL;
+    struct {
+        qmoe_device_options o;
+        uint64_t future_field;
+    } big;
+    memset(&big, 0, sizeof big);
+    big.o.struct_size = sizeof big;
+    big.o.threads = 1;
+    big.future_field = 3;
+    CHECK(qmoe_device_create_external(&big.o, pool_parallel, &pool, &d) == QMOE_ERR_PARAM_INVALID);
+    CHECK(d == NULL);
     CHECK(qmoe_device_create_external(NULL, pool_parallel, &pool, &d) == QMOE_OK);
     CHECK(qmoe_device_threads(d) == qmoe_device_online_cores());
     qmoe_device_destroy(d);
