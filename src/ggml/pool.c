@@ -129,6 +129,34 @@ static void omp_parallel(void *ctx, int n, qmoe_parallel_task task, void *arg)
 }
 #endif
 
+/* The backend's own work on the same threads: a task that hands fn its share. */
+typedef struct share_task {
+    void (*fn)(void *arg, int t, int n);
+    void *arg;
+    int n;
+} share_task;
+
+static void run_share(void *arg, int t)
+{
+    share_task *s = arg;
+    s->fn(s->arg, t, s->n);
+}
+
+void qg_parallel(qg_context *ctx, void (*fn)(void *arg, int t, int n), void *arg)
+{
+    int n = ctx->device ? ctx->dev_threads : 1;
+    share_task s = {fn, arg, n};
+    if (n <= 1) {
+        fn(arg, 0, 1);
+        return;
+    }
+#ifdef QG_OPENMP
+    omp_parallel(ctx, n, run_share, &s);
+#else
+    pool_parallel(ctx->pool, n, run_share, &s);
+#endif
+}
+
 int qg_uses_openmp(void)
 {
 #ifdef QG_OPENMP

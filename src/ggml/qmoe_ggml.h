@@ -132,6 +132,9 @@ qmoe_status qg_device_create(qg_context *ctx, int threads, qmoe_device **device)
 qg_pool *qg_pool_create(int threads);
 void qg_pool_destroy(qg_pool *pool); /* NULL is a no-op */
 int qg_uses_openmp(void);
+/* Runs fn(arg, t, n) for every t in [0, n), n = the device's threads, on the threads qmoe's parts
+ * run on (all at once); for the backend's own per-row work between qmoe's operators. */
+void qg_parallel(qg_context *ctx, void (*fn)(void *arg, int t, int n), void *arg);
 
 /* Logs "qmoe: <what>: <qmoe_last_error()>" through ggml's logger. */
 void qg_log_error(const char *what);
