@@ -244,7 +244,7 @@ static void scatter_share(void *arg, int t, int n)
         memcpy(m->rows[m->perm[r]].dst, m->y + (size_t)r * (size_t)m->Np, (size_t)m->N * sizeof(float));
 }
 
-enum { QG_PARALLEL_COPY_BYTES = 1 << 18 };
+enum { QG_PARALLEL_COPY_BYTES = 1 << 18, QG_SMALL_QUANT = 1 << 16 };
 
 static void rows_on_threads(qg_context *ctx, void (*fn)(void *, int, int), moved *m,
                             size_t bytes)
@@ -322,7 +322,10 @@ enum ggml_status qg_compute_matmul(qg_context *ctx, struct ggml_tensor *node)
     rows_on_threads(ctx, gather_share, &m, nx);
 
     /* plans first (they fix the workspace), then the run: quant, then every chunk's matmul */
-    qmoe_op *qop = quant_plan(ctx, R, K, threads);
+    /* a few rows' quant takes microseconds: one thread, without waking ggml's (a parallel region
+     * would cost more than the work) */
+    int qthreads = (uint64_t)R * (uint64_t)K < QG_SMALL_QUANT ? 1 : threads;
+    qmoe_op *qop = quant_plan(ctx, R, K, qthreads);
     if (!qop) return failed("planning the activations' dynamic quant");
     uint64_t wsz = qmoe_op_workspace_size(qop);
     qmoe_op *ops[64];
