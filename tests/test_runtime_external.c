@@ -124,6 +124,13 @@ static void fused_case(qt_rng *r, int index, qmoe_stream *const *ext)
                   (long long)M, (long long)K, (long long)N, (long long)E, index % 2, t,
                   qmoe_status_name(st), qmoe_last_error());
     }
+    /* more parts than the device has threads: shared round-robin, the column phase without
+     * its barrier, as on the CPU device */
+    CHECK(rt_case_run(&c, 4, 1, QMOE_KERNEL_AUTO, cpu_s[2]) == QMOE_OK);
+    memcpy(eo, c.out, (size_t)(M * c.N2));
+    memcpy(es, c.out_scale, (size_t)M * sizeof(float));
+    CHECK_MSG(rt_case_run(&c, 4, 1, QMOE_KERNEL_AUTO, ext[2]) == QMOE_OK && rt_same_outputs(&c, eo, es),
+              "fused case %d: 4 parts on 2 threads: %s", index, qmoe_last_error());
     free(eo);
     free(es);
     rt_case_free(&c);
@@ -145,6 +152,10 @@ static void gmm_sweep_case(qt_rng *r, int index, qmoe_stream *const *ext)
                   (long long)c.M, (long long)c.K, (long long)c.N, (long long)c.E, t,
                   qmoe_status_name(st), qmoe_last_error());
     }
+    CHECK(gmm_run(&c, 4, cpu_s[2]) == QMOE_OK);
+    memcpy(expect, c.out, bytes);
+    CHECK_MSG(gmm_run(&c, 4, ext[2]) == QMOE_OK && !memcmp(expect, c.out, bytes),
+              "gmm case %d: 4 parts on 2 threads: %s", index, qmoe_last_error());
     free(expect);
     gmm_free(&c);
 }
