@@ -3,8 +3,9 @@
  * job blocks are reused. The test replaces malloc and friends (glibc's documented way: the
  * program defines them, forwarding to __libc_*) and counts the calls made, by any thread,
  * while it submits and synchronizes many operators on a stream, on a two-device group and on
- * the synchronous NULL stream, and executing a planned operator (qmoe/op.h) on both. The
- * operators really run: their outputs are checked. */
+ * the synchronous NULL stream, on a device on the caller's threads (a pthread pool's), and
+ * executing a planned operator (qmoe/op.h) on them. The operators really run: their outputs are
+ * checked. */
 #define _GNU_SOURCE
 #include <math.h>
 #include <pthread.h>
@@ -16,6 +17,7 @@
 #include "qmoe/op.h"
 #include "runtime/stream.h"
 #include "support/testlib.h"
+#include "test_runtime_pool.h"
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define SANITIZED 1
@@ -285,6 +287,25 @@ int main(void)
 
     /* An operator planned once, executed with new data: nothing allocated per execute. */
     operator_executes(s);
+
+    /* A device on the caller's threads: its queue runs at synchronize, so a round's operators
+     * are all in flight without a gate; after the first round, nothing is allocated. */
+    static test_pool pool;
+    pool_start(&pool, 2);
+    qmoe_device *ext = NULL;
+    qmoe_stream *es = NULL;
+    CHECK(qmoe_device_create_external(&two, pool_parallel, &pool, &ext) == QMOE_OK);
+    CHECK(qmoe_stream_create(ext, &es) == QMOE_OK);
+    CHECK(rounds(es, 1, 1, 12000, 0) == 1);
+    before = counted();
+    CHECK(rounds(es, 1, ROUNDS, 13000, 0) == ROUNDS);
+    CHECK_MSG(counted() == before, "%llu allocations over %d operators on the caller's threads",
+              counted() - before, ROUNDS * DEPTH);
+    CHECK(pool.jobs >= ROUNDS * DEPTH && pool.foreign == 0); /* they ran on the pool */
+    operator_executes(es);
+    qmoe_stream_destroy(es);
+    qmoe_device_destroy(ext);
+    pool_stop(&pool);
 
     qmoe_stream_destroy(group);
     qmoe_stream_destroy(s);

@@ -2,7 +2,7 @@
  * qmoe runtime: devices, streams, multi-device groups and tracing.
  *
  * A device is a group of worker threads (thread 0 is the device's command thread, threads 1..T-1
- * are its fork-join pool) with one scratchpad arena (a slice per thread) and per-thread trace
+ * are its fork-join pool; or the caller's threads: qmoe_device_create_external) with one scratchpad arena (a slice per thread) and per-thread trace
  * buffers and copy queues. A stream runs the operators submitted to it, in submission order,
  * asynchronously to the caller, on one device or on a group of devices that split each operator's
  * output rows. Several streams may share a device: a device runs the operators it is given one at a
@@ -57,6 +57,41 @@ QMOE_API qmoe_status qmoe_device_create(const qmoe_device_options *options, qmoe
 /* Waits for the operators queued on the device, then stops its threads. Destroy the streams that
  * use a device before the device. NULL is a no-op. */
 QMOE_API void qmoe_device_destroy(qmoe_device *device);
+
+/* ------------------------------------------------------- devices on the caller's threads ----- */
+
+/* A parallel function runs task(arg, t) once for every t in [0, nthreads), each call on a thread
+ * of its own, all of them at the same time (the tasks of one operator may wait for each other at
+ * a barrier), and returns when every call has returned: an OpenMP parallel region of nthreads
+ * threads, or an engine's thread pool with at least nthreads threads. nthreads is 2..the
+ * device's thread count. It is called from the thread that runs the device's operators. */
+typedef void (*qmoe_parallel_task)(void *arg, int thread);
+typedef void (*qmoe_parallel_fn)(void *ctx, int nthreads, qmoe_parallel_task task, void *arg);
+
+/*
+ * A device whose worker threads are the caller's (since 0.3): qmoe starts no thread for it and
+ * none of its threads waits or spins while the caller's are idle, so qmoe shares the cores of an
+ * engine that owns its own thread pool (ggml's, an OpenMP runtime's) instead of oversubscribing
+ * them. The operators submitted to a stream on it are queued as on any device and run, in
+ * submission order, on the thread that calls qmoe_stream_synchronize() (or qmoe_stream_destroy()
+ * / qmoe_device_destroy(), which run what is still queued); each operator's parts run through
+ * parallel(ctx, n, task, arg), n <= options.threads, and an operator of one part runs on that
+ * thread alone. Results are bit-identical to a qmoe_device_create() device for any thread count;
+ * errors are reported the same way (a failed operator stops the later ones of its stream). A
+ * parallel function that calls a thread index twice, one out of range or misses one makes the
+ * operator fail with QMOE_ERR_RUNTIME (one that never returns, or runs the tasks one after
+ * another while they wait for each other, hangs: that is the contract above).
+ *
+ * options: threads (0: one per online core) is the most tasks qmoe asks for at once;
+ * scratch_bytes as for qmoe_device_create(); cpus must be NULL and ncpus 0 (the caller places its
+ * threads). The device may be used by any number of streams of one device each; a group
+ * (qmoe_stream_create_group with count > 1) that holds it is QMOE_ERR_PARAM_INVALID.
+ * QMOE_ERR_PARAM_NULLPTR for a NULL parallel or device, QMOE_ERR_PARAM_INVALID for bad options,
+ * QMOE_ERR_INNER when memory cannot be had. Destroy with qmoe_device_destroy().
+ */
+QMOE_API qmoe_status qmoe_device_create_external(const qmoe_device_options *options,
+                                                 qmoe_parallel_fn parallel, void *ctx,
+                                                 qmoe_device **device);
 
 /* Accessors; for a NULL device they return -1 (scratch bytes: 0). */
 QMOE_API int qmoe_device_threads(const qmoe_device *device);

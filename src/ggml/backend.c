@@ -24,6 +24,7 @@ static void be_free(ggml_backend_t backend)
 {
     qg_context *ctx = backend->context;
     qg_context_release(ctx);
+    qg_pool_destroy(ctx->pool); /* after the device that ran on it */
     free(ctx);
     free(backend);
 }

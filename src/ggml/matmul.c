@@ -91,14 +91,12 @@ static int ensure_device(qg_context *ctx, int threads)
     qmoe_device_destroy(ctx->device);
     ctx->stream = NULL;
     ctx->device = NULL;
-    qmoe_device_options o = QMOE_DEVICE_OPTIONS_INIT;
-    o.threads = threads;
-    if (qmoe_device_create(&o, &ctx->device) || qmoe_stream_create(ctx->device, &ctx->stream)) {
+    if (qg_device_create(ctx, threads, &ctx->device) ||
+        qmoe_stream_create(ctx->device, &ctx->stream)) {
         qmoe_device_destroy(ctx->device);
         ctx->device = NULL;
         return 0;
     }
-    ctx->dev_threads = threads;
     return 1;
 }
 
@@ -209,6 +207,52 @@ static void gather_row(const struct ggml_tensor *b, const uint8_t *src, int64_t 
     for (int64_t k = 0; k < K; k++) memcpy(&x[k], src + k * b->nb[0], sizeof(float));
 }
 
+/* The gather of activation rows and the scatter of output rows, a share of the rows per thread:
+ * on 2 threads of the development VM a single thread's copies were a third of a Qwen3-30B-A3B
+ * layer's pp512 time. Work of a few rows stays on the calling thread (a parallel region costs
+ * more than it saves). */
+typedef struct moved {
+    const struct ggml_tensor *b;
+    const qg_row *rows;
+    const int64_t *perm;
+    float *x;
+    const float *y;
+    int64_t K, N, Np, R;
+} moved;
+
+static void share_of(const moved *m, int t, int n, int64_t *lo, int64_t *hi)
+{
+    *lo = m->R * t / n;
+    *hi = m->R * (t + 1) / n;
+}
+
+static void gather_share(void *arg, int t, int n)
+{
+    const moved *m = arg;
+    int64_t lo, hi;
+    share_of(m, t, n, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++)
+        gather_row(m->b, m->rows[m->perm[r]].src, m->K, m->x + (size_t)r * (size_t)m->K);
+}
+
+static void scatter_share(void *arg, int t, int n)
+{
+    const moved *m = arg;
+    int64_t lo, hi;
+    share_of(m, t, n, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++)
+        memcpy(m->rows[m->perm[r]].dst, m->y + (size_t)r * (size_t)m->Np, (size_t)m->N * sizeof(float));
+}
+
+enum { QG_PARALLEL_COPY_BYTES = 1 << 18, QG_SMALL_QUANT = 1 << 16 };
+
+static void rows_on_threads(qg_context *ctx, void (*fn)(void *, int, int), moved *m,
+                            size_t bytes)
+{
+    if (bytes < QG_PARALLEL_COPY_BYTES) fn(m, 0, 1);
+    else qg_parallel(ctx, fn, m);
+}
+
 static int64_t routed_rows(const struct ggml_tensor *node)
 {
     if (node->op == GGML_OP_MUL_MAT_ID) return node->src[2]->ne[0] * node->src[2]->ne[1];
@@ -274,10 +318,14 @@ enum ggml_status qg_compute_matmul(qg_context *ctx, struct ggml_tensor *node)
     for (int64_t r = 0; r < R; r++) perm[start[rows[r].mat]++] = r;
     for (int64_t e = E; e > 0; e--) start[e] = start[e - 1];
     start[0] = 0;
-    for (int64_t r = 0; r < R; r++) gather_row(b, rows[perm[r]].src, K, x + (size_t)r * fK);
+    moved m = {b, rows, perm, x, y, K, N, Np, R};
+    rows_on_threads(ctx, gather_share, &m, nx);
 
     /* plans first (they fix the workspace), then the run: quant, then every chunk's matmul */
-    qmoe_op *qop = quant_plan(ctx, R, K, threads);
+    /* a few rows' quant takes microseconds: one thread, without waking ggml's (a parallel region
+     * would cost more than the work) */
+    int qthreads = (uint64_t)R * (uint64_t)K < QG_SMALL_QUANT ? 1 : threads;
+    qmoe_op *qop = quant_plan(ctx, R, K, qthreads);
     if (!qop) return failed("planning the activations' dynamic quant");
     uint64_t wsz = qmoe_op_workspace_size(qop);
     qmoe_op *ops[64];
@@ -317,7 +365,6 @@ enum ggml_status qg_compute_matmul(qg_context *ctx, struct ggml_tensor *node)
         }
     }
     if (qmoe_stream_synchronize(ctx->stream)) return failed("running the grouped matmul");
-    for (int64_t r = 0; r < R; r++)
-        memcpy(rows[perm[r]].dst, y + (size_t)r * (size_t)Np, (size_t)N * sizeof(float));
+    rows_on_threads(ctx, scatter_share, &m, ny);
     return GGML_STATUS_SUCCESS;
 }

@@ -15,6 +15,7 @@
 #include "ggml.h"
 #include "qmoe/op.h"
 #include "qmoe/qmoe.h"
+#include "qmoe/runtime.h"
 #include "qmoe/weights.h"
 
 #define QG_NAME "QMOE"
@@ -98,10 +99,13 @@ enum {
     QG_S_COUNTS, /* rows per matrix and their starts, int64 [2 E + 1] */
 };
 
+typedef struct qg_pool qg_pool;
+
 typedef struct qg_context {
     int n_threads;         /* from ggml_backend_set_n_threads; 0 until set: the online cores */
     int dev_threads;       /* the thread count `device` was made with */
-    qmoe_device *device;
+    qmoe_device *device;   /* on ggml's threads (pool.c) */
+    qg_pool *pool;         /* the backend's own threads, when not on OpenMP's (pool.c) */
     qmoe_stream *stream;
     /* scratch, grown as needed (QG_S_*) */
     void *scratch[8];
@@ -120,6 +124,17 @@ int qg_supports_matmul(const struct ggml_tensor *op);
  * dst untouched. */
 enum ggml_status qg_compute_matmul(qg_context *ctx, struct ggml_tensor *node);
 void qg_context_release(qg_context *ctx);
+
+/* qmoe's device on ggml's threads (pool.c): inside `omp parallel num_threads(threads)` when the
+ * llama.cpp build uses OpenMP (QG_OPENMP), else on a pool of the backend's own that sleeps
+ * between jobs. Call with the previous device destroyed; sets dev_threads. */
+qmoe_status qg_device_create(qg_context *ctx, int threads, qmoe_device **device);
+qg_pool *qg_pool_create(int threads);
+void qg_pool_destroy(qg_pool *pool); /* NULL is a no-op */
+int qg_uses_openmp(void);
+/* Runs fn(arg, t, n) for every t in [0, n), n = the device's threads, on the threads qmoe's parts
+ * run on (all at once); for the backend's own per-row work between qmoe's operators. */
+void qg_parallel(qg_context *ctx, void (*fn)(void *arg, int t, int n), void *arg);
 
 /* Logs "qmoe: <what>: <qmoe_last_error()>" through ggml's logger. */
 void qg_log_error(const char *what);

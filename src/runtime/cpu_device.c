@@ -11,10 +11,10 @@
 
 #include "core/options.h"
 #include "core/status.h"
-#include "runtime/copyq.h"
 #include "runtime/device.h"
+#include "runtime/thread_state.h"
 
-enum { MAX_THREADS = 4096, DEFAULT_SLICE = 1 << 20, ALIGN = 64 };
+enum { MAX_THREADS = 4096 };
 
 /* A thread's CPU-time clock, published by the thread itself (known is set after id). */
 struct thread_clock {
@@ -27,13 +27,8 @@ typedef struct cpu_device {
     int threads;
     int *cpus;
     int ncpus;
-    qmoe_thread_ctx *ctx; /* per thread: scratch slice, copy queue, trace buffer */
-    qmoe_copyq *copyq;  /* per thread: the kernels' queue */
-    qmoe_copyq *stageq; /* per thread: the driver's staging queue */
-    qmoe_trace_buf **trace; /* per thread; allocated while tracing */
+    qmoe_thread_state ts; /* per thread: scratch slice, copy queues, trace buffer */
     qmoe_workq *wq;
-    void *arena;          /* threads * slice_bytes, 64-byte aligned */
-    uint64_t slice_bytes; /* per-thread scratchpad slice */
     /* command queue, run in order by the command thread */
     pthread_t cmd_thread;
     pthread_mutex_t mu;
@@ -99,39 +94,14 @@ int qmoe_device_online_cores(void)
     return n < 1 ? 1 : n > MAX_THREADS ? MAX_THREADS : (int)n;
 }
 
-static void point_slices(cpu_device *dev)
-{
-    for (int t = 0; t < dev->threads; t++) {
-        dev->ctx[t].scratch = (char *)dev->arena + (size_t)t * dev->slice_bytes;
-        dev->ctx[t].scratch_bytes = dev->slice_bytes;
-    }
-}
-
-/* Grows the per-thread slices to at least `bytes`; only between operators (command thread). */
 static qmoe_status cpu_reserve(qmoe_device *d, uint64_t bytes)
 {
-    cpu_device *dev = cpu(d);
-    if (bytes <= dev->slice_bytes) return QMOE_OK;
-    uint64_t slice = (bytes + ALIGN - 1) & ~(uint64_t)(ALIGN - 1), total;
-    /* bytes may come from options.scratch_bytes: a round-up that wraps to 0 is refused too */
-    if (bytes > UINT64_MAX - (ALIGN - 1) ||
-        __builtin_mul_overflow(slice, (uint64_t)dev->threads, &total) || total > SIZE_MAX)
-        return qmoe_fail(QMOE_ERR_INNER, "device %d: scratchpad of %llu bytes per thread is too large",
-                         d->id, (unsigned long long)bytes);
-    void *arena = aligned_alloc(ALIGN, (size_t)total);
-    if (!arena)
-        return qmoe_fail(QMOE_ERR_INNER, "device %d: out of memory for a %llu-byte scratchpad",
-                         d->id, (unsigned long long)total);
-    free(dev->arena);
-    dev->arena = arena;
-    dev->slice_bytes = slice;
-    point_slices(dev);
-    return QMOE_OK;
+    return qmoe_thread_state_reserve(&cpu(d)->ts, bytes, d->id);
 }
 
 static uint64_t cpu_scratch_bytes(const qmoe_device *d)
 {
-    return ccpu(d)->slice_bytes * (uint64_t)ccpu(d)->threads;
+    return qmoe_thread_state_scratch_bytes(&ccpu(d)->ts);
 }
 
 static void *command_main(void *arg)
@@ -171,7 +141,7 @@ static void cpu_submit(qmoe_device *d, qmoe_cmd *cmd)
 static qmoe_status cpu_fence(qmoe_device *d, qmoe_fence_slot *slots, int self, int count,
                              uint32_t seq, qmoe_status status, const qmoe_fence_watch *watch)
 {
-    return qmoe_fence_barrier(slots, self, count, seq, status, 0, cpu(d)->ctx[0].trace, watch);
+    return qmoe_fence_barrier(slots, self, count, seq, status, 0, cpu(d)->ts.ctx[0].trace, watch);
 }
 
 static int cpu_threads(const qmoe_device *d) { return ccpu(d)->threads; }
@@ -184,68 +154,25 @@ static const char *cpu_isa(const qmoe_device *d)
 
 static qmoe_status cpu_trace(qmoe_device *d, int enable, uint32_t events_per_thread)
 {
-    cpu_device *dev = cpu(d);
-    uint32_t cap = events_per_thread ? events_per_thread : 1u << 16;
-    for (int t = 0; t < dev->threads; t++) {
-        dev->ctx[t].trace = NULL;
-        qmoe_trace_buf_destroy(dev->trace[t]);
-        dev->trace[t] = NULL;
-    }
-    if (enable) {
-        for (int t = 0; t < dev->threads; t++) {
-            if (!(dev->trace[t] = qmoe_trace_buf_create(cap, d->id, t))) {
-                cpu_trace(d, 0, 0);
-                return qmoe_fail(QMOE_ERR_INNER, "out of memory for trace buffers");
-            }
-            dev->ctx[t].trace = dev->trace[t];
-        }
-    }
-    qmoe_clear_error();
-    return QMOE_OK;
+    return qmoe_thread_state_trace(&cpu(d)->ts, enable, events_per_thread, d->id);
 }
 
 static qmoe_trace_buf *cpu_trace_buf(const qmoe_device *d, int thread)
 {
-    return thread >= 0 && thread < ccpu(d)->threads ? ccpu(d)->trace[thread] : NULL;
-}
-
-/* After an operator: every push popped, in order, on the driver's and the kernel's queues (the
- * checked build also poisons and copies at the pop). Leaves the queues empty either way. */
-static qmoe_status check_queue(const qmoe_device *d, int t, qmoe_copyq *q, const char *which,
-                               qmoe_status st)
-{
-    if (!st && (qmoe_copyq_pending(q) || q->violations))
-        st = qmoe_fail(QMOE_ERR_INNER,
-                       "device %d thread %d: %s copy queue discipline broken (%u pushes not "
-                       "popped, %u out-of-order or empty pops)",
-                       d->id, t, which, (unsigned)qmoe_copyq_pending(q), (unsigned)q->violations);
-    qmoe_copyq_reset(q);
-    return st;
+    return qmoe_thread_state_trace_buf(&ccpu(d)->ts, thread);
 }
 
 static qmoe_status cpu_check_queues(qmoe_device *d)
 {
-    cpu_device *dev = cpu(d);
-    qmoe_status st = QMOE_OK;
-    for (int t = 0; t < dev->threads; t++) {
-        st = check_queue(d, t, &dev->stageq[t], "staging", st);
-        st = check_queue(d, t, &dev->copyq[t], "kernel", st);
-    }
-    return st;
+    return qmoe_thread_state_check_queues(&cpu(d)->ts, d->id);
 }
 
 /* Releases what create made, whether it got all the way or failed part-way (the arrays are
- * calloc'ed, so unset trace buffers are NULL). The command thread must already be stopped. */
+ * calloc'ed). The command thread must already be stopped. */
 static void free_device(cpu_device *dev)
 {
     qmoe_workq_destroy(dev->wq);
-    if (dev->trace)
-        for (int t = 0; t < dev->threads; t++) qmoe_trace_buf_destroy(dev->trace[t]);
-    free(dev->arena);
-    free(dev->ctx);
-    free(dev->copyq);
-    free(dev->stageq);
-    free(dev->trace);
+    qmoe_thread_state_free(&dev->ts);
     free(dev->cpus);
     free(dev->clocks);
     pthread_mutex_destroy(&dev->mu);
@@ -320,29 +247,18 @@ qmoe_status qmoe_device_create(const qmoe_device_options *options, qmoe_device *
     qmoe_device_init(&dev->base, &cpu_ops);
     dev->threads = o->threads ? o->threads : o->ncpus ? o->ncpus : cores;
     dev->ncpus = o->ncpus;
-    dev->ctx = calloc((size_t)dev->threads, sizeof *dev->ctx);
-    dev->copyq = calloc((size_t)dev->threads, sizeof *dev->copyq);
-    dev->stageq = calloc((size_t)dev->threads, sizeof *dev->stageq);
-    dev->trace = calloc((size_t)dev->threads, sizeof *dev->trace);
     dev->clocks = calloc((size_t)dev->threads, sizeof *dev->clocks);
     dev->cpus = o->ncpus ? malloc((size_t)o->ncpus * sizeof *dev->cpus) : NULL;
     pthread_mutex_init(&dev->mu, NULL);
     pthread_cond_init(&dev->cv, NULL);
-    if (!dev->ctx || !dev->copyq || !dev->stageq || !dev->trace || !dev->clocks ||
-        (o->ncpus && !dev->cpus)) {
+    if (!dev->clocks || (o->ncpus && !dev->cpus)) {
         st = qmoe_fail(QMOE_ERR_INNER, "out of memory for a device");
         goto fail;
     }
     if (o->ncpus) memcpy(dev->cpus, o->cpus, (size_t)o->ncpus * sizeof *dev->cpus);
-    for (int t = 0; t < dev->threads; t++) {
-        dev->ctx[t].thread = t;
-        dev->ctx[t].nthreads = 1;
-        dev->ctx[t].copyq = &dev->copyq[t];
-        dev->ctx[t].stageq = &dev->stageq[t];
-    }
-    if ((st = cpu_reserve(&dev->base, o->scratch_bytes ? o->scratch_bytes : DEFAULT_SLICE)))
+    if ((st = qmoe_thread_state_init(&dev->ts, dev->threads, o->scratch_bytes, dev->base.id)))
         goto fail;
-    if ((st = qmoe_workq_create(dev->threads, dev->ctx, dev->cpus, dev->ncpus, &dev->wq)))
+    if ((st = qmoe_workq_create(dev->threads, dev->ts.ctx, dev->cpus, dev->ncpus, &dev->wq)))
         goto fail;
     if (pthread_create(&dev->cmd_thread, NULL, command_main, dev)) {
         st = qmoe_fail(QMOE_ERR_INNER, "cannot start the command thread of a device");

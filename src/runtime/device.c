@@ -45,6 +45,18 @@ qmoe_status qmoe_device_check_queues(qmoe_device *dev)
     return dev->ops->check_queues ? dev->ops->check_queues(dev) : QMOE_OK;
 }
 
+qmoe_status qmoe_device_finish(qmoe_device *dev, qmoe_status status)
+{
+    return dev->ops->finish ? dev->ops->finish(dev, status) : status;
+}
+
+void qmoe_device_drain(qmoe_device *dev)
+{
+    if (dev->ops->drain) dev->ops->drain(dev);
+}
+
+int qmoe_device_is_external(const qmoe_device *dev) { return dev->ops->drain != NULL; }
+
 const char *qmoe_device_own_isa(const qmoe_device *dev) { return dev->ops->isa(dev); }
 
 uint64_t qmoe_device_progress(const qmoe_device *dev) { return dev->ops->progress(dev); }

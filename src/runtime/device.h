@@ -5,7 +5,9 @@
  * (and the public ones of include/qmoe/runtime.h), never through its fields.
  *
  * A kind of device is one table of operations (qmoe_device_ops) and the struct that starts with
- * a qmoe_device. The CPU thread pool (cpu_device.c) is the first. How to add a device:
+ * a qmoe_device. The CPU thread pool (cpu_device.c) is the first; the device on the caller's
+ * threads (external_device.c) has no command thread: it runs its queue when drained. How to add
+ * a device:
  *   1. src/runtime/<kind>_device.c: a struct whose first member is `qmoe_device base`, a static
  *      const qmoe_device_ops table, and a create function that calls qmoe_device_init and fills
  *      the struct; its command thread (or queue) calls cmd->exec(cmd, dev) for each command in
@@ -61,6 +63,13 @@ typedef struct qmoe_device_ops {
     qmoe_trace_buf *(*trace_buf)(const qmoe_device *dev, int thread);
     /* after an operator: checks and empties the per-thread copy queues (NULL: none to check) */
     qmoe_status (*check_queues)(qmoe_device *dev);
+    /* after an operator's run on the device, with its status: the device's own check of the run
+     * (NULL: none); returns `status` when that is an error, having forgotten its check */
+    qmoe_status (*finish)(qmoe_device *dev, qmoe_status status);
+    /* a device without a command thread of its own (NULL: it has one): runs the commands
+     * submitted so far on the calling thread, in order, and returns when the queue is empty or
+     * another thread is already running it. Such a device is never part of a group. */
+    void (*drain)(qmoe_device *dev);
 } qmoe_device_ops;
 
 /* What every device holds, whatever its kind; the runtime's, not the implementation's. */
@@ -83,6 +92,10 @@ qmoe_status qmoe_device_reserve(qmoe_device *dev, uint64_t bytes);
 void qmoe_device_run(qmoe_device *dev, qmoe_work_fn f, void *data, int nparts);
 qmoe_trace_buf *qmoe_device_trace_buf(const qmoe_device *dev, int thread);
 qmoe_status qmoe_device_check_queues(qmoe_device *dev);
+qmoe_status qmoe_device_finish(qmoe_device *dev, qmoe_status status);
+/* Runs the queued commands of a device without threads of its own here; a no-op for others. */
+void qmoe_device_drain(qmoe_device *dev);
+int qmoe_device_is_external(const qmoe_device *dev);
 
 /* The device's own instruction sets; NULL when they are the host CPU's (qmoe_device_isa). */
 const char *qmoe_device_own_isa(const qmoe_device *dev);

@@ -74,6 +74,12 @@ qmoe_status qmoe_stream_create_group(qmoe_device *const *devices, int count, qmo
             if (devices[j] == devices[i])
                 return qmoe_fail(QMOE_ERR_PARAM_INVALID,
                                  "stream: devices[%d] and devices[%d] are the same device", j, i);
+        /* its commands run on whoever drains it: two such devices would wait for each other */
+        if (count > 1 && qmoe_device_is_external(devices[i]))
+            return qmoe_fail(QMOE_ERR_PARAM_INVALID,
+                             "stream: devices[%d] runs on the caller's threads and cannot be one "
+                             "of a group",
+                             i);
     }
     qmoe_stream *s = calloc(1, sizeof *s);
     if (!s || !(s->fence = qmoe_fence_alloc(count))) {
@@ -95,8 +101,15 @@ qmoe_status qmoe_stream_create(qmoe_device *device, qmoe_stream **stream)
     return qmoe_stream_create_group(&device, 1, stream);
 }
 
+/* A device without threads of its own runs its queue on the thread that waits for it. */
+static void drain(qmoe_stream *s)
+{
+    for (int d = 0; d < s->ndev; d++) qmoe_device_drain(s->devs[d]);
+}
+
 static void wait_idle(qmoe_stream *s)
 {
+    drain(s);
     pthread_mutex_lock(&s->mu);
     while (s->completed != s->submitted) pthread_cond_wait(&s->cv, &s->mu);
     pthread_mutex_unlock(&s->mu);
@@ -105,6 +118,7 @@ static void wait_idle(qmoe_stream *s)
 qmoe_status qmoe_stream_synchronize(qmoe_stream *s)
 {
     if (!s) return qmoe_fail(QMOE_ERR_PARAM_NULLPTR, "stream is a null pointer");
+    drain(s);
     pthread_mutex_lock(&s->mu);
     while (s->completed != s->submitted) pthread_cond_wait(&s->cv, &s->mu);
     qmoe_status st = s->status;
@@ -250,7 +264,7 @@ static void job_exec(qmoe_cmd *c, qmoe_device *dev)
         job_finish(job, QMOE_OK, "", 0);
         return;
     }
-    if (!st) own = st = job->run(job->op, dev, k, n);
+    if (!st) own = st = qmoe_device_finish(dev, job->run(job->op, dev, k, n));
     if (n > 1) st = qmoe_device_fence(dev, job->fence, k, n, job->seq + 2, st, &watch);
     if (st && !qmoe_last_error()[0])
         qmoe_fail(st, "device %d: a peer device of the group failed", dev->id);

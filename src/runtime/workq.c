@@ -34,6 +34,13 @@ struct qmoe_workq {
     atomic_int remaining; /* workers that have not yet reported back for the job */
     atomic_int bar_count;
     atomic_uint bar_phase;
+    /* an external pool: the caller's parallel function, and a check that it kept its contract */
+    qmoe_parallel_fn parallel;
+    void *pctx;
+    atomic_uint *seen; /* per thread: the last job whose task it ran */
+    unsigned job;      /* the current job's number (from 1) */
+    atomic_int ran;    /* tasks run for the current job */
+    atomic_int fault;  /* sticky until qmoe_workq_take_fault */
 };
 
 static inline void cpu_relax(void)
@@ -180,7 +187,50 @@ void qmoe_workq_destroy(qmoe_workq *q)
     pthread_cond_destroy(&q->done);
     free(q->tids);
     free(q->args);
+    free(q->seen);
     free(q);
+}
+
+qmoe_status qmoe_workq_create_external(int threads, qmoe_thread_ctx *ctx, qmoe_parallel_fn parallel,
+                                       void *pctx, qmoe_workq **out)
+{
+    qmoe_workq *q = calloc(1, sizeof *q);
+    if (q) q->seen = calloc((size_t)threads, sizeof *q->seen);
+    if (!q || !q->seen) {
+        free(q);
+        return qmoe_fail(QMOE_ERR_INNER, "out of memory for a work queue");
+    }
+    q->threads = threads;
+    q->ctx = ctx;
+    q->parallel = parallel;
+    q->pctx = pctx;
+    pthread_mutex_init(&q->mu, NULL);
+    pthread_cond_init(&q->wake, NULL);
+    pthread_cond_init(&q->done, NULL);
+    for (int t = 0; t < threads; t++) {
+        ctx[t].wq = q;
+        atomic_init(&q->seen[t], 0);
+    }
+    *out = q;
+    return QMOE_OK;
+}
+
+/* What the caller's parallel function calls for thread index t: that thread's parts, once. */
+static void external_task(void *arg, int t)
+{
+    qmoe_workq *q = arg;
+    if (t < 0 || t >= q->active ||
+        atomic_exchange_explicit(&q->seen[t], q->job, memory_order_relaxed) == q->job) {
+        atomic_store_explicit(&q->fault, 1, memory_order_relaxed);
+        return;
+    }
+    run_parts(q, t);
+    atomic_fetch_add_explicit(&q->ran, 1, memory_order_relaxed);
+}
+
+int qmoe_workq_take_fault(qmoe_workq *q)
+{
+    return atomic_exchange_explicit(&q->fault, 0, memory_order_relaxed);
 }
 
 void qmoe_workq_run(qmoe_workq *q, qmoe_work_fn f, void *data, int nparts)
@@ -192,6 +242,23 @@ void qmoe_workq_run(qmoe_workq *q, qmoe_work_fn f, void *data, int nparts)
     q->active = active;
     for (int t = 0; t < active; t++) q->ctx[t].nthreads = active;
     atomic_store_explicit(&q->bar_count, active, memory_order_relaxed);
+    if (q->parallel) {
+        /* one part runs here, on the caller's thread, without a parallel region */
+        if (active <= 1) {
+            if (nparts > 0) run_parts(q, 0);
+            return;
+        }
+        if (++q->job == 0) { /* wrapped: no thread may look as if it had run this job */
+            for (int t = 0; t < q->threads; t++) atomic_store(&q->seen[t], 0);
+            q->job = 1;
+        }
+        atomic_store_explicit(&q->ran, 0, memory_order_relaxed);
+        q->parallel(q->pctx, active, external_task, q);
+        /* the parallel function returned after its tasks: what they did is visible here */
+        if (atomic_load_explicit(&q->ran, memory_order_acquire) != active)
+            atomic_store_explicit(&q->fault, 1, memory_order_relaxed);
+        return;
+    }
     atomic_store_explicit(&q->remaining, q->threads - 1, memory_order_relaxed);
     if (active > 1) {
         pthread_mutex_lock(&q->mu);
