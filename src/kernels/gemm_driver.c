@@ -34,7 +34,7 @@
 #include "runtime/trace.h"
 
 enum {
-    MC = 48,          /* rows per block of the accumulator tile (unless the isa says) */
+    MC = QMOE_PK_MC,  /* rows per block of the accumulator tile (unless the isa says) */
     KC = 512,         /* K positions per chunk (multiple of 16) */
     STAGE_ROW = 64,   /* staging bytes per K row: at most 4 units of int8 */
     PANEL_BUDGET = 1280 * 1024, /* packed panel bytes kept in L2 */

@@ -28,6 +28,7 @@ enum {
     QMOE_PK_STEP = 64,  /* bytes per unit per step of 4 k */
     QMOE_PK_BLOCK = 4,  /* units per block */
     QMOE_PK_MAX_MR = 8, /* most rows a micro-kernel takes */
+    QMOE_PK_MC = 48,    /* the driver's rows per accumulator block when the isa names none */
 };
 
 typedef struct qmoe_gemm_isa {
