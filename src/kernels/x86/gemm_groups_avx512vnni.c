@@ -3,8 +3,11 @@
  * whole K groups of one micro-tile, each group's exact int32 products folded at once into float
  * accumulators that stay in registers across the groups (gmm_fast.h, gemm_groups). gemm_fold
  * stores its int32 tile and reloads and stores the float tile after every group, which with 8
- * steps a group cost as much as the products. Sub-tiles of up to 6 rows x 2 units: 12 int32 and
- * 12 float accumulators, 2 weight vectors and a broadcast fit the 32 zmm registers.
+ * steps a group cost as much as the products. Sub-tiles of up to 3 rows x 4 units: 12 int32 and
+ * 12 float accumulators, 4 weight vectors and a broadcast fit the 32 zmm registers, and each
+ * step's 4 units are read whole, in order (6 x 2 ran as fast with the operands in L1 and
+ * streamed half steps: decode, which reads from DRAM, was 1.4x slower). What is left above the
+ * products is the fold's arithmetic itself (docs/performance.md).
  * The fold is fold's arithmetic in its order, group after group: v = (float)(acc - xoff) * xs *
  * ws, f = f + v; a call that starts the row starts f at -0.0, and -0.0 + v is v for every v,
  * the sign of a zero and a NaN's payload included (fold's f = v).
@@ -16,7 +19,7 @@
 #include "kernels/gmm_fast.h"
 #include "kernels/x86/parts.h"
 
-enum { SR = 6, SU = 2 };     /* sub-tile: rows x units */
+enum { SR = 3, SU = 4 };     /* sub-tile: rows x units */
 enum { PREFETCH = 2048 };    /* bytes ahead of the weight stream, as gemm_pf */
 
 /* int4 step of a unit (prepacked, core/prepack.h) -> the 64-byte step, as gemm_i4 does. */
@@ -47,34 +50,39 @@ typedef struct groups_args {
 static inline __attribute__((always_inline)) void sub_tile(int i4, int first, int mr, int nu,
                                                            const groups_args *a)
 {
-    const int8_t *x0 = a->x, *x1 = x0 + a->ldx, *x2 = x1 + a->ldx, *x3 = x2 + a->ldx,
-                 *x4 = x3 + a->ldx, *x5 = x4 + a->ldx;
-    __m512 f00 = _mm512_set1_ps(-0.0f), f01 = f00, f10 = f00, f11 = f00, f20 = f00, f21 = f00;
-    __m512 f30 = f00, f31 = f00, f40 = f00, f41 = f00, f50 = f00, f51 = f00;
+    const int8_t *x0 = a->x, *x1 = x0 + a->ldx, *x2 = x1 + a->ldx;
+    __m512 f00 = _mm512_set1_ps(-0.0f), f01 = f00, f02 = f00, f03 = f00;
+    __m512 f10 = f00, f11 = f00, f12 = f00, f13 = f00, f20 = f00, f21 = f00, f22 = f00, f23 = f00;
+#define EACH(M) M(0, 0) M(0, 1) M(0, 2) M(0, 3) M(1, 0) M(1, 1) M(1, 2) M(1, 3) M(2, 0) M(2, 1) M(2, 2) M(2, 3)
 #define LOAD(R, U)                                                                               \
     if (!first && mr > R && nu > U) f##R##U = _mm512_loadu_ps(a->f + R * a->ldf + 16 * U);
-    LOAD(0, 0) LOAD(0, 1) LOAD(1, 0) LOAD(1, 1) LOAD(2, 0) LOAD(2, 1)
-    LOAD(3, 0) LOAD(3, 1) LOAD(4, 0) LOAD(4, 1) LOAD(5, 0) LOAD(5, 1)
+    EACH(LOAD)
 #undef LOAD
     const uint8_t *wp = a->wp;
     const int64_t pf = a->pf; /* at most a step of 4 units: 256 bytes */
+    const int64_t ustep = i4 ? 32 : 64;
     for (int64_t g = 0; g < a->ng; g++) {
         const int32_t *xo = a->xoff + g;
-        __m512i c00 = _mm512_setzero_si512(), c01 = c00, c10 = c00, c11 = c00, c20 = c00,
-                c21 = c00, c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+        __m512i c00 = _mm512_setzero_si512(), c01 = c00, c02 = c00, c03 = c00;
+        __m512i c10 = c00, c11 = c00, c12 = c00, c13 = c00;
+        __m512i c20 = c00, c21 = c00, c22 = c00, c23 = c00;
         int64_t k0 = 4 * g * a->kq;
         for (int64_t q = 0; q < a->kq; q++) {
             if (pf > 0) _mm_prefetch((const char *)(wp + PREFETCH), _MM_HINT_T0);
             if (pf > 64) _mm_prefetch((const char *)(wp + PREFETCH + 64), _MM_HINT_T0);
             if (pf > 128) _mm_prefetch((const char *)(wp + PREFETCH + 128), _MM_HINT_T0);
             if (pf > 192) _mm_prefetch((const char *)(wp + PREFETCH + 192), _MM_HINT_T0);
-            __m512i w0, w1;
+            __m512i w0, w1, w2, w3;
             if (i4) {
-                w0 = expand_i4(wp), w1 = w0;
-                if (nu > 1) w1 = expand_i4(wp + 32);
+                w0 = expand_i4(wp), w1 = w2 = w3 = w0;
+                if (nu > 1) w1 = expand_i4(wp + ustep);
+                if (nu > 2) w2 = expand_i4(wp + 2 * ustep);
+                if (nu > 3) w3 = expand_i4(wp + 3 * ustep);
             } else {
-                w0 = _mm512_loadu_si512(wp), w1 = w0;
-                if (nu > 1) w1 = _mm512_loadu_si512(wp + 64);
+                w0 = _mm512_loadu_si512(wp), w1 = w2 = w3 = w0;
+                if (nu > 1) w1 = _mm512_loadu_si512(wp + ustep);
+                if (nu > 2) w2 = _mm512_loadu_si512(wp + 2 * ustep);
+                if (nu > 3) w3 = _mm512_loadu_si512(wp + 3 * ustep);
             }
             wp += a->wstep;
 #define ROW(R)                                                                                   \
@@ -84,46 +92,44 @@ static inline __attribute__((always_inline)) void sub_tile(int i4, int first, in
         __m512i b = _mm512_set1_epi32(xv);                                                       \
         c##R##0 = _mm512_dpbusd_epi32(c##R##0, w0, b);                                           \
         if (nu > 1) c##R##1 = _mm512_dpbusd_epi32(c##R##1, w1, b);                               \
+        if (nu > 2) c##R##2 = _mm512_dpbusd_epi32(c##R##2, w2, b);                               \
+        if (nu > 3) c##R##3 = _mm512_dpbusd_epi32(c##R##3, w3, b);                               \
     }
-            ROW(0) ROW(1) ROW(2) ROW(3) ROW(4) ROW(5)
+            ROW(0) ROW(1) ROW(2)
 #undef ROW
         }
-        /* fold this group: (float)acc * xs * ws, left to right; then f + v */
+        /* fold this group: (float)(acc - xoff) * xs * ws, left to right; then f + v */
         const float *ws = a->ws + g * a->ws_stride;
-        __m512 ws0 = _mm512_loadu_ps(ws), ws1 = ws0;
-        if (nu > 1) ws1 = _mm512_loadu_ps(ws + 16);
 #define FOLD(R, U)                                                                               \
     if (mr > R && nu > U) {                                                                      \
         __m512i o = _mm512_set1_epi32(xo[R * a->xoff_stride]);                                   \
         __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(c##R##U, o));                             \
         if (a->xs) v = _mm512_mul_ps(v, _mm512_set1_ps(a->xs[R])); /* a broadcast operand */    \
-        v = _mm512_mul_ps(v, ws##U);                                                             \
+        v = _mm512_mul_ps(v, _mm512_loadu_ps(ws + 16 * U));                                      \
         f##R##U = _mm512_add_ps(f##R##U, v);                                                     \
     }
-        FOLD(0, 0) FOLD(0, 1) FOLD(1, 0) FOLD(1, 1) FOLD(2, 0) FOLD(2, 1)
-        FOLD(3, 0) FOLD(3, 1) FOLD(4, 0) FOLD(4, 1) FOLD(5, 0) FOLD(5, 1)
+        EACH(FOLD)
 #undef FOLD
     }
 #define OUT(R, U)                                                                                \
     if (mr > R && nu > U) _mm512_storeu_ps(a->f + R * a->ldf + 16 * U, f##R##U);
-    OUT(0, 0) OUT(0, 1) OUT(1, 0) OUT(1, 1) OUT(2, 0) OUT(2, 1)
-    OUT(3, 0) OUT(3, 1) OUT(4, 0) OUT(4, 1) OUT(5, 0) OUT(5, 1)
+    EACH(OUT)
 #undef OUT
+#undef EACH
 }
 
 #define SUB_FN(I4, FIRST, R, U)                                                                  \
     static void sub_##I4##FIRST##_##R##x##U(const groups_args *a) { sub_tile(I4, FIRST, R, U, a); }
-#define SUB_ROW(I4, FIRST, R) SUB_FN(I4, FIRST, R, 1) SUB_FN(I4, FIRST, R, 2)
-#define SUB_ALL(I4, FIRST)                                                                       \
-    SUB_ROW(I4, FIRST, 1) SUB_ROW(I4, FIRST, 2) SUB_ROW(I4, FIRST, 3) SUB_ROW(I4, FIRST, 4)     \
-    SUB_ROW(I4, FIRST, 5) SUB_ROW(I4, FIRST, 6)
+#define SUB_ROW(I4, FIRST, R)                                                                    \
+    SUB_FN(I4, FIRST, R, 1) SUB_FN(I4, FIRST, R, 2) SUB_FN(I4, FIRST, R, 3) SUB_FN(I4, FIRST, R, 4)
+#define SUB_ALL(I4, FIRST) SUB_ROW(I4, FIRST, 1) SUB_ROW(I4, FIRST, 2) SUB_ROW(I4, FIRST, 3)
 SUB_ALL(0, 0) SUB_ALL(0, 1) SUB_ALL(1, 0) SUB_ALL(1, 1)
 
 typedef void (*sub_fn)(const groups_args *);
-#define SUB_PTRS(I4, FIRST, R) {sub_##I4##FIRST##_##R##x1, sub_##I4##FIRST##_##R##x2}
-#define SUB_TABLE(I4, FIRST)                                                                     \
-    {SUB_PTRS(I4, FIRST, 1), SUB_PTRS(I4, FIRST, 2), SUB_PTRS(I4, FIRST, 3),                     \
-     SUB_PTRS(I4, FIRST, 4), SUB_PTRS(I4, FIRST, 5), SUB_PTRS(I4, FIRST, 6)}
+#define SUB_PTRS(I4, FIRST, R)                                                                   \
+    {sub_##I4##FIRST##_##R##x1, sub_##I4##FIRST##_##R##x2, sub_##I4##FIRST##_##R##x3,             \
+     sub_##I4##FIRST##_##R##x4}
+#define SUB_TABLE(I4, FIRST) {SUB_PTRS(I4, FIRST, 1), SUB_PTRS(I4, FIRST, 2), SUB_PTRS(I4, FIRST, 3)}
 static const sub_fn subs[2][2][SR][SU] = {{SUB_TABLE(0, 0), SUB_TABLE(0, 1)},
                                            {SUB_TABLE(1, 0), SUB_TABLE(1, 1)}};
 
