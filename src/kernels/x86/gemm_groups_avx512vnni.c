@@ -6,7 +6,8 @@
  * steps a group cost as much as the products. Sub-tiles of up to 3 rows x 4 units: 12 int32 and
  * 12 float accumulators, 4 weight vectors and a broadcast fit the 32 zmm registers, and each
  * step's 4 units are read whole, in order (6 x 2 ran as fast with the operands in L1 and
- * streamed half steps: decode, which reads from DRAM, was 1.4x slower). What is left above the
+ * streamed each half step in its own pass, which the weight stream from DRAM pays for). What
+ * is left above the
  * products is the fold's arithmetic itself (docs/performance.md).
  * The fold is fold's arithmetic in its order, group after group: v = (float)(acc - xoff) * xs *
  * ws, f = f + v; a call that starts the row starts f at -0.0, and -0.0 + v is v for every v,
