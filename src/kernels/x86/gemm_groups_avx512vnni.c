@@ -21,7 +21,7 @@
 #include "kernels/x86/parts.h"
 
 enum { SR = 3, SU = 4 };     /* sub-tile: rows x units */
-enum { PREFETCH = 2048 };    /* bytes ahead of the weight stream, as gemm_pf */
+enum { PREFETCH = 8192 };    /* bytes ahead of the weight stream, as gemm_pf */
 
 /* int4 step of a unit (prepacked, core/prepack.h) -> the 64-byte step, as gemm_i4 does. */
 static inline __attribute__((always_inline)) __m512i expand_i4(const uint8_t *p)
