@@ -43,7 +43,7 @@ static const shape shapes[] = {
     {"qwen3", 32, 2048, 1536, 32, 2048, 0},     {"decode", 4, 7168, 4096, 8, 7168, 0},
     {"prefill/32", 512, 7168, 4096, 1, 32, 0}, {"qwen3/32", 32, 2048, 1536, 32, 32, 0},
     {"decode/32", 4, 7168, 4096, 8, 32, 0},    {"prefill/i4", 512, 7168, 4096, 1, 7168, 1},
-    {"decode/i4", 4, 7168, 4096, 8, 7168, 1},
+    {"decode/i4", 4, 7168, 4096, 8, 7168, 1},  {"decode/i4/32", 4, 7168, 4096, 8, 32, 1},
 };
 enum { GMAX = 7168 / 32 };
 
@@ -102,6 +102,7 @@ static int block(const bufs *b, const uint8_t *wp, const int8_t *x, int64_t K, i
     int64_t wstep = 4 * (i4 ? QMOE_PK_STEP / 2 : QMOE_PK_STEP), blk = K / 4 * wstep;
     int64_t k = K < kmax ? K : kmax, G = K / gk, gn = gk < k ? gk : k, groups = k / gn;
     int fused = !i4 && rows > isa->mr && (gk <= KC || rows >= MC), sink = 0;
+    const float *xs = kind == W_INT8 ? b->xs : NULL; /* A8W4 folds without xScale (the driver) */
     if (use_groups && isa->gemm_groups && G > 1 && gk <= GROUPS_MAX_K) {
         int64_t per = KC / gk; /* chunks of groups of at most KC k, as groups_block */
         for (int64_t g0 = 0; g0 < groups; g0 += per) {
@@ -114,7 +115,7 @@ static int block(const bufs *b, const uint8_t *wp, const int8_t *x, int64_t K, i
                         sink += read_bytes(w, ng * gn / 4, wstep, i4);
                     else
                         isa->gemm_groups(mr, 4, i4, ng, gn / 4, x + r * K + g0 * gn, K, w, wstep,
-                                         b->xoff + r * G + g0, G, b->xs + r,
+                                         b->xoff + r * G + g0, G, xs ? xs + r : NULL,
                                          b->ws + g0 * PANEL + h * HALF, PANEL,
                                          b->f + r * PANEL + h * HALF, PANEL, g0 == 0);
                 }
@@ -135,7 +136,7 @@ static int block(const bufs *b, const uint8_t *wp, const int8_t *x, int64_t K, i
                         sink += read_bytes(w, gn / 4, wstep, 0);
                     else
                         isa->gemm_fold(mr, 4, gn / 4, x + r * K + pos, K, w, wstep,
-                                       b->xoff + r * G + g, G, b->xs + r,
+                                       b->xoff + r * G + g, G, xs ? xs + r : NULL,
                                        b->ws + g * PANEL + h * HALF, b->f + r * PANEL + h * HALF,
                                        PANEL, g == 0);
                 }
@@ -158,7 +159,7 @@ static int block(const bufs *b, const uint8_t *wp, const int8_t *x, int64_t K, i
         }
         if (!read)
             for (int h = 0; h < 2; h++)
-                isa->fold(rows, HALF, b->acc + h * HALF, PANEL, b->xoff + g, G, b->xs,
+                isa->fold(rows, HALF, b->acc + h * HALF, PANEL, b->xoff + g, G, xs,
                           b->ws + g * PANEL + h * HALF, b->f + h * HALF, PANEL, g == 0);
     }
     return sink;
