@@ -3,12 +3,9 @@
  * whole K groups of one micro-tile, each group's exact int32 products folded at once into float
  * accumulators that stay in registers across the groups (gmm_fast.h, gemm_groups). gemm_fold
  * stores its int32 tile and reloads and stores the float tile after every group, which with 8
- * steps a group cost as much as the products. Sub-tiles of up to 3 rows x 4 units: 12 int32 and
- * 12 float accumulators, 4 weight vectors and a broadcast fit the 32 zmm registers, and each
- * step's 4 units are read whole, in order (6 x 2 ran as fast with the operands in L1 and
- * streamed each half step in its own pass, which the weight stream from DRAM pays for). What
- * is left above the
- * products is the fold's arithmetic itself (docs/performance.md).
+ * steps a group cost as much as the products. Sub-tiles of 12 int32 and 12 float accumulators
+ * (with the weight vectors and a broadcast they fit the 32 zmm registers; shapes below). What
+ * is left above the products is the fold's arithmetic itself (docs/performance.md).
  * The fold is fold's arithmetic in its order, group after group: v = (float)(acc - xoff) * xs *
  * ws, f = f + v; a call that starts the row starts f at -0.0, and -0.0 + v is v for every v,
  * the sign of a zero and a NaN's payload included (fold's f = v).
@@ -20,7 +17,10 @@
 #include "kernels/gmm_fast.h"
 #include "kernels/x86/parts.h"
 
-enum { SR = 3, SU = 4 };     /* sub-tile: rows x units */
+/* Sub-tiles, rows x units: int8 3 x 4 (a step's four units loaded whole); int4 6 x 2, split by
+ * units, since each unit's int4 steps are expanded once per sub-tile that reads them: a split
+ * by rows (3 + 1 for decode's 4) expanded them twice and ran slower than the per-group fold. */
+enum { SR8 = 3, SU8 = 4, SR4 = 6, SU4 = 2 };
 enum { PREFETCH = 8192 };    /* bytes ahead of the weight stream, as gemm_pf */
 
 /* int4 step of a unit (prepacked, core/prepack.h) -> the 64-byte step, as gemm_i4 does. */
@@ -51,10 +51,16 @@ typedef struct groups_args {
 static inline __attribute__((always_inline)) void sub_tile(int i4, int first, int mr, int nu,
                                                            const groups_args *a)
 {
-    const int8_t *x0 = a->x, *x1 = x0 + a->ldx, *x2 = x1 + a->ldx;
-    __m512 f00 = _mm512_set1_ps(-0.0f), f01 = f00, f02 = f00, f03 = f00;
-    __m512 f10 = f00, f11 = f00, f12 = f00, f13 = f00, f20 = f00, f21 = f00, f22 = f00, f23 = f00;
-#define EACH(M) M(0, 0) M(0, 1) M(0, 2) M(0, 3) M(1, 0) M(1, 1) M(1, 2) M(1, 3) M(2, 0) M(2, 1) M(2, 2) M(2, 3)
+    /* written for up to 6 rows x 4 units; a table instantiates at most 12 accumulators of them
+     * (the others are dead code) */
+    const int8_t *x0 = a->x, *x1 = x0 + a->ldx, *x2 = x1 + a->ldx, *x3 = x2 + a->ldx,
+                 *x4 = x3 + a->ldx, *x5 = x4 + a->ldx;
+#define EACH_ROW(M, R) M(R, 0) M(R, 1) M(R, 2) M(R, 3)
+#define EACH(M)                                                                                  \
+    EACH_ROW(M, 0) EACH_ROW(M, 1) EACH_ROW(M, 2) EACH_ROW(M, 3) EACH_ROW(M, 4) EACH_ROW(M, 5)
+#define DECL_F(R, U) __m512 f##R##U = _mm512_set1_ps(-0.0f);
+    EACH(DECL_F)
+#undef DECL_F
 #define LOAD(R, U)                                                                               \
     if (!first && mr > R && nu > U) f##R##U = _mm512_loadu_ps(a->f + R * a->ldf + 16 * U);
     EACH(LOAD)
@@ -64,9 +70,9 @@ static inline __attribute__((always_inline)) void sub_tile(int i4, int first, in
     const int64_t ustep = i4 ? 32 : 64;
     for (int64_t g = 0; g < a->ng; g++) {
         const int32_t *xo = a->xoff + g;
-        __m512i c00 = _mm512_setzero_si512(), c01 = c00, c02 = c00, c03 = c00;
-        __m512i c10 = c00, c11 = c00, c12 = c00, c13 = c00;
-        __m512i c20 = c00, c21 = c00, c22 = c00, c23 = c00;
+#define DECL_C(R, U) __m512i c##R##U = _mm512_setzero_si512();
+        EACH(DECL_C)
+#undef DECL_C
         int64_t k0 = 4 * g * a->kq;
         for (int64_t q = 0; q < a->kq; q++) {
             if (pf > 0) _mm_prefetch((const char *)(wp + PREFETCH), _MM_HINT_T0);
@@ -96,7 +102,7 @@ static inline __attribute__((always_inline)) void sub_tile(int i4, int first, in
         if (nu > 2) c##R##2 = _mm512_dpbusd_epi32(c##R##2, w2, b);                               \
         if (nu > 3) c##R##3 = _mm512_dpbusd_epi32(c##R##3, w3, b);                               \
     }
-            ROW(0) ROW(1) ROW(2)
+            ROW(0) ROW(1) ROW(2) ROW(3) ROW(4) ROW(5)
 #undef ROW
         }
         /* fold this group: (float)(acc - xoff) * xs * ws, left to right; then f + v */
@@ -117,22 +123,29 @@ static inline __attribute__((always_inline)) void sub_tile(int i4, int first, in
     EACH(OUT)
 #undef OUT
 #undef EACH
+#undef EACH_ROW
 }
 
 #define SUB_FN(I4, FIRST, R, U)                                                                  \
     static void sub_##I4##FIRST##_##R##x##U(const groups_args *a) { sub_tile(I4, FIRST, R, U, a); }
-#define SUB_ROW(I4, FIRST, R)                                                                    \
-    SUB_FN(I4, FIRST, R, 1) SUB_FN(I4, FIRST, R, 2) SUB_FN(I4, FIRST, R, 3) SUB_FN(I4, FIRST, R, 4)
-#define SUB_ALL(I4, FIRST) SUB_ROW(I4, FIRST, 1) SUB_ROW(I4, FIRST, 2) SUB_ROW(I4, FIRST, 3)
-SUB_ALL(0, 0) SUB_ALL(0, 1) SUB_ALL(1, 0) SUB_ALL(1, 1)
+#define SUB_ROW8(FIRST, R)                                                                       \
+    SUB_FN(0, FIRST, R, 1) SUB_FN(0, FIRST, R, 2) SUB_FN(0, FIRST, R, 3) SUB_FN(0, FIRST, R, 4)
+#define SUB_ROW4(FIRST, R) SUB_FN(1, FIRST, R, 1) SUB_FN(1, FIRST, R, 2)
+#define SUB_ALL8(FIRST) SUB_ROW8(FIRST, 1) SUB_ROW8(FIRST, 2) SUB_ROW8(FIRST, 3)
+#define SUB_ALL4(FIRST)                                                                          \
+    SUB_ROW4(FIRST, 1) SUB_ROW4(FIRST, 2) SUB_ROW4(FIRST, 3) SUB_ROW4(FIRST, 4)                  \
+    SUB_ROW4(FIRST, 5) SUB_ROW4(FIRST, 6)
+SUB_ALL8(0) SUB_ALL8(1) SUB_ALL4(0) SUB_ALL4(1)
 
 typedef void (*sub_fn)(const groups_args *);
-#define SUB_PTRS(I4, FIRST, R)                                                                   \
-    {sub_##I4##FIRST##_##R##x1, sub_##I4##FIRST##_##R##x2, sub_##I4##FIRST##_##R##x3,             \
-     sub_##I4##FIRST##_##R##x4}
-#define SUB_TABLE(I4, FIRST) {SUB_PTRS(I4, FIRST, 1), SUB_PTRS(I4, FIRST, 2), SUB_PTRS(I4, FIRST, 3)}
-static const sub_fn subs[2][2][SR][SU] = {{SUB_TABLE(0, 0), SUB_TABLE(0, 1)},
-                                           {SUB_TABLE(1, 0), SUB_TABLE(1, 1)}};
+#define PTRS8(FIRST, R)                                                                          \
+    {sub_0##FIRST##_##R##x1, sub_0##FIRST##_##R##x2, sub_0##FIRST##_##R##x3, sub_0##FIRST##_##R##x4}
+#define PTRS4(FIRST, R) {sub_1##FIRST##_##R##x1, sub_1##FIRST##_##R##x2}
+static const sub_fn subs8[2][SR8][SU8] = {{PTRS8(0, 1), PTRS8(0, 2), PTRS8(0, 3)},
+                                          {PTRS8(1, 1), PTRS8(1, 2), PTRS8(1, 3)}};
+static const sub_fn subs4[2][SR4][SU4] = {
+    {PTRS4(0, 1), PTRS4(0, 2), PTRS4(0, 3), PTRS4(0, 4), PTRS4(0, 5), PTRS4(0, 6)},
+    {PTRS4(1, 1), PTRS4(1, 2), PTRS4(1, 3), PTRS4(1, 4), PTRS4(1, 5), PTRS4(1, 6)}};
 
 void qmoe_gemm_groups_avx512(int mr, int nu, int i4, int64_t ng, int64_t kq, const int8_t *x,
                              int64_t ldx, const uint8_t *wp, int64_t wstep, const int32_t *xoff,
@@ -140,16 +153,18 @@ void qmoe_gemm_groups_avx512(int mr, int nu, int i4, int64_t ng, int64_t kq, con
                              int64_t ws_stride, float *f, int64_t ldf, int first)
 {
     const int64_t ustep = i4 ? 32 : 64;
-    for (int r = 0; r < mr; r += SR)
-        for (int u = 0; u < nu; u += SU) {
-            int rows = mr - r < SR ? mr - r : SR, units = nu - u < SU ? nu - u : SU;
+    const int sr = i4 ? SR4 : SR8, su = i4 ? SU4 : SU8;
+    for (int r = 0; r < mr; r += sr)
+        for (int u = 0; u < nu; u += su) {
+            int rows = mr - r < sr ? mr - r : sr, units = nu - u < su ? nu - u : su;
             /* the first sub-tile prefetches all units of each step (the others find them in
              * cache: the step's lines are read once from memory, in order) */
             groups_args a = {ng, kq, x + r * ldx, ldx, wp + u * ustep, wstep,
                              xoff + r * xoff_stride, xoff_stride, xs ? xs + r : NULL,
                              ws + 16 * u, ws_stride, f + r * ldf + 16 * u, ldf,
                              r == 0 && u == 0 ? nu * ustep : 0, first};
-            subs[i4 != 0][first != 0][rows - 1][units - 1](&a);
+            if (i4) subs4[first != 0][rows - 1][units - 1](&a);
+            else subs8[first != 0][rows - 1][units - 1](&a);
         }
 }
 #endif
