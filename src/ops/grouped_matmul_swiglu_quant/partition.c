@@ -150,8 +150,9 @@ qmoe_status qmoe_gmm_plan_execution(qmoe_gmm_params *p, const qmoe_kernel_entry 
     /* Large blocks: the kernel packs a weight panel once per call and reuses it for each row. */
     int64_t rb = qmoe_kernel_row_block(k) > 0 ? qmoe_kernel_row_block(k) : ROW_BLOCK;
     if (p->K > 0 && rb * p->K > STAGE_BYTES) rb = STAGE_BYTES / p->K;
-    /* Parts take contiguous runs of blocks, and experts are uneven: keep about BLOCKS_PER_PART
-     * blocks per part so the split still balances (never below BALANCE_FLOOR rows per block). */
+    /* About BLOCKS_PER_PART blocks per part (never below BALANCE_FLOOR rows per block): parts
+     * once took whole blocks and needed several each to balance; they now cut rows
+     * (qmoe_gmm_part_rows), and the cap stays, not measured against larger blocks at small M. */
     int64_t parts = (int64_t)p->threads * p->devices * BLOCKS_PER_PART;
     int64_t balanced = (p->M + parts - 1) / parts;
     if (balanced < BALANCE_FLOOR) balanced = BALANCE_FLOOR;
