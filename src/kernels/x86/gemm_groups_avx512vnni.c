@@ -44,7 +44,8 @@ typedef struct groups_args {
     int64_t ws_stride;
     float *f;
     int64_t ldf;
-    int64_t pf; /* bytes of each step to prefetch ahead: the whole step for the first sub-tile */
+    int64_t pf;    /* bytes of each step to prefetch: the whole step */
+    int64_t ahead; /* how far ahead: PREFETCH in the first sub-tile, the next chunk in the others */
     int first;
 } groups_args;
 
@@ -67,6 +68,7 @@ static inline __attribute__((always_inline)) void sub_tile(int i4, int first, in
 #undef LOAD
     const uint8_t *wp = a->wp;
     const int64_t pf = a->pf; /* at most a step of 4 units: 256 bytes */
+    const uint8_t *pp = wp + a->ahead;
     const int64_t ustep = i4 ? 32 : 64;
     for (int64_t g = 0; g < a->ng; g++) {
         const int32_t *xo = a->xoff + g;
@@ -75,10 +77,11 @@ static inline __attribute__((always_inline)) void sub_tile(int i4, int first, in
 #undef DECL_C
         int64_t k0 = 4 * g * a->kq;
         for (int64_t q = 0; q < a->kq; q++) {
-            if (pf > 0) _mm_prefetch((const char *)(wp + PREFETCH), _MM_HINT_T0);
-            if (pf > 64) _mm_prefetch((const char *)(wp + PREFETCH + 64), _MM_HINT_T0);
-            if (pf > 128) _mm_prefetch((const char *)(wp + PREFETCH + 128), _MM_HINT_T0);
-            if (pf > 192) _mm_prefetch((const char *)(wp + PREFETCH + 192), _MM_HINT_T0);
+            if (pf > 0) _mm_prefetch((const char *)pp, _MM_HINT_T0);
+            if (pf > 64) _mm_prefetch((const char *)(pp + 64), _MM_HINT_T0);
+            if (pf > 128) _mm_prefetch((const char *)(pp + 128), _MM_HINT_T0);
+            if (pf > 192) _mm_prefetch((const char *)(pp + 192), _MM_HINT_T0);
+            pp += a->wstep;
             __m512i w0, w1, w2, w3;
             if (i4) {
                 w0 = expand_i4(wp), w1 = w2 = w3 = w0;
@@ -157,12 +160,15 @@ void qmoe_gemm_groups_avx512(int mr, int nu, int i4, int64_t ng, int64_t kq, con
     for (int r = 0; r < mr; r += sr)
         for (int u = 0; u < nu; u += su) {
             int rows = mr - r < sr ? mr - r : sr, units = nu - u < su ? nu - u : su;
-            /* the first sub-tile prefetches all units of each step (the others find them in
-             * cache: the step's lines are read once from memory, in order) */
+            /* The first sub-tile prefetches all units of each step PREFETCH ahead (the others
+             * find them in cache); the others prefetch the next chunk's steps (a call covers
+             * one chunk, the driver's next call the next one), so memory keeps streaming while
+             * they reread this chunk from cache: decode's loop over DRAM did not overlap. */
+            int lead = r == 0 && u == 0;
             groups_args a = {ng, kq, x + r * ldx, ldx, wp + u * ustep, wstep,
                              xoff + r * xoff_stride, xoff_stride, xs ? xs + r : NULL,
-                             ws + 16 * u, ws_stride, f + r * ldf + 16 * u, ldf,
-                             r == 0 && u == 0 ? nu * ustep : 0, first};
+                             ws + 16 * u, ws_stride, f + r * ldf + 16 * u, ldf, nu * ustep,
+                             lead ? PREFETCH - u * ustep : ng * kq * wstep - u * ustep, first};
             if (i4) subs4[first != 0][rows - 1][units - 1](&a);
             else subs8[first != 0][rows - 1][units - 1](&a);
         }
