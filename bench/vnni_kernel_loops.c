@@ -14,7 +14,11 @@
  * Shapes: per channel, groups of 32 ("/32"), A8W4 ("/i4"). Times are the thread's CPU time
  * (CLOCK_THREAD_CPUTIME_ID): on a shared machine the other tenants' time slices do not count,
  * their cache and memory traffic does. Rounds interleave the parts; medians and min-max over
- * REPS rounds. usage: [L1K=128] vnni_kernel_loops [REPS] (default 7)
+ * REPS rounds. Groups of 32 take gemm_groups as the driver does (all of an expert's groups in
+ * one call per micro-tile); OLD_FOLD=1 takes the per-group path it replaced (gemm_fold, or gemm
+ * then fold, per group), for an A/B in one run.
+ * usage: [L1K=128] [OLD_FOLD=1] vnni_kernel_loops [REPS [SHAPE]] (REPS default 7; SHAPE: only
+ * the shapes whose name contains it)
  */
 #include <immintrin.h>
 #include <stdint.h>
@@ -39,11 +43,12 @@ static const shape shapes[] = {
     {"qwen3", 32, 2048, 1536, 32, 2048, 0},     {"decode", 4, 7168, 4096, 8, 7168, 0},
     {"prefill/32", 512, 7168, 4096, 1, 32, 0}, {"qwen3/32", 32, 2048, 1536, 32, 32, 0},
     {"decode/32", 4, 7168, 4096, 8, 32, 0},    {"prefill/i4", 512, 7168, 4096, 1, 7168, 1},
-    {"decode/i4", 4, 7168, 4096, 8, 7168, 1},
+    {"decode/i4", 4, 7168, 4096, 8, 7168, 1},  {"decode/i4/32", 4, 7168, 4096, 8, 32, 1},
 };
 enum { GMAX = 7168 / 32 };
 
-enum { MC = 48, KC = 512, PANEL = 128, HALF = 64 };
+enum { MC = 48, KC = 512, PANEL = 128, HALF = 64, GROUPS_MAX_K = 128 };
+static int use_groups = 1; /* OLD_FOLD=1: the per-group fold instead of gemm_groups */
 /* weights as the driver reads them: prepacked int8 in place (gemm_pf), prepacked int4 in place
  * (gemm_i4: blocks of one micro-tile), int4 expanded into the scratch panel (gemm) */
 enum { W_INT8, W_INT4, W_EXPANDED };
@@ -97,6 +102,27 @@ static int block(const bufs *b, const uint8_t *wp, const int8_t *x, int64_t K, i
     int64_t wstep = 4 * (i4 ? QMOE_PK_STEP / 2 : QMOE_PK_STEP), blk = K / 4 * wstep;
     int64_t k = K < kmax ? K : kmax, G = K / gk, gn = gk < k ? gk : k, groups = k / gn;
     int fused = !i4 && rows > isa->mr && (gk <= KC || rows >= MC), sink = 0;
+    const float *xs = kind == W_INT8 ? b->xs : NULL; /* A8W4 folds without xScale (the driver) */
+    if (use_groups && isa->gemm_groups && G > 1 && gk <= GROUPS_MAX_K) {
+        int64_t per = KC / gk; /* chunks of groups of at most KC k, as groups_block */
+        for (int64_t g0 = 0; g0 < groups; g0 += per) {
+            int64_t ng = groups - g0 < per ? groups - g0 : per;
+            for (int64_t r = 0; r < rows; r += isa->mr) {
+                int mr = (int)(rows - r < isa->mr ? rows - r : isa->mr);
+                for (int h = 0; h < 2; h++) {
+                    const uint8_t *w = wp + h * blk + g0 * gn / 4 * wstep;
+                    if (read)
+                        sink += read_bytes(w, ng * gn / 4, wstep, i4);
+                    else
+                        isa->gemm_groups(mr, 4, i4, ng, gn / 4, x + r * K + g0 * gn, K, w, wstep,
+                                         b->xoff + r * G + g0, G, xs ? xs + r : NULL,
+                                         b->ws + g0 * PANEL + h * HALF, PANEL,
+                                         b->f + r * PANEL + h * HALF, PANEL, g0 == 0);
+                }
+            }
+        }
+        return sink;
+    }
     void (*gemm)(int, int, int64_t, const int8_t *, int64_t, const uint8_t *, int64_t, int32_t *,
                  int64_t, int) = i4 ? isa->gemm_i4 : kind == W_INT8 ? isa->gemm_pf : isa->gemm;
     for (int64_t g = 0; g < groups; g++) {
@@ -110,7 +136,7 @@ static int block(const bufs *b, const uint8_t *wp, const int8_t *x, int64_t K, i
                         sink += read_bytes(w, gn / 4, wstep, 0);
                     else
                         isa->gemm_fold(mr, 4, gn / 4, x + r * K + pos, K, w, wstep,
-                                       b->xoff + r * G + g, G, b->xs + r,
+                                       b->xoff + r * G + g, G, xs ? xs + r : NULL,
                                        b->ws + g * PANEL + h * HALF, b->f + r * PANEL + h * HALF,
                                        PANEL, g == 0);
                 }
@@ -133,7 +159,7 @@ static int block(const bufs *b, const uint8_t *wp, const int8_t *x, int64_t K, i
         }
         if (!read)
             for (int h = 0; h < 2; h++)
-                isa->fold(rows, HALF, b->acc + h * HALF, PANEL, b->xoff + g, G, b->xs,
+                isa->fold(rows, HALF, b->acc + h * HALF, PANEL, b->xoff + g, G, xs,
                           b->ws + g * PANEL + h * HALF, b->f + h * HALF, PANEL, g == 0);
     }
     return sink;
@@ -212,6 +238,7 @@ int main(int argc, char **argv)
 {
     int reps = argc > 1 ? atoi(argv[1]) : 7;
     if (reps < 1 || reps > 99) reps = 7;
+    if (getenv("OLD_FOLD")) use_groups = atoi(getenv("OLD_FOLD")) == 0;
     /* K of the L1 case (L1K, default 128: 16 KB of a panel's weights with the rows' x) */
     int64_t l1k = getenv("L1K") ? atoll(getenv("L1K")) : 128;
     if (l1k < 16 || l1k > 7168 || l1k % 16) l1k = 128;
@@ -251,6 +278,7 @@ int main(int argc, char **argv)
     printf("part    shape      median ms  (min-max)       GOPS or GB/s   vs peak probe (median)\n");
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         const shape *s = &shapes[i];
+        if (argc > 2 && !strstr(s->name, argv[2])) continue;
         int64_t wbytes = s->experts * s->K * s->N / (s->i4 ? 2 : 1), ops_l1 = 0, ops_loop = 0,
                 ops_pk = 0;
         /* the loop's weight reads: each micro-tile of 6 rows reads the panel's bytes once */

@@ -1,6 +1,9 @@
 /* The multi-device partition, exhaustively over small cases: every row goes to exactly one
  * device, no two devices write one 128-byte line of output or outputScale, chunks are whole,
- * the remainder goes to the last device, and unsafe splits fall back to device 0. */
+ * the remainder goes to the last device, and unsafe splits fall back to device 0. The threads'
+ * row split (qmoe_gmm_part_rows) over random routings: parts tile the rows in order, each cut is
+ * the aligned row of its expert nearest to the even share, and parts differ by at most about
+ * one alignment, however unevenly the experts' rows end. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,8 +32,78 @@ static int owner_conflict(int *owner, int64_t line, int dev)
     return 0;
 }
 
+/* Expert e's first row and end row (cumsum groupList). */
+static int64_t expert_of(const int64_t *gl, int64_t E, int64_t m, int64_t *start, int64_t *end)
+{
+    int64_t s = 0;
+    for (int64_t e = 0; e < E; e++) {
+        if (gl[e] > m) {
+            *start = s, *end = gl[e];
+            return e;
+        }
+        s = gl[e];
+    }
+    *start = *end = s;
+    return E;
+}
+
+/* The threads' split against its definition, over random routings of a device range. */
+static void part_rows_cases(void)
+{
+    enum { MAXE = 9 };
+    qt_rng r = {99};
+    int64_t gl[MAXE];
+    long tile_bad = 0, cut_bad = 0, balance_bad = 0;
+    for (int i = 0; i < 4000; i++) {
+        int64_t E = qt_range(&r, 1, MAXE), end = 0;
+        for (int64_t e = 0; e < E; e++) gl[e] = end += qt_range(&r, 0, 3) == 0 ? 0 : qt_range(&r, 1, 700);
+        int64_t r0 = qt_range(&r, 0, end), n = qt_range(&r, 0, end - r0);
+        int64_t align = qt_range(&r, 0, 2) == 0 ? 1 : qt_range(&r, 1, 64);
+        int parts = (int)qt_range(&r, 1, 6);
+        qmoe_gmm_params p;
+        memset(&p, 0, sizeof p);
+        p.gl = gl, p.gl_s = 1, p.E_groups = E, p.group_list_type = QMOE_GROUP_LIST_CUMSUM;
+        int64_t next = r0;
+        for (int k = 0; k < parts; k++) {
+            qmoe_row_range pr = qmoe_gmm_part_rows(&p, r0, n, align, k, parts);
+            tile_bad += pr.start != next || pr.count < 0;
+            next = pr.start + pr.count;
+            if (k == parts - 1) continue;
+            /* the cut after part k: the nearest aligned row of its segment to the share */
+            int64_t ideal = r0 + n * (k + 1) / parts, es, ee, best = -1;
+            if (ideal >= r0 + n) continue; /* n == 0 */
+            expert_of(gl, E, ideal, &es, &ee);
+            int64_t a = es > r0 ? es : r0, b = ee < r0 + n ? ee : r0 + n;
+            for (int64_t c = a; c <= b; c++)
+                if ((c - a) % align == 0 || c == b)
+                    if (best < 0 || llabs(c - ideal) < llabs(best - ideal)) best = c;
+            cut_bad += next != best;
+            balance_bad += llabs(next - ideal) > align;
+        }
+        tile_bad += next != r0 + n;
+    }
+    CHECK_MSG(tile_bad == 0, "%ld part splits that do not tile the range in order", tile_bad);
+    CHECK_MSG(cut_bad == 0, "%ld cuts off the nearest aligned row", cut_bad);
+    CHECK_MSG(balance_bad == 0, "%ld cuts more than an alignment from the even share", balance_bad);
+
+    /* the prefill routing of qmoe bench (experts of 2470, 4200, 700, 822 rows; VNNI blocks of 48
+     * rows) over 2 threads: 4102 + 4090 rows; splitting the blocks (9 + 9 of up to 512 rows) gave
+     * 4518 + 3674 */
+    int64_t pre[4] = {2470, 6670, 7370, 8192};
+    qmoe_gmm_params p;
+    memset(&p, 0, sizeof p);
+    p.gl = pre, p.gl_s = 1, p.E_groups = 4, p.group_list_type = QMOE_GROUP_LIST_CUMSUM;
+    CHECK(qmoe_gmm_part_rows(&p, 0, 8192, 48, 0, 2).count == 4102);
+    CHECK(qmoe_gmm_part_rows(&p, 0, 8192, 48, 1, 2).count == 4090);
+    /* counts, not ends: the same split */
+    int64_t cnt[4] = {2470, 4200, 700, 822};
+    p.gl = cnt, p.group_list_type = QMOE_GROUP_LIST_COUNT;
+    CHECK(qmoe_gmm_part_rows(&p, 0, 8192, 48, 1, 2).start == 4102);
+}
+
 int main(void)
 {
+    part_rows_cases();
     enum { MAXROWS = 150, MAXBYTES = MAXROWS * 300 * 4 };
     int *owner = malloc(sizeof(int) * (MAXBYTES / 128 + 4));
     int *sowner = malloc(sizeof(int) * (MAXBYTES / 128 + 4));

@@ -1,9 +1,10 @@
 /*
  * Tracing and the plan/driver contract. The exported trace parses as JSON and holds compute
- * events from every thread that worked; and the driver honours the plan it is given: a plan
- * whose row block covers every row puts all compute on thread 0, a plan for 3 threads on a
- * 4-thread device leaves thread 3 idle, a column-split plan makes every thread compute, and a
- * multi-device plan makes every device compute. Outputs stay exact in each case.
+ * events from every thread that worked; and the driver honours the plan it is given: the row
+ * split balances rows, not blocks (uneven experts still give every thread its share), a plan
+ * for 3 threads on a 4-thread device leaves thread 3 idle, a column-split plan makes every
+ * thread compute, and a multi-device plan makes every device compute. Outputs stay exact in
+ * each case.
  */
 #include "ops/grouped_matmul_swiglu_quant/partition.h"
 #include "runtime/trace.h"
@@ -14,7 +15,7 @@
 
 static const char *PATH = "test_trace_out.json";
 
-enum { EDIT_NONE, EDIT_ONE_BLOCK, EDIT_NO_COLUMNS, EDIT_NO_SPLIT };
+enum { EDIT_NONE, EDIT_NO_COLUMNS, EDIT_NO_SPLIT };
 
 /* Plans the case, applies an edit the way the planner would derive it, runs it on the stream,
  * exports the devices' trace and returns it (NULL on failure). Outputs are checked exact. */
@@ -28,14 +29,7 @@ static char *traced_run(rt_case *c, int threads, int devices, int edit, qmoe_dev
     uint64_t wsb = 0;
     CHECK(rt_case_plan(c, threads, devices, QMOE_KERNEL_REFERENCE, &ex, &wsb) == QMOE_OK);
     qmoe_gmm_params *p = qmoe_grouped_matmul_swiglu_quant_executor_params(ex);
-    if (edit == EDIT_ONE_BLOCK) {
-        p->row_block = (int32_t)c->M;
-        p->row_block_div = qmoe_fastdiv_init((uint32_t)p->row_block);
-        p->col_max_rows = 0;
-        p->kernel_scratch_bytes =
-            qmoe_swiglu_quant_scratch_bytes(qmoe_kernel_lookup(p->kernel), p, c->M, c->N2);
-        p->thread_scratch_bytes = qmoe_gmm_slice_layout_of(p).total;
-    } else if (edit == EDIT_NO_COLUMNS) {
+    if (edit == EDIT_NO_COLUMNS) {
         p->col_max_rows = 0;
     } else if (edit == EDIT_NO_SPLIT) {
         p->rows_per_chunk = 0;
@@ -78,11 +72,6 @@ int main(void)
     CHECK(strstr(t, "\"name\":\"epilogue\"") && strstr(t, "\"name\":\"copy\"") &&
           strstr(t, "\"name\":\"plan\""));
     free(t);
-    /* one block covering all rows -> only thread 0 computes */
-    t = traced_run(&c, 4, 1, EDIT_ONE_BLOCK, devs, s1);
-    CHECK(count_compute(t, id0, 0) == 1);
-    for (int th = 1; th < 4; th++) CHECK_MSG(count_compute(t, id0, th) == 0, "thread %d", th);
-    free(t);
     /* two devices, 128 rows in chunks of 32 -> both devices compute, on every thread */
     t = traced_run(&c, 2, 2, EDIT_NONE, devs, s2);
     for (int th = 0; th < 2; th++) {
@@ -95,6 +84,17 @@ int main(void)
     t = traced_run(&c, 2, 2, EDIT_NO_SPLIT, devs, s2);
     CHECK(count_compute(t, id0, 0) >= 1 && count_compute(t, id1, 0) == 0 &&
           count_compute(t, id1, 1) == 0);
+    free(t);
+    rt_case_free(&c);
+
+    /* uneven experts, 100 + 28 rows in blocks of 32 over 4 threads -> 32 rows each: threads 0-2
+     * one block, thread 3 two (the first expert's last 4 rows, then the second's 28); a split
+     * of the blocks (4 + 1 of them, 2 a thread) left thread 3 idle and gave thread 0 64 rows */
+    rt_case_init(&c, &r, 128, 16, 64, 2, 128, 0, 0, 0);
+    c.gl[0] = 100, c.gl[1] = 128;
+    t = traced_run(&c, 4, 1, EDIT_NONE, devs, s1);
+    for (int th = 0; th < 3; th++) CHECK_MSG(count_compute(t, id0, th) == 1, "thread %d", th);
+    CHECK_MSG(count_compute(t, id0, 3) == 2, "thread 3: %d", count_compute(t, id0, 3));
     free(t);
     rt_case_free(&c);
 
@@ -112,10 +112,10 @@ int main(void)
     for (int th = 0; th < 4; th++)
         CHECK_MSG(count_compute(t, id0, th) == 1, "thread %d: %d", th, count_compute(t, id0, th));
     free(t);
-    /* the same plan without the column split -> the single block runs on thread 0 */
+    /* the same plan without the column split -> a row split: 2 rows a thread (the reference
+     * kernel aligns rows to nothing) */
     t = traced_run(&c, 4, 1, EDIT_NO_COLUMNS, devs, s1);
-    CHECK(count_compute(t, id0, 0) == 1);
-    for (int th = 1; th < 4; th++) CHECK_MSG(count_compute(t, id0, th) == 0, "thread %d", th);
+    for (int th = 0; th < 4; th++) CHECK_MSG(count_compute(t, id0, th) == 1, "thread %d", th);
     free(t);
     rt_case_free(&c);
 

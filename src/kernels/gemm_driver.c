@@ -34,11 +34,12 @@
 #include "runtime/trace.h"
 
 enum {
-    MC = 48,          /* rows per block of the accumulator tile (unless the isa says) */
+    MC = QMOE_PK_MC,  /* rows per block of the accumulator tile (unless the isa says) */
     KC = 512,         /* K positions per chunk (multiple of 16) */
     STAGE_ROW = 64,   /* staging bytes per K row: at most 4 units of int8 */
     PANEL_BUDGET = 1280 * 1024, /* packed panel bytes kept in L2 */
     IN_PLACE_ROWS = 16,         /* blocks of at most this many rows read weight tiles in place */
+    GROUPS_MAX_K = 128,         /* groups of at most this many k go through gemm_groups */
 };
 
 typedef struct fast_layout {
@@ -488,6 +489,40 @@ static void fold_group(const qmoe_gemm_isa *isa, const panel *pn, const int8_t *
     }
 }
 
+/* Groups [g0, g0 + ng) of the block, one gemm_groups call per micro-tile. */
+static void groups_chunk(const qmoe_gemm_isa *isa, const panel *pn, const int8_t *x,
+                         int64_t ldx, int64_t rows, int64_t G, int64_t g0, int64_t ng, int64_t kq,
+                         const int32_t *xoff, const float *xs, float *f)
+{
+    int64_t half = pn->ld / 2, ustep = pn->i4 ? QMOE_PK_STEP / 2 : QMOE_PK_STEP;
+    for (int64_t r = 0; r < rows; r += isa->mr) {
+        int mr = (int)(rows - r < isa->mr ? rows - r : isa->mr);
+        for (int64_t h = 0; h < 2; h++)
+            for (int64_t u0 = 0; u0 < pn->nu; u0 += isa->nu) {
+                int nu = (int)(pn->nu - u0 < isa->nu ? pn->nu - u0 : isa->nu);
+                int64_t c = h * half + u0 * QMOE_PK_UNIT;
+                isa->gemm_groups(mr, nu, pn->i4, ng, kq, x + r * ldx + 4 * g0 * kq, ldx,
+                                 pn->wp + h * pn->blk + g0 * kq * pn->wstep + u0 * ustep,
+                                 pn->wstep, xoff + r * G + g0, G, xs ? xs + r : NULL,
+                                 pn->wsg + g0 * pn->ld + c, pn->ld, f + r * pn->ld + c, pn->ld,
+                                 g0 == 0);
+            }
+    }
+}
+
+/* Every K group of the block through the isa's gemm_groups, one call per micro-tile and chunk of
+ * groups (at most KC k, so a chunk's x rows stay in L1 and its weights in L2 for every
+ * micro-tile): the same operations as fold_group (or tile_chunk + fold) group after group, with
+ * the float tile kept in registers across a chunk's groups. */
+static void groups_block(const qmoe_gemm_isa *isa, const panel *pn, const int8_t *x,
+                         int64_t ldx, int64_t rows, int64_t G, int64_t kq, const int32_t *xoff,
+                         const float *xs, float *f)
+{
+    int64_t per = KC / (4 * kq) > 0 ? KC / (4 * kq) : 1;
+    for (int64_t g0 = 0; g0 < G; g0 += per)
+        groups_chunk(isa, pn, x, ldx, rows, G, g0, G - g0 < per ? G - g0 : per, kq, xoff, xs, f);
+}
+
 /* The accumulator dump of the test entry point (qmoe_fast_acc_block) exists only in the tests'
  * build (QMOE_TESTING, see CMakeLists.txt); elsewhere DUMPING() is 0 and its branches are
  * compiled out of the driver. */
@@ -720,7 +755,13 @@ static void run_block(const block_args *A, uint8_t *sp, const fast_layout *L)
              * slower). A block of one micro-tile keeps gemm_i4 / gemm_pf, which stream. */
             int fused = isa->gemm_fold && !xt && !pn.i4 && L->gk > 0 && rows > isa->mr &&
                         (L->gk <= KC || rows >= L->mc) && !DUMPING(A);
-            for (int64_t g = 0; g < p->G; g++) {
+            /* Small groups (ggml's 32): a fold per group through memory would cost as much as
+             * the group's products; gemm_groups keeps the float tile in registers. */
+            int grouped = isa->gemm_groups && !xt && p->G > 1 && L->gk > 0 &&
+                          L->gkp <= GROUPS_MAX_K && !DUMPING(A);
+            if (grouped)
+                groups_block(isa, &pn, x, ldx, rows, p->G, L->gkp / 4, xo, a8w4 ? NULL : xs, f);
+            for (int64_t g = 0; g < p->G && !grouped; g++) {
                 if (fused) {
                     fold_group(isa, &pn, x, ldx, rows, g * L->gkp, (L->gk + 3) / 4, xo + g, p->G,
                                a8w4 ? NULL : xs, pn.wsg + g * pn.ld, f, g == 0);

@@ -28,6 +28,7 @@ enum {
     QMOE_PK_STEP = 64,  /* bytes per unit per step of 4 k */
     QMOE_PK_BLOCK = 4,  /* units per block */
     QMOE_PK_MAX_MR = 8, /* most rows a micro-kernel takes */
+    QMOE_PK_MC = 48,    /* the driver's rows per accumulator block when the isa names none */
 };
 
 typedef struct qmoe_gemm_isa {
@@ -100,6 +101,18 @@ typedef struct qmoe_gemm_isa {
     void (*gemm_fold)(int mr, int nu, int64_t kq, const int8_t *x, int64_t ldx, const uint8_t *wp,
                       int64_t wstep, const int32_t *xoff, int64_t xoff_stride, const float *xs,
                       const float *ws, float *f, int64_t ldf, int first);
+
+    /* Optional (NULL: gemm_fold, or gemm then fold, per group): ng whole K groups of kq steps
+     * each, group g's steps at wp + g * kq * wstep and its x at x + 4 * g * kq, int8 steps
+     * (unit u at wp + 64u) or, with i4, gemm_i4's prepacked int4 steps (wp + 32u), folded in
+     * group order as fold does it: f[r][c] = (first ? v_0 : f[r][c] + v_0) + v_1 + ... + v_ng-1,
+     * v_g = (float)(acc_g[r][c] - xoff[r * xoff_stride + g]) * xs[r] * ws[g * ws_stride + c],
+     * xs NULL: no xs factor, for r < mr, c < 16 * nu. For small groups, where a fold per group
+     * through memory costs as much as the group's products. */
+    void (*gemm_groups)(int mr, int nu, int i4, int64_t ng, int64_t kq, const int8_t *x,
+                        int64_t ldx, const uint8_t *wp, int64_t wstep, const int32_t *xoff,
+                        int64_t xoff_stride, const float *xs, const float *ws, int64_t ws_stride,
+                        float *f, int64_t ldf, int first);
 
     /* Optional (NULL: portable loop): prepacked int4 steps (32 bytes, gemm_i4's format) -> the
      * 64-byte steps gemm reads, `steps` of them, src and dst contiguous. */

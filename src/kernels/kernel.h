@@ -55,6 +55,9 @@ const qmoe_kernel_entry *qmoe_kernel_lookup(int32_t requested);
  * take the driver's fast packing path. */
 int32_t qmoe_kernel_row_block(const qmoe_kernel_entry *k);
 int32_t qmoe_kernel_col_align(const qmoe_kernel_entry *k);
+/* Rows of the driver's accumulator block (0: no preference): a block whose rows are a multiple
+ * of it runs every row on the full-tile path, so planners cut an expert's rows there. */
+int32_t qmoe_kernel_row_align(const qmoe_kernel_entry *k);
 
 /* One S row -> int8 row and scale, per the spec's quantization step: the scalar form of the one
  * rule every kernel follows (kernels/quant_rule.h); vector epilogues take its decisions from there

@@ -142,3 +142,9 @@ int32_t qmoe_kernel_row_block(const qmoe_kernel_entry *k)
 }
 
 int32_t qmoe_kernel_col_align(const qmoe_kernel_entry *k) { return k->gemm ? QMOE_PK_UNIT : 0; }
+
+int32_t qmoe_kernel_row_align(const qmoe_kernel_entry *k)
+{
+    if (!k->gemm) return 0;
+    return k->gemm->mc > 0 ? k->gemm->mc : QMOE_PK_MC;
+}

@@ -14,8 +14,11 @@
 enum { MR = 6 };
 
 /* Bytes ahead of the weight stream that the prefetching variants ask for: prepacked weights are
- * read from memory once per call, like the NZ strips of gemm_nz (same distance). */
-enum { PREFETCH = 2048 };
+ * read from memory once per call. 8 KB (32 steps of a 4-unit panel; past a panel's end, the
+ * next panel's or expert's records, which follow it) covers DRAM's latency where 2 KB did not:
+ * decode's loop 13.2 -> 11.6 ms, decode A8W4 6.8 -> 5.9, qwen3 (median) 18.4 -> 17.4 (one
+ * thread, CPU time, 4 alternated rounds; docs/performance.md). */
+enum { PREFETCH = 8192 };
 
 /* A prepacked int4 step of a unit (core/prepack.h): 32 bytes, byte i holding bytes i and
  * 32 + i of the 64-byte step in its low and high nibble. */
@@ -215,6 +218,7 @@ const qmoe_gemm_isa qmoe_isa_avx512_vnni = {
     .gemm_i4 = gemm_i4_avx512,
     .gemm_pf = gemm_pf_avx512,
     .gemm_fold = gemm_fold_avx512,
+    .gemm_groups = qmoe_gemm_groups_avx512,
     .expand_i4 = qmoe_expand_i4_avx512,
     .to_bf16 = qmoe_f32_to_bf16_avx512,
     .peak_loop = qmoe_peak_avx512vnni,

@@ -22,6 +22,12 @@ void qmoe_expand_i4_avx512(const uint8_t *src, int64_t steps, uint8_t *dst);
 void qmoe_rearrange_avx512(const uint8_t *const *src, const int64_t *stride, int64_t rows,
                            int nub, int int4, uint8_t *dst, int64_t wstep);
 
+/* gemm_groups_avx512vnni.c: the table's gemm_groups (gmm_fast.h) */
+void qmoe_gemm_groups_avx512(int mr, int nu, int i4, int64_t ng, int64_t kq, const int8_t *x,
+                             int64_t ldx, const uint8_t *wp, int64_t wstep, const int32_t *xoff,
+                             int64_t xoff_stride, const float *xs, const float *ws,
+                             int64_t ws_stride, float *f, int64_t ldf, int first);
+
 /* gemm_s8_amx.c: releases this thread's tile state if the AMX kernel configured it (the end of
  * every AMX kernel call). */
 void qmoe_amx_release(void);

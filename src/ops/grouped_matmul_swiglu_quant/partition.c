@@ -67,8 +67,7 @@ static int64_t total_rows(const qmoe_gmm_params *p)
     return end;
 }
 
-/* Blocks of rows [r0, r1): per expert segment, ceil(rows / row_block). */
-static int64_t count_blocks(const qmoe_gmm_params *p, int64_t r0, int64_t r1)
+int64_t qmoe_gmm_count_blocks(const qmoe_gmm_params *p, int64_t r0, int64_t r1)
 {
     int64_t n = 0, start = 0;
     for (int64_t e = 0; e < p->E_groups && start < r1; e++) {
@@ -84,6 +83,37 @@ static int64_t count_blocks(const qmoe_gmm_params *p, int64_t r0, int64_t r1)
     return n;
 }
 
+/* Cut i of `parts` over rows [r0, r1) (qmoe_gmm_part_rows). */
+static int64_t part_cut(const qmoe_gmm_params *p, int64_t r0, int64_t r1, int64_t align,
+                        int64_t i, int64_t parts)
+{
+    if (i <= 0) return r0;
+    if (i >= parts) return r1;
+    int64_t n = r1 - r0;
+    int64_t c = r0 + n / parts * i + n % parts * i / parts; /* no n * i: it could overflow */
+    int64_t start = 0;
+    for (int64_t e = 0; e < p->E_groups; e++) {
+        int64_t end = qmoe_gmm_group_end(p, e, start);
+        if (end > c) { /* c lies in this expert's rows (empty experts never get here) */
+            int64_t a = start > r0 ? start : r0, b = end < r1 ? end : r1;
+            int64_t lo = a + (c - a) / align * align, hi = b - lo > align ? lo + align : b;
+            return c - lo <= hi - c ? lo : hi;
+        }
+        start = end;
+    }
+    return r1;
+}
+
+qmoe_row_range qmoe_gmm_part_rows(const qmoe_gmm_params *p, int64_t r0, int64_t n, int64_t align,
+                                  int part, int parts)
+{
+    if (align < 1) align = 1;
+    int64_t a = part_cut(p, r0, r0 + n, align, part, parts);
+    int64_t b = part_cut(p, r0, r0 + n, align, (int64_t)part + 1, parts);
+    qmoe_row_range r = {a, b - a};
+    return r;
+}
+
 void qmoe_gmm_plan_split(const qmoe_gmm_params *p, qmoe_gmm_split *split)
 {
     int64_t total = total_rows(p);
@@ -94,7 +124,7 @@ void qmoe_gmm_plan_split(const qmoe_gmm_params *p, qmoe_gmm_split *split)
             r = qmoe_partition_rows(total, p->rows_per_chunk, d, p->devices, &p->devices_div);
         s->row_start = r.start;
         s->nrows = r.count;
-        s->nblocks = count_blocks(p, r.start, r.start + r.count);
+        s->nblocks = qmoe_gmm_count_blocks(p, r.start, r.start + r.count);
         s->columns = p->col_max_rows && s->nblocks < p->threads && r.count <= p->col_max_rows;
         s->pad = 0;
     }
@@ -120,14 +150,19 @@ qmoe_status qmoe_gmm_plan_execution(qmoe_gmm_params *p, const qmoe_kernel_entry 
     /* Large blocks: the kernel packs a weight panel once per call and reuses it for each row. */
     int64_t rb = qmoe_kernel_row_block(k) > 0 ? qmoe_kernel_row_block(k) : ROW_BLOCK;
     if (p->K > 0 && rb * p->K > STAGE_BYTES) rb = STAGE_BYTES / p->K;
-    /* Parts take contiguous runs of blocks, and experts are uneven: keep about BLOCKS_PER_PART
-     * blocks per part so the split still balances (never below BALANCE_FLOOR rows per block). */
+    /* About BLOCKS_PER_PART blocks per part (never below BALANCE_FLOOR rows per block): parts
+     * once took whole blocks and needed several each to balance; they now cut rows
+     * (qmoe_gmm_part_rows), and the cap stays, not measured against larger blocks at small M. */
     int64_t parts = (int64_t)p->threads * p->devices * BLOCKS_PER_PART;
     int64_t balanced = (p->M + parts - 1) / parts;
     if (balanced < BALANCE_FLOOR) balanced = BALANCE_FLOOR;
     if (rb > balanced) rb = balanced;
     if (rb > p->M) rb = p->M;
     if (rb < 1) rb = 1;
+    /* whole accumulator blocks: with the parts' cuts on them too, only an expert's last block
+     * has a partial one, which the driver runs on its slower path */
+    int64_t ra = qmoe_kernel_row_align(k);
+    if (ra > 1 && rb > ra) rb = rb / ra * ra;
     p->row_block = (int32_t)rb;
     p->stage_depth = 2;
     /* column ranges start at multiples of the kernel's alignment (its fast packing path) */

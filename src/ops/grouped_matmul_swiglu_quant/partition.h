@@ -7,8 +7,11 @@
  * - Rows are flattened over all experts (row m of the output, m < g[last]); a device gets a
  *   contiguous range of them (multi-device: qmoe_partition_rows), and splits its range into
  *   blocks of at most row_block rows that never cross an expert boundary.
- * - Row split (default): part i of `threads` takes blocks [i*b, min((i+1)*b, nb)) with
- *   b = ceil(nb / threads), all N2 columns, and quantizes each block right after computing it.
+ * - Row split (default): part i of `threads` takes the device's rows [c_i, c_(i+1))
+ *   (qmoe_gmm_part_rows: cuts near i * rows / threads, on a multiple of the kernel's row
+ *   alignment from the start of the expert cut, or at its end), splits them into blocks as above,
+ *   computes them for all N2 columns, and quantizes each block right after computing it. Parts
+ *   balance rows, the work, rather than blocks: experts' rows end unevenly.
  * - Which split a device uses, and its rows, are these rules applied to the experts' rows
  *   (qmoe_gmm_plan_split), at execution time: groupList may be written by an operator queued
  *   before this one, so the driver calls it on each device once groupList is checked.
@@ -99,6 +102,16 @@ static inline int64_t qmoe_gmm_group_end(const qmoe_gmm_params *p, int64_t e, in
     int64_t v = p->gl[e * p->gl_s];
     return p->group_list_type == QMOE_GROUP_LIST_COUNT ? start + v : v;
 }
+
+/* Blocks of rows [r0, r1): per expert segment, ceil(rows / row_block). */
+int64_t qmoe_gmm_count_blocks(const qmoe_gmm_params *p, int64_t r0, int64_t r1);
+
+/* Part `part` of `parts` of a device's rows [r0, r0 + n) in the row split: its cuts c_i, c_0 =
+ * r0 and c_parts = r0 + n, the others nearest to r0 + i * n / parts among the rows a multiple of
+ * `align` (>= 1) past the start of the expert segment holding it and that segment's end (ties:
+ * the lower). A pure function of the plan and groupList, so the parts tile the rows. */
+qmoe_row_range qmoe_gmm_part_rows(const qmoe_gmm_params *p, int64_t r0, int64_t n, int64_t align,
+                                  int part, int parts);
 
 /* Fills `split` for p->devices devices (groupList checked: qmoe_gmm_check_groups). */
 void qmoe_gmm_plan_split(const qmoe_gmm_params *p, qmoe_gmm_split *split);

@@ -185,14 +185,19 @@ static void run_blocks(const gmm_work *w, qmoe_thread_ctx *ctx, int64_t b0, int6
     }
 }
 
-/* Row split: contiguous blocks per part, all columns, quantized as they complete. */
+/* Row split: a balanced range of rows per part, in blocks, all columns, quantized as they
+ * complete. */
 static void rows_part(qmoe_thread_ctx *ctx, void *data, int part, int nparts)
 {
     (void)nparts;
     const gmm_work *w = data;
-    int64_t per = ceil_div_threads(w->p, w->nblocks);
-    int64_t b0 = part * per, b1 = b0 + per < w->nblocks ? b0 + per : w->nblocks;
-    if (b0 < b1) run_blocks(w, ctx, b0, b1, 0, w->p->N2, NULL, 0);
+    qmoe_row_range r = qmoe_gmm_part_rows(w->p, w->row_start, w->nrows,
+                                          qmoe_kernel_row_align(w->k), part, w->p->threads);
+    gmm_work pw = *w;
+    pw.row_start = r.start;
+    pw.nrows = r.count;
+    pw.nblocks = qmoe_gmm_count_blocks(w->p, r.start, r.start + r.count);
+    if (pw.nblocks) run_blocks(&pw, ctx, 0, pw.nblocks, 0, w->p->N2, NULL, 0);
 }
 
 static void columns_compute(const gmm_work *w, qmoe_thread_ctx *ctx, int part)

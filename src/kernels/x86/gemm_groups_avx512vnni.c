@@ -1,0 +1,176 @@
+/*
+ * AVX-512 VNNI micro-kernel for small per-group scale groups (ggml's blocks of 32): several
+ * whole K groups of one micro-tile, each group's exact int32 products folded at once into float
+ * accumulators that stay in registers across the groups (gmm_fast.h, gemm_groups). gemm_fold
+ * stores its int32 tile and reloads and stores the float tile after every group, which with 8
+ * steps a group cost as much as the products. Sub-tiles of 12 int32 and 12 float accumulators
+ * (with the weight vectors and a broadcast they fit the 32 zmm registers; shapes below). What
+ * is left above the products is the fold's arithmetic itself (docs/performance.md).
+ * The fold is fold's arithmetic in its order, group after group: v = (float)(acc - xoff) * xs *
+ * ws, f = f + v; a call that starts the row starts f at -0.0, and -0.0 + v is v for every v,
+ * the sign of a zero and a NaN's payload included (fold's f = v).
+ */
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels/gmm_fast.h"
+#include "kernels/x86/parts.h"
+
+/* Sub-tiles, rows x units: int8 3 x 4 (a step's four units loaded whole); int4 6 x 2, split by
+ * units, since each unit's int4 steps are expanded once per sub-tile that reads them: a split
+ * by rows (3 + 1 for decode's 4) expanded them twice and ran slower than the per-group fold. */
+enum { SR8 = 3, SU8 = 4, SR4 = 6, SU4 = 2 };
+enum { PREFETCH = 8192 };    /* bytes ahead of the weight stream, as gemm_pf */
+
+/* int4 step of a unit (prepacked, core/prepack.h) -> the 64-byte step, as gemm_i4 does. */
+static inline __attribute__((always_inline)) __m512i expand_i4(const uint8_t *p)
+{
+    const __m256i m = _mm256_set1_epi8(0x0F);
+    __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)p);
+    __m256i lo = _mm256_and_si256(v, m), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m);
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+typedef struct groups_args {
+    int64_t ng, kq;
+    const int8_t *x;
+    int64_t ldx;
+    const uint8_t *wp; /* unit 0 of the sub-tile */
+    int64_t wstep;
+    const int32_t *xoff;
+    int64_t xoff_stride;
+    const float *xs, *ws; /* ws: unit 0 of the sub-tile, group 0 */
+    int64_t ws_stride;
+    float *f;
+    int64_t ldf;
+    int64_t pf;    /* bytes of each step to prefetch: the whole step */
+    int64_t ahead; /* how far ahead: PREFETCH in the first sub-tile, the next chunk in the others */
+    int first;
+} groups_args;
+
+static inline __attribute__((always_inline)) void sub_tile(int i4, int first, int mr, int nu,
+                                                           const groups_args *a)
+{
+    /* written for up to 6 rows x 4 units; a table instantiates at most 12 accumulators of them
+     * (the others are dead code) */
+    const int8_t *x0 = a->x, *x1 = x0 + a->ldx, *x2 = x1 + a->ldx, *x3 = x2 + a->ldx,
+                 *x4 = x3 + a->ldx, *x5 = x4 + a->ldx;
+#define EACH_ROW(M, R) M(R, 0) M(R, 1) M(R, 2) M(R, 3)
+#define EACH(M)                                                                                  \
+    EACH_ROW(M, 0) EACH_ROW(M, 1) EACH_ROW(M, 2) EACH_ROW(M, 3) EACH_ROW(M, 4) EACH_ROW(M, 5)
+#define DECL_F(R, U) __m512 f##R##U = _mm512_set1_ps(-0.0f);
+    EACH(DECL_F)
+#undef DECL_F
+#define LOAD(R, U)                                                                               \
+    if (!first && mr > R && nu > U) f##R##U = _mm512_loadu_ps(a->f + R * a->ldf + 16 * U);
+    EACH(LOAD)
+#undef LOAD
+    const uint8_t *wp = a->wp;
+    const int64_t pf = a->pf; /* at most a step of 4 units: 256 bytes */
+    const uint8_t *pp = wp + a->ahead;
+    const int64_t ustep = i4 ? 32 : 64;
+    for (int64_t g = 0; g < a->ng; g++) {
+        const int32_t *xo = a->xoff + g;
+#define DECL_C(R, U) __m512i c##R##U = _mm512_setzero_si512();
+        EACH(DECL_C)
+#undef DECL_C
+        int64_t k0 = 4 * g * a->kq;
+        for (int64_t q = 0; q < a->kq; q++) {
+            if (pf > 0) _mm_prefetch((const char *)pp, _MM_HINT_T0);
+            if (pf > 64) _mm_prefetch((const char *)(pp + 64), _MM_HINT_T0);
+            if (pf > 128) _mm_prefetch((const char *)(pp + 128), _MM_HINT_T0);
+            if (pf > 192) _mm_prefetch((const char *)(pp + 192), _MM_HINT_T0);
+            pp += a->wstep;
+            __m512i w0, w1, w2, w3;
+            if (i4) {
+                w0 = expand_i4(wp), w1 = w2 = w3 = w0;
+                if (nu > 1) w1 = expand_i4(wp + ustep);
+                if (nu > 2) w2 = expand_i4(wp + 2 * ustep);
+                if (nu > 3) w3 = expand_i4(wp + 3 * ustep);
+            } else {
+                w0 = _mm512_loadu_si512(wp), w1 = w2 = w3 = w0;
+                if (nu > 1) w1 = _mm512_loadu_si512(wp + ustep);
+                if (nu > 2) w2 = _mm512_loadu_si512(wp + 2 * ustep);
+                if (nu > 3) w3 = _mm512_loadu_si512(wp + 3 * ustep);
+            }
+            wp += a->wstep;
+#define ROW(R)                                                                                   \
+    if (mr > R) {                                                                                \
+        int32_t xv;                                                                              \
+        memcpy(&xv, x##R + k0 + 4 * q, sizeof xv);                                               \
+        __m512i b = _mm512_set1_epi32(xv);                                                       \
+        c##R##0 = _mm512_dpbusd_epi32(c##R##0, w0, b);                                           \
+        if (nu > 1) c##R##1 = _mm512_dpbusd_epi32(c##R##1, w1, b);                               \
+        if (nu > 2) c##R##2 = _mm512_dpbusd_epi32(c##R##2, w2, b);                               \
+        if (nu > 3) c##R##3 = _mm512_dpbusd_epi32(c##R##3, w3, b);                               \
+    }
+            ROW(0) ROW(1) ROW(2) ROW(3) ROW(4) ROW(5)
+#undef ROW
+        }
+        /* fold this group: (float)(acc - xoff) * xs * ws, left to right; then f + v */
+        const float *ws = a->ws + g * a->ws_stride;
+#define FOLD(R, U)                                                                               \
+    if (mr > R && nu > U) {                                                                      \
+        __m512i o = _mm512_set1_epi32(xo[R * a->xoff_stride]);                                   \
+        __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(c##R##U, o));                             \
+        if (a->xs) v = _mm512_mul_ps(v, _mm512_set1_ps(a->xs[R])); /* a broadcast operand */    \
+        v = _mm512_mul_ps(v, _mm512_loadu_ps(ws + 16 * U));                                      \
+        f##R##U = _mm512_add_ps(f##R##U, v);                                                     \
+    }
+        EACH(FOLD)
+#undef FOLD
+    }
+#define OUT(R, U)                                                                                \
+    if (mr > R && nu > U) _mm512_storeu_ps(a->f + R * a->ldf + 16 * U, f##R##U);
+    EACH(OUT)
+#undef OUT
+#undef EACH
+#undef EACH_ROW
+}
+
+#define SUB_FN(I4, FIRST, R, U)                                                                  \
+    static void sub_##I4##FIRST##_##R##x##U(const groups_args *a) { sub_tile(I4, FIRST, R, U, a); }
+#define SUB_ROW8(FIRST, R)                                                                       \
+    SUB_FN(0, FIRST, R, 1) SUB_FN(0, FIRST, R, 2) SUB_FN(0, FIRST, R, 3) SUB_FN(0, FIRST, R, 4)
+#define SUB_ROW4(FIRST, R) SUB_FN(1, FIRST, R, 1) SUB_FN(1, FIRST, R, 2)
+#define SUB_ALL8(FIRST) SUB_ROW8(FIRST, 1) SUB_ROW8(FIRST, 2) SUB_ROW8(FIRST, 3)
+#define SUB_ALL4(FIRST)                                                                          \
+    SUB_ROW4(FIRST, 1) SUB_ROW4(FIRST, 2) SUB_ROW4(FIRST, 3) SUB_ROW4(FIRST, 4)                  \
+    SUB_ROW4(FIRST, 5) SUB_ROW4(FIRST, 6)
+SUB_ALL8(0) SUB_ALL8(1) SUB_ALL4(0) SUB_ALL4(1)
+
+typedef void (*sub_fn)(const groups_args *);
+#define PTRS8(FIRST, R)                                                                          \
+    {sub_0##FIRST##_##R##x1, sub_0##FIRST##_##R##x2, sub_0##FIRST##_##R##x3, sub_0##FIRST##_##R##x4}
+#define PTRS4(FIRST, R) {sub_1##FIRST##_##R##x1, sub_1##FIRST##_##R##x2}
+static const sub_fn subs8[2][SR8][SU8] = {{PTRS8(0, 1), PTRS8(0, 2), PTRS8(0, 3)},
+                                          {PTRS8(1, 1), PTRS8(1, 2), PTRS8(1, 3)}};
+static const sub_fn subs4[2][SR4][SU4] = {
+    {PTRS4(0, 1), PTRS4(0, 2), PTRS4(0, 3), PTRS4(0, 4), PTRS4(0, 5), PTRS4(0, 6)},
+    {PTRS4(1, 1), PTRS4(1, 2), PTRS4(1, 3), PTRS4(1, 4), PTRS4(1, 5), PTRS4(1, 6)}};
+
+void qmoe_gemm_groups_avx512(int mr, int nu, int i4, int64_t ng, int64_t kq, const int8_t *x,
+                             int64_t ldx, const uint8_t *wp, int64_t wstep, const int32_t *xoff,
+                             int64_t xoff_stride, const float *xs, const float *ws,
+                             int64_t ws_stride, float *f, int64_t ldf, int first)
+{
+    const int64_t ustep = i4 ? 32 : 64;
+    const int sr = i4 ? SR4 : SR8, su = i4 ? SU4 : SU8;
+    for (int r = 0; r < mr; r += sr)
+        for (int u = 0; u < nu; u += su) {
+            int rows = mr - r < sr ? mr - r : sr, units = nu - u < su ? nu - u : su;
+            /* The first sub-tile prefetches all units of each step PREFETCH ahead (the others
+             * find them in cache); the others prefetch the next chunk's steps (a call covers
+             * one chunk, the driver's next call the next one), so memory keeps streaming while
+             * they reread this chunk from cache: decode's loop over DRAM did not overlap. */
+            int lead = r == 0 && u == 0;
+            groups_args a = {ng, kq, x + r * ldx, ldx, wp + u * ustep, wstep,
+                             xoff + r * xoff_stride, xoff_stride, xs ? xs + r : NULL,
+                             ws + 16 * u, ws_stride, f + r * ldf + 16 * u, ldf, nu * ustep,
+                             lead ? PREFETCH - u * ustep : ng * kq * wstep - u * ustep, first};
+            if (i4) subs4[first != 0][rows - 1][units - 1](&a);
+            else subs8[first != 0][rows - 1][units - 1](&a);
+        }
+}
+#endif

@@ -1,0 +1,184 @@
+/*
+ * The AVX-512 VNNI gemm_groups micro-kernel (src/kernels/x86/gemm_groups_avx512vnni.c): the same
+ * bits as the table's gemm then fold, group by group, which is how every other kernel computes
+ * per-group scales:
+ *   - the micro-kernel alone, every tile shape (1-6 rows, 1-4 units), 1-9 groups of 1-9 steps,
+ *     int8 steps and prepacked int4 steps (against expand_i4 + gemm), with and without xScale,
+ *     in one call and split into two (first = 0 continues the float tile); zero and negative
+ *     scales, so signed zeros and their sums are compared too;
+ *   - through the driver, the kernel sweep's per-group cases and groups of 32 at K = 1024
+ *     (A8W8 and A8W4): the table as it is against a copy without gemm_groups.
+ */
+#include "test_kernel_common.h"
+
+enum { MAXG = 9, MAXQ = 9, MAXK = 4 * MAXG * MAXQ };
+
+static float scale(qt_rng *r)
+{
+    int k = (int)qt_range(r, 0, 9);
+    if (k == 0) return 0.0f;
+    if (k == 1) return -0.0f;
+    return qt_uniform(r, -0.02f, 0.02f);
+}
+
+/* gemm + fold per group, the reference order; returns 0 on a mismatch */
+static int micro_case(const qmoe_gemm_isa *isa, qt_rng *r, int mr, int nu, int i4, int use_xs,
+                      int64_t ng, int64_t kq)
+{
+    int64_t K = 4 * ng * kq, wstep = 4 * QMOE_PK_STEP, wstep4 = 4 * QMOE_PK_STEP / 2;
+    static int8_t x[6 * MAXK];
+    static uint8_t w[MAXK / 4 * 4 * QMOE_PK_STEP], w4[MAXK / 4 * 4 * QMOE_PK_STEP / 2];
+    static int32_t xoff[6 * MAXG], acc[6 * 64];
+    static float xs[6], ws[MAXG * 64], want[6 * 64], got[6 * 64], part[6 * 64];
+    for (int64_t i = 0; i < 6 * K; i++) x[i] = (int8_t)qt_range(r, -128, 127);
+    for (int64_t q = 0; q < K / 4; q++) {
+        uint8_t *d = w4 + q * wstep4;
+        for (int64_t b = 0; b < wstep4; b++) d[b] = (uint8_t)qt_range(r, 0, 255);
+        if (i4) /* the expanded steps gemm reads, unit by unit (gemm_i4's format) */
+            for (int u = 0; u < 4; u++) isa->expand_i4(d + 32 * u, 1, w + q * wstep + 64 * u);
+        else
+            for (int64_t b = 0; b < wstep; b++) w[q * wstep + b] = (uint8_t)qt_range(r, 0, 255);
+    }
+    for (int i = 0; i < 6 * MAXG; i++) xoff[i] = (int32_t)qt_range(r, -300000, 300000);
+    for (int i = 0; i < 6; i++) xs[i] = scale(r);
+    for (int i = 0; i < MAXG * 64; i++) ws[i] = scale(r);
+    const float *xsp = use_xs ? xs : NULL;
+    for (int64_t g = 0; g < ng; g++) {
+        isa->gemm(mr, nu, kq, x + 4 * g * kq, K, w + g * kq * wstep, wstep, acc, 64, 0);
+        isa->fold(mr, 16 * nu, acc, 64, xoff + g, MAXG, xsp, ws + g * 64, want, 64, g == 0);
+    }
+    const uint8_t *wq = i4 ? w4 : w;
+    int64_t ws_ = i4 ? wstep4 : wstep;
+    isa->gemm_groups(mr, nu, i4, ng, kq, x, K, wq, ws_, xoff, MAXG, xsp, ws, 64, got, 64, 1);
+    int64_t a = ng / 2; /* two calls: groups [0, a) then [a, ng) continuing the tile */
+    if (a > 0) isa->gemm_groups(mr, nu, i4, a, kq, x, K, wq, ws_, xoff, MAXG, xsp, ws, 64, part, 64, 1);
+    isa->gemm_groups(mr, nu, i4, ng - a, kq, x + 4 * a * kq, K, wq + a * kq * ws_, ws_, xoff + a,
+                     MAXG, xsp, ws + a * 64, 64, part, 64, a == 0);
+    int ok = 1;
+    for (int i = 0; i < mr; i++) {
+        ok &= !memcmp(want + 64 * i, got + 64 * i, sizeof(float) * (size_t)(16 * nu));
+        ok &= !memcmp(want + 64 * i, part + 64 * i, sizeof(float) * (size_t)(16 * nu));
+    }
+    return ok;
+}
+
+static void check_micro(const qmoe_gemm_isa *isa)
+{
+    qt_rng r = {2323};
+    long bad = 0, cases = 0;
+    for (int mr = 1; mr <= 6; mr++)
+        for (int nu = 1; nu <= 4; nu++)
+            for (int i4 = 0; i4 < 2; i4++)
+                for (int use_xs = 0; use_xs < 2; use_xs++)
+                    for (int t = 0; t < 4; t++) {
+                        int64_t ng = qt_range(&r, 1, MAXG), kq = qt_range(&r, 1, MAXQ);
+                        int ok = micro_case(isa, &r, mr, nu, i4, use_xs, ng, kq);
+                        CHECK_MSG(ok, "gemm_groups != gemm + fold: mr %d nu %d i4 %d xs %d "
+                                      "groups %lld steps %lld", mr, nu, i4, use_xs,
+                                  (long long)ng, (long long)kq);
+                        bad += !ok;
+                        cases++;
+                    }
+    CHECK(cases == 6 * 4 * 2 * 2 * 4 && bad == 0);
+}
+
+/* One expert of M rows, K in groups of gk, N = 256 (4 column panels of 32 + 32), ND weights
+ * (A8W4: int4), float scales per group, the layout kcase_make gives its ND cases. */
+static void kcase_make_groups(kcase *c, qt_rng *r, int a8w4, int64_t K, int64_t gk, int64_t M)
+{
+    memset(c, 0, sizeof *c);
+    qmoe_gmm_params *p = &c->p;
+    int64_t N = 256, E = 1, G = K / gk;
+    oracle_wlayout lay = a8w4 ? ORACLE_W_INT4_ND : ORACLE_W_INT8_ND;
+    p->M = M, p->K = K, p->N = N, p->N2 = N / 2, p->E = E, p->E_groups = 1;
+    p->G = G, p->group_k = gk, p->per_group = 1;
+    p->mode = a8w4 ? QMOE_MODE_A8W4 : QMOE_MODE_A8W8;
+    c->w = malloc((size_t)(E * K * N));
+    for (int64_t i = 0; i < E * K * N; i++)
+        c->w[i] = (int8_t)(a8w4 ? qt_range(r, -8, 7) : qt_range(r, -128, 127));
+    c->wst = malloc((size_t)oracle_weight_bytes(lay, E, K, N) + 64);
+    oracle_pack_weight(lay, c->w, E, K, N, c->wst);
+    p->w = c->wst;
+    p->w_layout = a8w4 ? QMOE_W_INT4_ND : QMOE_W_INT8_ND;
+    p->w_s[0] = K * N, p->w_s[1] = N, p->w_s[2] = 1;
+    c->x = malloc((size_t)(M * K));
+    for (int64_t i = 0; i < M * K; i++) c->x[i] = (int8_t)qt_range(r, -128, 127);
+    p->x = c->x, p->x_s[0] = K, p->x_s[1] = 1;
+    c->ws = malloc(sizeof(float) * (size_t)(E * G * N));
+    for (int64_t i = 0; i < E * G * N; i++) c->ws[i] = qt_uniform(r, 0.001f, 0.02f);
+    p->ws = c->ws, p->ws_type = QMOE_SCALE_F32;
+    p->ws_s[0] = G * N, p->ws_s[1] = N, p->ws_s[2] = 1;
+    if (a8w4) {
+        c->bias = malloc(sizeof(float) * (size_t)N);
+        for (int64_t n = 0; n < N; n++) c->bias[n] = qt_uniform(r, -2.0f, 2.0f);
+        p->bias = c->bias, p->bias_s[0] = N, p->bias_s[1] = 1;
+    }
+    c->xs = malloc(sizeof(float) * (size_t)M);
+    for (int64_t i = 0; i < M; i++) c->xs[i] = qt_uniform(r, 0.01f, 0.1f);
+    p->xs = c->xs, p->xs_s = 1;
+    c->gl = malloc(sizeof(int64_t));
+    c->ends = malloc(sizeof(int64_t));
+    c->gl[0] = c->ends[0] = M;
+    p->gl = c->gl, p->gl_s = 1;
+    p->out_s[0] = p->N2, p->out_s[1] = 1, p->out_scale_s = 1;
+}
+
+/* One case's experts through the table as it is and through a copy without gemm_groups. */
+static int driver_case(const qmoe_gemm_isa *isa, kcase *c)
+{
+    qmoe_gemm_isa plain = *isa;
+    plain.gemm_groups = NULL;
+    const qmoe_kernel_entry *k = qmoe_kernel_lookup(QMOE_KERNEL_AVX512_VNNI);
+    qmoe_kernel_entry as_is = *k, without = *k;
+    as_is.gemm = isa;
+    without.gemm = &plain;
+    qmoe_gmm_params *p = &c->p;
+    int64_t N2 = p->N2;
+    int ran = 0;
+    for (int64_t e = 0; e < p->E_groups; e++) {
+        int64_t m0 = kc_start(c, e), m1 = c->ends[e], rows = m1 - m0;
+        if (rows < 1) continue;
+        uint64_t bytes = qmoe_swiglu_quant_scratch_bytes(&as_is, p, rows, N2);
+        void *sp = aligned_alloc(64, (bytes + 63) & ~(uint64_t)63);
+        float *a = calloc((size_t)(rows * N2 + 1), sizeof(float));
+        float *b = calloc((size_t)(rows * N2 + 1), sizeof(float));
+        qmoe_thread_ctx ctx = {.thread = 0, .nthreads = 1, .scratch = sp, .scratch_bytes = bytes};
+        qmoe_swiglu_quant_block(&as_is, p, &ctx, e, m0, m1, 0, N2, a, N2);
+        qmoe_swiglu_quant_block(&without, p, &ctx, e, m0, m1, 0, N2, b, N2);
+        CHECK_MSG(!memcmp(a, b, sizeof(float) * (size_t)(rows * N2)),
+                  "gemm_groups differs from the per-group fold: mode %d G %lld K %lld N %lld "
+                  "rows %lld", p->mode, (long long)p->G, (long long)p->K, (long long)p->N,
+                  (long long)rows);
+        ran++;
+        free(sp);
+        free(a);
+        free(b);
+    }
+    return ran;
+}
+
+int main(void)
+{
+    (void)kernel_test_main; /* the shared sweep is test_kernel_avx512vnni's */
+    const qmoe_gemm_isa *isa = qmoe_gemm_isa_for(QMOE_KERNEL_AVX512_VNNI);
+    if (!isa || !isa->gemm_groups || !qmoe_cpu_runs_kernel(QMOE_KERNEL_AVX512_VNNI))
+        return qt_skip("test_kernel_avx512vnni_groups", "no AVX-512 VNNI on this CPU");
+    check_micro(isa);
+    qt_rng r = {777};
+    int grouped = 0;
+    for (int i = 0; i < 240; i++) {
+        kcase c;
+        kcase_make(&c, &r, i);
+        if (c.p.G > 1) grouped += driver_case(isa, &c);
+        kcase_free(&c);
+    }
+    CHECK(grouped > 20); /* the sweep's per-group cases ran */
+    /* ggml's groups of 32 at K = 1024, 1 to 60 rows (every micro-tile shape, blocks of one) */
+    for (int i = 0; i < 8; i++) {
+        kcase c;
+        kcase_make_groups(&c, &r, i % 2, 1024, 32, qt_range(&r, 1, 60));
+        CHECK(driver_case(isa, &c) >= 1);
+        kcase_free(&c);
+    }
+    return qt_finish("test_kernel_avx512vnni_groups");
+}
