@@ -33,8 +33,8 @@ extern "C" {
 typedef struct qmoe_moe_layer qmoe_moe_layer;
 
 typedef enum qmoe_moe_gating {
-    QMOE_MOE_GATING_SOFTMAX = 0, /* softmax over E, top-k (renormalize: weights sum to 1) */
-    QMOE_MOE_GATING_SIGMOID = 1, /* sigmoid, + bias for selection, group top-k, renormalised */
+    QMOE_MOE_GATING_SOFTMAX = 0, /* softmax over E, + bias for selection, top-k */
+    QMOE_MOE_GATING_SIGMOID = 1, /* sigmoid, + bias for selection, group top-k */
 } qmoe_moe_gating;
 
 /* The layer's configuration. Start from QMOE_MOE_LAYER_CONFIG_INIT (or zero it and set the sizes);
@@ -47,11 +47,16 @@ typedef struct qmoe_moe_layer_config {
     int64_t num_experts;       /* E */
     int64_t top_k;             /* experts per token, 1..min(E, 32) */
     int gating;                /* qmoe_moe_gating */
-    int renormalize;           /* softmax: nonzero divides the top-k weights by their sum */
+    /* Both gatings: nonzero divides the top-k weights by their sum (+ 1e-20); 0 keeps the
+     * scores as they are (transformers' norm_topk_prob). */
+    int renormalize;
     int64_t group_count;       /* sigmoid: expert groups (0: 1); divides E */
     int64_t k_group;           /* sigmoid: groups kept (0: 1) */
-    double routed_scaling_factor; /* applied to renormalised weights (0: 1.0) */
-    const float *correction_bias; /* sigmoid: [E] selection bias (optional; copied at create) */
+    double routed_scaling_factor; /* multiplies the top-k weights, renormalised or not (0: 1.0) */
+    /* [E] selection bias (optional; copied at create), both gatings: experts are chosen by
+     * score + bias, their weights are the scores without it (DeepSeek-V3's
+     * e_score_correction_bias). */
+    const float *correction_bias;
     qmoe_quant_mode mode;      /* QMOE_QUANT_A8W8 or QMOE_QUANT_A8W4 */
     int64_t group_size;        /* 0: per output channel; else a divisor of H and of I */
     int clip_search;           /* A8W4 from floats: per-group MSE-optimal clipping */
@@ -62,11 +67,17 @@ typedef struct qmoe_moe_layer_config {
      * experts' dtype; from quantized weights: experts E .. E + Is/I - 1 of w13 / w2. */
     int64_t shared_intermediate_size;
     const void *shared_gate, *shared_up, *shared_down;
+    /* Qwen2-MoE's gated shared expert: [H] (from floats in the experts' dtype, from quantized
+     * weights float32; copied at create). Token t's shared rows then weigh
+     * sigmoid(s) = 1 / (1 + expf(-s)) with s = hidden[t] . shared_expert_gate summed in float32,
+     * h = 0 .. H-1 in order, each product and sum rounded to float32 (hidden read as float32),
+     * the weight rounded to the routing weights' dtype. NULL: ungated (weight 1). Not for shards. */
+    const void *shared_expert_gate;
 } qmoe_moe_layer_config;
 
 #define QMOE_MOE_LAYER_CONFIG_INIT \
     {(uint32_t)sizeof(qmoe_moe_layer_config), 0, 0, 0, 0, QMOE_MOE_GATING_SOFTMAX, 1, 0, 0, 0.0, \
-     NULL, QMOE_QUANT_A8W8, 0, 0, 0, 0, NULL, NULL, NULL}
+     NULL, QMOE_QUANT_A8W8, 0, 0, 0, 0, NULL, NULL, NULL, NULL}
 
 /* From float weights in the checkpoint convention: gate[e], up[e] point at expert e's [I, H]
  * row-major matrices, down[e] at its [H, I] one, all of `dtype` (float32, float16, bfloat16).

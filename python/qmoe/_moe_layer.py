@@ -44,6 +44,7 @@ class _LayerConfig(ctypes.Structure):
         ("shared_gate", c_void_p),
         ("shared_up", c_void_p),
         ("shared_down", c_void_p),
+        ("shared_expert_gate", c_void_p),
     ]
 
 
@@ -62,6 +63,7 @@ def _declare(lib: ctypes.CDLL) -> None:
     fn("qmoe_moe_layer_forward_routed", c_int, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,
        c_void_p, c_uint64, c_void_p)
     fn("qmoe_moe_layer_weight_bytes", c_uint64, c_void_p)
+    fn("qmoe_moe_layer_route", c_int, c_void_p, c_void_p, c_void_p, c_void_p)
 
 
 _declare(_lib.lib)
@@ -186,13 +188,17 @@ class MoELayer(_lib.Owned):
                    correction_bias: Optional[ArrayLike] = None, clip_search: bool = False,
                    threads: Optional[int] = None, shared_gate: Optional[ArrayLike] = None,
                    shared_up: Optional[ArrayLike] = None,
-                   shared_down: Optional[ArrayLike] = None) -> "MoELayer":
+                   shared_down: Optional[ArrayLike] = None,
+                   shared_expert_gate: Optional[ArrayLike] = None) -> "MoELayer":
         """From float experts in the checkpoint convention: gate, up ``[E, I, H]``, down
         ``[E, H, I]`` (float32, float16 or bfloat16). ``gating="sigmoid"`` is DeepSeek-style:
-        sigmoid scores, ``correction_bias [E]`` added for selection, ``group_count`` groups of
-        which ``k_group`` are kept, weights renormalised and multiplied by
-        ``routed_scaling_factor``. A shared expert every token passes with weight 1:
-        ``shared_gate``, ``shared_up [Is, H]``, ``shared_down [H, Is]`` (Is a multiple of I).
+        sigmoid scores, ``group_count`` groups of which ``k_group`` are kept. With either
+        gating, ``correction_bias [E]`` is added to the scores for selection only (the weights
+        are the scores without it), ``renormalize`` divides the top-k weights by their sum, and
+        ``routed_scaling_factor`` multiplies them. A shared expert every token passes:
+        ``shared_gate``, ``shared_up [Is, H]``, ``shared_down [H, Is]`` (Is a multiple of I),
+        with weight 1, or ``sigmoid(hidden . shared_expert_gate)`` per token with
+        ``shared_expert_gate [H]`` or ``[1, H]`` (Qwen2-MoE; the experts' dtype).
         Quantization: docs/moe-layer.md."""
         if mode not in _MODES:
             raise invalid(f"mode = {mode!r}: expected 'a8w8' or 'a8w4'")
@@ -229,13 +235,27 @@ class MoELayer(_lib.Owned):
                 raise invalid(f"shared expert: expected [Is, H], [Is, H], [H, Is] with H = {H} in "
                               "the experts' dtype")
             keep = [np.ascontiguousarray(_float_ready(a, code)[0]) for a in (sg, su, sd)]
+        sgate = None
+        if shared_expert_gate is not None:
+            if not shared:
+                raise invalid("shared_expert_gate needs a shared expert (shared_gate, shared_up, "
+                              "shared_down)")
+            gobj = shared_expert_gate
+            nd = getattr(gobj, "ndim", 0)
+            gv, gc = _float_view(gobj[None, None] if nd == 1 else _np3(gobj), "shared_expert_gate")
+            if gv.shape != (1, 1, H) or gc != code:
+                raise invalid(f"shared_expert_gate: shape {list(gv.shape)[3 - max(nd, 1):]} "
+                              f"({gv.dtype}); expected [{H}] or [1, {H}] in the experts' dtype")
+            sgate = np.ascontiguousarray(_float_ready(gv, code)[0]).reshape(-1)
+            keep.append(sgate)
         cfg = _LayerConfig(ctypes.sizeof(_LayerConfig), H, I, E, _int(top_k, "top_k", 1),
                            _GATINGS[gating], int(bool(renormalize)), _int(group_count, "group_count", 1),
                            _int(k_group, "k_group", 1), float(routed_scaling_factor),
                            None if bias is None else bias.ctypes.data, _MODES[mode],
                            _int(group_size or 0, "group_size", 0), int(bool(clip_search)),
                            min(_int(threads or 0, "threads", 0), 4096), Is,
-                           *(a.ctypes.data for a in keep) if keep else (None, None, None))
+                           *(a.ctypes.data for a in keep[:3]) if keep else (None, None, None),
+                           None if sgate is None else sgate.ctypes.data)
         handle = c_void_p()
         _lib.check(_lib.lib.qmoe_moe_layer_create_from_float(
             ctypes.byref(cfg), _pointers(g), _pointers(u), _pointers(d), code,
@@ -246,20 +266,22 @@ class MoELayer(_lib.Owned):
     def from_safetensors(cls, path: str, prefix: str, *, top_k: int,
                          num_experts: Optional[int] = None, **kwargs: Any) -> "MoELayer":
         """From a safetensors checkpoint (:func:`qmoe.load_experts`: ``{prefix}.experts.{e}.
-        gate_proj.weight`` etc.; a missing, extra or mis-shaped tensor is refused by name). With
-        ``gating="sigmoid"`` the file's ``gate.e_score_correction_bias`` is the correction bias
-        unless one is given. Other keywords as :meth:`from_float`."""
+        gate_proj.weight`` etc.; a missing, extra or mis-shaped tensor is refused by name). The
+        file's ``gate.e_score_correction_bias`` is the correction bias (with either gating)
+        unless one is given, its shared expert and ``shared_expert_gate.weight`` (Qwen2-MoE) the
+        shared expert unless one is given. Other keywords as :meth:`from_float`."""
         from ._checkpoint import load_experts
 
         ck = load_experts(path, prefix, num_experts=num_experts)
-        if kwargs.get("gating") == "sigmoid" and kwargs.get("correction_bias") is None:
+        if kwargs.get("correction_bias") is None and ck.router_bias is not None:
             kwargs["correction_bias"] = ck.router_bias
-        if ck.shared_expert_gate is not None:
-            raise invalid(f"{path}: {prefix}.shared_expert_gate.weight: a gated shared expert "
-                          "(Qwen2-MoE) is not supported")
         if ck.shared_gate is not None and "shared_gate" not in kwargs:
             kwargs.update(shared_gate=ck.shared_gate, shared_up=ck.shared_up,
                           shared_down=ck.shared_down)
+            if ck.shared_expert_gate is not None and "shared_expert_gate" not in kwargs:
+                kwargs["shared_expert_gate"] = ck.shared_expert_gate
+        elif ck.shared_expert_gate is not None and "shared_gate" not in kwargs:
+            raise invalid(f"{path}: {prefix}.shared_expert_gate.weight without a shared expert")
         return cls.from_float(ck.gate, ck.up, ck.down, top_k=top_k, **kwargs)
 
     _closed_what = "MoELayer"
@@ -303,6 +325,32 @@ class MoELayer(_lib.Owned):
         T = _hidden_rows(hidden)
         logits = _float32(router_logits, "router_logits", (T, self.num_experts))
         return self._run(*_activations(hidden, "hidden", self.hidden_size), logits, False)
+
+    def route(self, router_logits: ArrayLike) -> Tuple[Any, Any]:
+        """The layer's own gating and top-k (qmoe_moe_layer_route, the bits the forward routes
+        by): router_logits [T, E] (read as float32, as by calling the layer) -> topk_ids int32
+        [T, k] and topk_weights float32 [T, k]; torch tensors for a torch input."""
+        torch_in = is_torch(router_logits)
+        bits = torch_bfloat16_bits(router_logits)
+        arr = bits if bits is not None else _view(router_logits)
+        if arr.ndim != 2:
+            raise invalid(f"router_logits: rank {arr.ndim}, expected 2 ([T, E])")
+        logits = _float32(router_logits, "router_logits", (int(arr.shape[0]), self.num_experts))
+        T = logits.shape[0]
+        try:
+            ids = np.empty((T, self.top_k), np.int32)
+            wts = np.empty((T, self.top_k), np.float32)
+        except MemoryError as exc:
+            raise _lib_oom(f"routing of {T} tokens") from exc
+        with self._use() as handle, Tensors() as ts:
+            tl = ts.create(logits, _lib.DTYPE_FLOAT32)
+            ti, tw = ts.create(ids, _lib.DTYPE_INT32), ts.create(wts, _lib.DTYPE_FLOAT32)
+            _lib.check(_lib.lib.qmoe_moe_layer_route(handle, tl, ti, tw))
+        if torch_in:
+            import torch
+
+            return torch.from_numpy(ids), torch.from_numpy(wts)
+        return ids, wts
 
     def forward_routed(self, hidden: ArrayLike, topk_ids: ArrayLike,
                        topk_weights: ArrayLike) -> Any:

@@ -27,7 +27,7 @@ typedef struct plan_key {
 /* The five operators of a forward, planned once for a plan_key (qmoe/op.h), each run with the
  * forward's data. */
 typedef struct layer_plan {
-    qmoe_op *gate, *route, *gu, *down, *fin;
+    qmoe_op *gate, *weights, *route, *gu, *down, *fin; /* weights: route_weights.c (or NULL) */
     uint64_t ops_bytes; /* the largest operator workspace */
 } layer_plan;
 
@@ -47,7 +47,8 @@ struct qmoe_moe_layer {
     qmoe_moe_layer_config cfg;
     qmoe_weights *w13, *w2;
     qmoe_tensor *t13, *t2; /* views of the prepacked objects */
-    float *bias;           /* [E] selection bias (sigmoid gating), or NULL */
+    float *bias;           /* [E] selection bias, or NULL */
+    float *sgate;          /* [H] the shared expert's gate (float32), or NULL */
     /* The last forward's plan: a forward with the same shapes (an engine's steady state, any
      * data and workspace) reuses it and allocates nothing. Taken with trylock: a forward that finds it
      * busy (another thread's) plans on its own. */
@@ -81,5 +82,22 @@ qmoe_status moe_layer_tensor_at(uintptr_t base, uint64_t off, qmoe_dtype d, int 
 qmoe_status moe_layer_desc_of(const qmoe_tensor *t, qmoe_tensor **d);
 /* t is [rows, cols] (rows < 0: any row count). */
 qmoe_status moe_layer_check_2d(const qmoe_tensor *t, const char *arg, int64_t rows, int64_t cols);
+
+/* How the forward gates (route_weights.c): the softmax operator (softmax, no renormalisation,
+ * bias or scaling), MoeGatingTopK (renormalised), or MoeGatingTopK writing its scores, the
+ * weights then read from them (moe_layer_raw_weights). */
+enum { MOE_GATE_SOFTMAX, MOE_GATE_TOPK, MOE_GATE_RAW };
+int moe_layer_gate_path(const qmoe_moe_layer_config *c);
+/* y[t, j] = norm[t, ids[t, j]] * rsf (float32, rounded to yd) for j < K (element strides
+ * i0, i1 of ids and y0, y1 of y). */
+void moe_layer_raw_weights(const float *norm, int64_t T, int64_t E, int64_t K, double rsf, const int32_t *ids,
+                           int64_t i0, int64_t i1, void *y, qmoe_dtype yd, int64_t y0, int64_t y1);
+/* sigmoid(hidden row . g) (config.shared_expert_gate's rule); s1: the row's element stride. */
+float moe_layer_shared_weight(const void *hidden, qmoe_dtype hd, int64_t s1, int64_t H, const float *g);
+/* The forward's weights step on the stream: raw weights from norm [T, E] float32 (NULL: none)
+ * and ids; the shared columns of y [T, K + m] from hidden when the layer has a shared gate.
+ * *op NULL when there is nothing to do. */
+qmoe_status moe_layer_weights_op(const qmoe_moe_layer *L, const qmoe_tensor *norm, const qmoe_tensor *ids,
+                                 const qmoe_tensor *hidden, const qmoe_tensor *y, qmoe_op **op);
 
 #endif

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "core/checked.h"
+#include "core/halfconv.h"
 #include "core/options.h"
 #include "core/status.h"
 #include "ops/eltwise/exec.h"
@@ -23,7 +24,7 @@
 #define OP MOE_LAYER_OP
 
 /* Intermediates, in workspace order; each starts on a 64-byte boundary. */
-enum { B_Y, B_IDS, B_ROWIDX, B_XQ, B_RI, B_CUM, B_XS, B_HQ, B_HS, B_DOWN, B_OPS, B_COUNT };
+enum { B_Y, B_IDS, B_ROWIDX, B_XQ, B_RI, B_CUM, B_XS, B_HQ, B_HS, B_DOWN, B_NORM, B_OPS, B_COUNT };
 
 static size_t dtype_bytes(qmoe_dtype d)
 {
@@ -55,7 +56,8 @@ static int layout(const qmoe_moe_layer_config *c, int64_t T, qmoe_dtype dtype,
              qmoe_mul_i64(A, 4, &bytes[B_XS]) &&
              qmoe_mul_i64(A, c->intermediate_size, &bytes[B_HQ]) && qmoe_mul_i64(A, 4, &bytes[B_HS]) &&
              qmoe_mul_i64(A, c->hidden_size, &bytes[B_DOWN]) &&
-             qmoe_mul_i64(bytes[B_DOWN], (int64_t)dtype_bytes(dtype), &bytes[B_DOWN]);
+             qmoe_mul_i64(bytes[B_DOWN], (int64_t)dtype_bytes(dtype), &bytes[B_DOWN]) &&
+             qmoe_mul_i64(T0 * c->num_experts, moe_layer_gate_path(c) == MOE_GATE_RAW ? 4 : 0, &bytes[B_NORM]);
     if (!ok) return 0;
     int64_t at = 0;
     for (int i = 0; i < B_OPS; i++) {
@@ -72,7 +74,8 @@ static int layout(const qmoe_moe_layer_config *c, int64_t T, qmoe_dtype dtype,
 qmoe_status moe_layer_check_config(const qmoe_moe_layer_config *in, qmoe_moe_layer_config *c)
 {
     if (!in) return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, "config", OP ": config is a null pointer");
-    qmoe_status st = qmoe_read_options(in, c, sizeof *c, sizeof *c, "config");
+    /* a caller built before shared_expert_gate passes the smaller struct: still read */
+    qmoe_status st = qmoe_read_options(in, c, sizeof *c, offsetof(qmoe_moe_layer_config, shared_expert_gate), "config");
     if (st) return st;
 #define BAD(...) qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_OPTION, "config", OP ": " __VA_ARGS__)
     if (c->hidden_size < 1 || c->intermediate_size < 1 || c->num_experts < 1)
@@ -82,14 +85,17 @@ qmoe_status moe_layer_check_config(const qmoe_moe_layer_config *in, qmoe_moe_lay
         return BAD("config.num_experts = %lld; at most 2048", (long long)c->num_experts);
     if (c->gating != QMOE_MOE_GATING_SOFTMAX && c->gating != QMOE_MOE_GATING_SIGMOID)
         return BAD("config.gating = %d; expected 0 (softmax) or 1 (sigmoid)", c->gating);
-    int64_t kmax = c->gating == QMOE_MOE_GATING_SOFTMAX && !c->renormalize ? 1024 : 32;
+    if (c->routed_scaling_factor == 0) c->routed_scaling_factor = 1.0;
+    if (!isfinite(c->routed_scaling_factor))
+        return BAD("config.routed_scaling_factor is not finite");
+    int64_t kmax = moe_layer_gate_path(c) == MOE_GATE_SOFTMAX ? 1024 : 32;
     if (c->top_k < 1 || c->top_k > c->num_experts || c->top_k > kmax)
         return BAD("config.top_k = %lld; expected 1..min(num_experts %lld, %lld)", (long long)c->top_k,
                    (long long)c->num_experts, (long long)kmax);
     if (c->group_count == 0) c->group_count = 1;
     if (c->k_group == 0) c->k_group = 1;
-    if (c->gating == QMOE_MOE_GATING_SOFTMAX && (c->group_count != 1 || c->k_group != 1 || c->correction_bias))
-        return BAD("config: group_count, k_group and correction_bias are for sigmoid gating only");
+    if (c->gating == QMOE_MOE_GATING_SOFTMAX && (c->group_count != 1 || c->k_group != 1))
+        return BAD("config: group_count and k_group are for sigmoid gating only");
     if (c->group_count < 1 || c->num_experts % c->group_count)
         return BAD("config.group_count = %lld does not divide num_experts = %lld",
                    (long long)c->group_count, (long long)c->num_experts);
@@ -97,9 +103,6 @@ qmoe_status moe_layer_check_config(const qmoe_moe_layer_config *in, qmoe_moe_lay
         c->top_k > c->num_experts / c->group_count * c->k_group)
         return BAD("config.k_group = %lld: expected 1..group_count (%lld) keeping >= top_k experts",
                    (long long)c->k_group, (long long)c->group_count);
-    if (c->routed_scaling_factor == 0) c->routed_scaling_factor = 1.0;
-    if (!isfinite(c->routed_scaling_factor))
-        return BAD("config.routed_scaling_factor is not finite");
     if (c->mode != QMOE_QUANT_A8W8 && c->mode != QMOE_QUANT_A8W4)
         return BAD("config.mode = %d; expected QMOE_QUANT_A8W8 or QMOE_QUANT_A8W4", (int)c->mode);
     if (c->group_size < 0 || (c->group_size &&
@@ -112,6 +115,8 @@ qmoe_status moe_layer_check_config(const qmoe_moe_layer_config *in, qmoe_moe_lay
         c->shared_intermediate_size / c->intermediate_size > 64)
         return BAD("config.shared_intermediate_size = %lld: expected 0 or a multiple (at most 64) of "
                    "intermediate_size %lld", (long long)c->shared_intermediate_size, (long long)c->intermediate_size);
+    if (c->shared_expert_gate && !c->shared_intermediate_size)
+        return BAD("config.shared_expert_gate is set without a shared expert (shared_intermediate_size 0)");
     int64_t n2;
     if (!qmoe_mul_i64(c->intermediate_size, 2, &n2))
         return BAD("config.intermediate_size = %lld overflows", (long long)c->intermediate_size);
@@ -167,6 +172,15 @@ qmoe_status qmoe_moe_layer_create(const qmoe_moe_layer_config *config, const qmo
         memcpy(L->bias, c.correction_bias, (size_t)c.num_experts * sizeof(float));
         L->cfg.correction_bias = L->bias;
     }
+    if (c.shared_expert_gate) {
+        L->sgate = malloc((size_t)c.hidden_size * sizeof(float));
+        if (!L->sgate) {
+            st = qmoe_fail(QMOE_ERR_INNER, OP ": out of memory");
+            goto fail;
+        }
+        memcpy(L->sgate, c.shared_expert_gate, (size_t)c.hidden_size * sizeof(float));
+        L->cfg.shared_expert_gate = L->sgate;
+    }
     qmoe_weights_options wo = QMOE_WEIGHTS_OPTIONS_INIT;
     st = qmoe_weights_prepack(w13, w13_scale, a8w4 ? w13_bias : NULL, &wo, &L->w13);
     if (!st) st = qmoe_weights_tensor(L->w13, &L->t13);
@@ -218,6 +232,7 @@ void qmoe_moe_layer_destroy(qmoe_moe_layer *L)
     qmoe_weights_destroy(L->w13);
     qmoe_weights_destroy(L->w2);
     free(L->bias);
+    free(L->sgate);
     free(L->held);
     free(L);
 }
@@ -287,11 +302,23 @@ qmoe_status qmoe_moe_layer_create_from_float(const qmoe_moe_layer_config *config
                                  OP ": expert %lld's weight pointer is NULL", (long long)e);
         }
     gate = pg, up = pu, down = pd;
+    float *sgate = NULL;
+    if (c.shared_expert_gate) { /* to float32, as qmoe_moe_layer_create takes it */
+        if (!(sgate = malloc((size_t)H * sizeof(float)))) {
+            free(pg), free(pu), free(pd), free(chunks);
+            return qmoe_fail(QMOE_ERR_INNER, OP ": out of memory");
+        }
+        for (int64_t h = 0; h < H; h++)
+            sgate[h] = dtype == QMOE_DTYPE_FLOAT32 ? ((const float *)c.shared_expert_gate)[h]
+                       : dtype == QMOE_DTYPE_FLOAT16 ? qmoe_f16_to_f32(((const uint16_t *)c.shared_expert_gate)[h])
+                                                     : qmoe_bf16_to_f32(((const uint16_t *)c.shared_expert_gate)[h]);
+        c.shared_expert_gate = sgate;
+    }
     qmoe_quant_sizes s13, s2;
     st = qmoe_quant_sizes_of(&qo, E, H, 2 * I, &s13);
     if (!st) st = qmoe_quant_sizes_of(&qo, E, I, H, &s2);
     if (st) {
-        free(pg), free(pu), free(pd), free(chunks);
+        free(pg), free(pu), free(pd), free(chunks), free(sgate);
         return st;
     }
     void *w13 = malloc((size_t)s13.weight_bytes), *w2 = malloc((size_t)s2.weight_bytes);
@@ -322,7 +349,7 @@ qmoe_status qmoe_moe_layer_create_from_float(const qmoe_moe_layer_config *config
 done:
     for (int i = 0; i < 5; i++) qmoe_tensor_destroy(t[i]);
     free(w13), free(w2), free(sc13), free(sc2), free(b13), free(b2);
-    free(pg), free(pu), free(pd), free(chunks);
+    free(pg), free(pu), free(pd), free(chunks), free(sgate);
     return st;
 }
 
@@ -331,6 +358,7 @@ done:
 static void plan_free(layer_plan *p)
 {
     qmoe_op_destroy(p->gate);
+    qmoe_op_destroy(p->weights);
     qmoe_op_destroy(p->route);
     qmoe_op_destroy(p->gu);
     qmoe_op_destroy(p->down);
@@ -366,7 +394,7 @@ static void keep_max(uint64_t *m, uint64_t v)
 /* Whether the forward gates with the softmax operator (else MoeGatingTopK). */
 static int plain_softmax(const qmoe_moe_layer_config *c)
 {
-    return c->gating == QMOE_MOE_GATING_SOFTMAX && !c->renormalize;
+    return moe_layer_gate_path(c) == MOE_GATE_SOFTMAX;
 }
 
 /* Plans the five operators once for the shapes of hidden [T, H] and either logits or (ids,
@@ -383,7 +411,7 @@ static qmoe_status plan_layer(const qmoe_moe_layer *L, const qmoe_tensor *hidden
     int64_t m = moe_layer_n_shared(c), K2 = K + m;
     int64_t A = T * K2, tk[2] = {T, K}, tk2[2] = {T, K2}, vs[2] = {K2, 1}, xq[2] = {A, H}, hq[2] = {A, I},
             e1 = E + m, bias_sh = E;
-    enum { Y, IDS, ROWIDX, XQ, RI, CUM, XS, HQ, HS, DOWN, YV, IDSV, HID, LOG, IDIN, WIN, OUT, NT };
+    enum { Y, IDS, ROWIDX, XQ, RI, CUM, XS, HQ, HS, DOWN, YV, IDSV, HID, LOG, IDIN, WIN, OUT, NORM, NT };
     qmoe_tensor *t[NT] = {0}, *tb = NULL;
     qmoe_status st = QMOE_OK;
     qmoe_dtype yd = qmoe_tensor_dtype(logits ? logits : w_in);
@@ -396,6 +424,9 @@ static qmoe_status plan_layer(const qmoe_moe_layer *L, const qmoe_tensor *hidden
         if (!st) st = qmoe_tensor_desc_create(tk, 2, vs, QMOE_DTYPE_INT32, QMOE_FORMAT_ND, &t[IDSV]);
         if (!st) st = desc_at(QMOE_DTYPE_INT32, 2, tk, &t[ROWIDX]);
     }
+    int64_t te[2] = {T, E};
+    int raw = logits && moe_layer_gate_path(c) == MOE_GATE_RAW;
+    if (!st && raw) st = desc_at(QMOE_DTYPE_FLOAT32, 2, te, &t[NORM]);
     if (!st) st = desc_at(QMOE_DTYPE_INT8, 2, xq, &t[XQ]);
     if (!st) st = desc_at(QMOE_DTYPE_INT32, 1, &A, &t[RI]);
     if (!st) st = desc_at(QMOE_DTYPE_INT64, 1, &e1, &t[CUM]);
@@ -418,10 +449,11 @@ static qmoe_status plan_layer(const qmoe_moe_layer *L, const qmoe_tensor *hidden
     } else if (logits) {
         int sig = c->gating == QMOE_MOE_GATING_SIGMOID;
         qmoe_moe_gating_attrs ga = {.k = K, .k_group = c->k_group, .group_count = c->group_count,
-                                    .group_select_mode = sig, .renorm = 0, .norm_type = sig,
+                                    .group_select_mode = sig, .renorm = 0, .norm_type = sig, .out_flag = raw,
                                     .routed_scaling_factor = c->routed_scaling_factor, .eps = 1e-20};
-        st = qmoe_op_create_moe_gating_top_k(t[LOG], tb, &ga, t[YV], t[IDSV], NULL, &mo, &p->gate);
+        st = qmoe_op_create_moe_gating_top_k(t[LOG], tb, &ga, t[YV], t[IDSV], t[NORM], &mo, &p->gate);
     }
+    if (!st && own) st = moe_layer_weights_op(L, t[NORM], t[IDS], t[HID], t[Y], &p->weights);
     if (st) goto done;
     qmoe_moe_routing_attrs ra = {.expert_num = E + m, .tokens_mode = QMOE_MOE_TOKENS_CUMSUM,
                                  .quant_mode = QMOE_MOE_QUANT_DYNAMIC};
@@ -442,8 +474,8 @@ static qmoe_status plan_layer(const qmoe_moe_layer *L, const qmoe_tensor *hidden
                                              &p->fin);
     if (st) goto done;
     p->ops_bytes = 0;
-    qmoe_op *ops[5] = {p->gate, p->route, p->gu, p->down, p->fin};
-    for (int i = 0; i < 5; i++) keep_max(&p->ops_bytes, qmoe_op_workspace_size(ops[i]));
+    qmoe_op *ops[6] = {p->gate, p->weights, p->route, p->gu, p->down, p->fin};
+    for (int i = 0; i < 6; i++) keep_max(&p->ops_bytes, qmoe_op_workspace_size(ops[i]));
 done:
     for (int i = 0; i < NT; i++) qmoe_tensor_destroy(t[i]);
     qmoe_tensor_destroy(tb);
@@ -641,6 +673,11 @@ static qmoe_status run(const qmoe_moe_layer *L, const qmoe_tensor *hidden, const
     void *gate_args[5] = {qmoe_tensor_data(logits), NULL, AT(B_Y), AT(B_IDS), NULL};
     if (plain_softmax(&L->cfg)) gate_args[4] = AT(B_ROWIDX);
     else gate_args[1] = L->bias;
+    void *weights_args[4] = {NULL, NULL, L->sgate ? hid : NULL, AT(B_Y)};
+    if (logits && moe_layer_gate_path(&L->cfg) == MOE_GATE_RAW) {
+        gate_args[4] = weights_args[0] = AT(B_NORM);
+        weights_args[1] = AT(B_IDS);
+    }
     void *route_args[8] = {hid, rid, NULL, NULL, AT(B_XQ), AT(B_RI), AT(B_CUM), AT(B_XS)};
     void *gu_args[10] = {AT(B_XQ), NULL, NULL, NULL, NULL, AT(B_XS), AT(B_CUM), AT(B_HQ), AT(B_HS), NULL};
     void *down_args[7] = {AT(B_HQ), NULL, NULL, NULL, AT(B_HS), AT(B_CUM), AT(B_DOWN)};
@@ -648,6 +685,7 @@ static qmoe_status run(const qmoe_moe_layer *L, const qmoe_tensor *hidden, const
 #undef AT
     PHASE(0);
     if (p.gate) st = qmoe_op_execute(p.gate, gate_args, 5, ow, os, stream);
+    if (!st && p.weights) st = qmoe_op_execute(p.weights, weights_args, 4, ow, os, stream);
     PHASE(1);
     if (!st) st = qmoe_op_execute(p.route, route_args, 8, ow, os, stream);
     PHASE(2);

@@ -28,6 +28,9 @@ static qmoe_status check_held(const qmoe_moe_layer_config *c, int64_t n, const i
             return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_OPTION, "expert_ids",
                                  OP ": expert_ids[%lld] = %d; expected strictly ascending ids in [0, %lld)",
                                  (long long)i, (int)ids[i], (long long)c->num_experts);
+    if (c->shared_expert_gate) /* the ranks weigh the shared rows 1 (qmoe_ep_layer_forward) */
+        return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_OPTION, "config",
+                             OP ": a shard cannot have a gated shared expert (config.shared_expert_gate)");
     if (n == 0 && moe_layer_n_shared(c))
         return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_OPTION, "num_held",
                              OP ": a shard with a shared expert needs at least one routed expert");
@@ -184,19 +187,27 @@ qmoe_status qmoe_moe_layer_route(const qmoe_moe_layer *L, const qmoe_tensor *log
     if (!ri) return qmoe_fail(QMOE_ERR_INNER, OP ": out of memory for %lld routing rows", (long long)T);
     qmoe_moe_options mo = {sizeof mo, c->threads};
     uint64_t w = 0;
-    int plain = c->gating == QMOE_MOE_GATING_SOFTMAX && !c->renormalize;
+    int plain = moe_layer_gate_path(c) == MOE_GATE_SOFTMAX, raw = moe_layer_gate_path(c) == MOE_GATE_RAW;
+    float *norm = NULL;
+    qmoe_tensor *tn = NULL;
+    int64_t te[2] = {T, c->num_experts};
     st = qmoe_tensor_create(tk, 2, NULL, QMOE_DTYPE_INT32, QMOE_FORMAT_ND, ri, &rowidx);
     if (!st && L->bias)
         st = qmoe_tensor_create(&bias_sh, 1, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, L->bias, &tb);
+    if (!st && raw) {
+        norm = qmoe_mul_i64(T, c->num_experts, &n) ? malloc((size_t)n * sizeof *norm) : NULL;
+        st = norm ? qmoe_tensor_create(te, 2, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, norm, &tn)
+                  : qmoe_fail(QMOE_ERR_INNER, OP ": out of memory for %lld routing rows", (long long)T);
+    }
     if (st) goto done;
     if (plain) { /* as plan_layer gates */
         st = qmoe_moe_gating_top_k_softmax_workspace_size(logits, NULL, K, wts, ids, rowidx, &mo, &w, &ex);
     } else {
         int sig = c->gating == QMOE_MOE_GATING_SIGMOID;
         qmoe_moe_gating_attrs ga = {.k = K, .k_group = c->k_group, .group_count = c->group_count,
-                                    .group_select_mode = sig, .renorm = 0, .norm_type = sig,
+                                    .group_select_mode = sig, .renorm = 0, .norm_type = sig, .out_flag = raw,
                                     .routed_scaling_factor = c->routed_scaling_factor, .eps = 1e-20};
-        st = qmoe_moe_gating_top_k_workspace_size(logits, tb, &ga, wts, ids, NULL, &mo, &w, &ex);
+        st = qmoe_moe_gating_top_k_workspace_size(logits, tb, &ga, wts, ids, tn, &mo, &w, &ex);
     }
     if (st) goto done;
     if (w && !(ws = aligned_alloc(64, (size_t)((w + 63) & ~(uint64_t)63)))) {
@@ -204,10 +215,14 @@ qmoe_status qmoe_moe_layer_route(const qmoe_moe_layer *L, const qmoe_tensor *log
         goto done;
     }
     st = plain ? qmoe_moe_gating_top_k_softmax(ws, w, ex, NULL) : qmoe_moe_gating_top_k(ws, w, ex, NULL);
+    if (!st && raw) /* the scores without renormalisation, as the forward's weights step */
+        moe_layer_raw_weights(norm, T, c->num_experts, K, c->routed_scaling_factor, qmoe_tensor_data(ids),
+                              qmoe_tensor_stride(ids, 0), qmoe_tensor_stride(ids, 1), qmoe_tensor_data(wts), ld,
+                              qmoe_tensor_stride(wts, 0), qmoe_tensor_stride(wts, 1));
 done:
     qmoe_moe_executor_destroy(ex);
-    qmoe_tensor_destroy(rowidx), qmoe_tensor_destroy(tb);
-    free(ri), free(ws);
+    qmoe_tensor_destroy(rowidx), qmoe_tensor_destroy(tb), qmoe_tensor_destroy(tn);
+    free(ri), free(ws), free(norm);
     return st;
 }
 
