@@ -21,7 +21,6 @@ import torch.nn.functional as F
 from ._arrays import invalid
 from ._errors import QmoeError
 from ._moe_layer import MoELayer
-from ._moe_ops import npu_moe_gating_top_k, npu_moe_gating_top_k_softmax
 
 __all__ = ["patch", "PatchReport", "PatchedBlock", "ReplacedBlock", "SkippedBlock",
            "QmoeMoEBlock", "QmoeExperts"]
@@ -167,7 +166,7 @@ class QmoeMoEBlock(torch.nn.Module):
     """
 
     def __init__(self, layer: MoELayer, router: torch.nn.Module, router_name: str, *,
-                 routing: str, gating: Dict[str, Any], logits_fp32: bool,
+                 routing: str, logits_fp32: bool,
                  shared: Optional[torch.nn.Module], shared_name: Optional[str],
                  shared_gate: Optional[torch.nn.Module], shared_gate_name: Optional[str],
                  returns_scores: bool, replaced: str):
@@ -176,7 +175,6 @@ class QmoeMoEBlock(torch.nn.Module):
         self.router_name = router_name
         self.add_module(router_name, router)
         self.routing = routing
-        self._gating = gating
         self._logits_fp32 = logits_fp32
         self.shared_name = shared_name
         self.shared_gate_name = shared_gate_name
@@ -214,17 +212,7 @@ class QmoeMoEBlock(torch.nn.Module):
                 logits, w, ids = self._router(x)
                 return logits, w.float(), ids
             logits = self._logits(x)
-            g = self._gating
-            lf = logits.float().contiguous()
-            if g["gating"] == "softmax" and not g["renormalize"]:
-                w, ids, _ = npu_moe_gating_top_k_softmax(lf, k=self.qmoe_layer.top_k)
-            else:
-                sig = g["gating"] == "sigmoid"
-                w, ids, _ = npu_moe_gating_top_k(
-                    lf, self.qmoe_layer.top_k, bias=g.get("correction_bias"),
-                    k_group=g.get("k_group", 1), group_count=g.get("group_count", 1),
-                    group_select_mode=int(sig), norm_type=int(sig),
-                    routed_scaling_factor=g.get("routed_scaling_factor", 1.0), eps=1e-20)
+            ids, w = self.qmoe_layer.route(logits)
             return logits, w, ids
 
     def forward(self, hidden_states: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
@@ -321,13 +309,11 @@ def _patch_block(block: torch.nn.Module, cls: str, opts: Dict[str, Any]):
         gating = dict(gating="softmax", renormalize=renorm)
         routing = "qmoe"
     elif rcls in _DEEPSEEK_ROUTERS:
-        norm = bool(getattr(router, "norm_topk_prob", True))
         bias = getattr(router, "e_score_correction_bias", None)
         groups, kg = int(router.num_group), int(router.topk_group)
-        # qmoe's sigmoid gating always renormalises (until the layer honours renormalize=False):
-        # without norm_topk_prob the block's own router routes.
-        if norm and bias is not None and E % groups == 0 and top_k <= 32:
-            gating = dict(gating="sigmoid", renormalize=True, group_count=groups, k_group=kg,
+        if bias is not None and E % groups == 0:
+            gating = dict(gating="sigmoid", renormalize=bool(router.norm_topk_prob),
+                          group_count=groups, k_group=kg,
                           routed_scaling_factor=float(router.routed_scaling_factor),
                           correction_bias=bias.detach().float().contiguous())
             routing = "qmoe"
@@ -341,16 +327,24 @@ def _patch_block(block: torch.nn.Module, cls: str, opts: Dict[str, Any]):
         shared_gate = getattr(block, shared_gate_name) if shared_gate_name else None
         w = _mlp_weights(shared)
         shared_where = "torch"
-        if shared_gate is None and w is not None and w[0].shape[0] % I == 0 \
-                and w[0].dtype == gate.dtype and tuple(w[0].shape[1:]) == (H,):
+        sg = None
+        if shared_gate is not None:  # Qwen2-MoE: sigmoid(x . g) scales the shared expert
+            sg = getattr(shared_gate, "weight", None)
+            if not (isinstance(shared_gate, torch.nn.Linear) and shared_gate.bias is None
+                    and tuple(sg.shape) == (1, H) and sg.dtype == gate.dtype):
+                w = None
+        if w is not None and w[0].shape[0] % I == 0 and w[0].dtype == gate.dtype \
+                and tuple(w[0].shape[1:]) == (H,):
             kw.update(shared_gate=w[0], shared_up=w[1], shared_down=w[2])
-            shared, shared_where = None, "qmoe"
+            if sg is not None:
+                kw.update(shared_expert_gate=sg.detach())
+            shared, shared_gate, shared_where = None, None, "qmoe"
     layer = MoELayer.from_float(gate, up, down, top_k=top_k, **kw, **opts)
-    module = QmoeMoEBlock(layer, router, router_name, routing=routing, gating=gating,
+    module = QmoeMoEBlock(layer, router, router_name, routing=routing,
                           logits_fp32=logits_fp32, shared=shared,
                           shared_name=shared_name if shared is not None else None,
-                          shared_gate=shared_gate if shared is not None else None,
-                          shared_gate_name=shared_gate_name if shared is not None else None,
+                          shared_gate=shared_gate,
+                          shared_gate_name=shared_gate_name if shared_gate is not None else None,
                           returns_scores=returns_scores, replaced=cls)
     return module, dict(kind="block", routing=routing, shared=shared_where, num_experts=E,
                         top_k=top_k, hidden_size=H, intermediate_size=I,
