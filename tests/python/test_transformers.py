@@ -323,3 +323,55 @@ def test_patching_twice_changes_nothing():
     second = qt.patch(model)
     assert len(first.replaced) == 2 and second.replaced == [] and second.skipped == []
     assert dict(_blocks(model)) == blocks
+
+
+# Blocks of other classes whose experts are transformers' standard fused SwiGLU module: only the
+# experts are replaced, the block's own router and shared expert stay torch.
+OTHER = {"minimax": "MiniMaxConfig", "glm4_moe": "Glm4MoeConfig",
+         "deepseek_v2": "DeepseekV2Config", "ernie4_5_moe": "Ernie4_5_MoeConfig"}
+GENERIC = dict(moe_intermediate_size=I, intermediate_size=I, num_experts=E, num_local_experts=E,
+               n_routed_experts=E, num_experts_per_tok=K, first_k_dense_replace=0, n_group=1,
+               topk_group=1, n_shared_experts=1, shared_expert_intermediate_size=I,
+               kv_lora_rank=16, q_lora_rank=32, qk_rope_head_dim=8, qk_nope_head_dim=8,
+               v_head_dim=32, moe_num_experts=E, moe_k=K, head_dim=32, num_key_value_heads=4)
+
+
+@pytest.mark.parametrize("arch", sorted(OTHER))
+def test_other_architectures_experts_only(arch):
+    cls = getattr(transformers, OTHER[arch], None)
+    if cls is None:
+        pytest.skip(f"transformers {transformers.__version__} has no {OTHER[arch]} ({arch})")
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(cls(**COMMON, **GENERIC)).eval()
+    plain = copy.deepcopy(model)
+    report = qt.patch(model, mode="a8w8")
+    assert report.replaced and not report.skipped
+    assert all(r.kind == "experts" and r.routing == "torch" for r in report.replaced)
+    name = report.replaced[0].name
+    block, orig = model.get_submodule(name), plain.get_submodule(name)
+    assert isinstance(block.experts, qt.QmoeExperts)
+    # the experts against the float64 statement, for a routing of our own
+    rng = np.random.default_rng(3)
+    x = torch.randn(24, H)
+    ids = torch.from_numpy(np.stack([rng.choice(E, K, replace=False) for _ in range(24)]))
+    wts = torch.rand(24, K)
+    with torch.no_grad():
+        got = block.experts(x, ids, wts).numpy()
+    ex = orig.experts
+    gu = ex.gate_up_proj.detach()
+    ref_experts = QuantExperts(gu[:, :I], gu[:, I:], ex.down_proj.detach(), "a8w8", None, False)
+    xd = x.numpy().astype(np.float64)
+    ref = np.stack([sum(float(wts[t, j]) * ref_experts.run(int(ids[t, j]), xd[t:t + 1])[0]
+                        for j in range(K)) for t in range(24)])
+    assert _rel(got, ref) < 1e-3
+    # the whole block against the unpatched one: the A8W8 band
+    hidden = torch.randn(2, 12, H)
+    with torch.no_grad():
+        out, want = block(hidden), orig(hidden)
+    if isinstance(out, tuple):
+        out, want = out[0], want[0]
+    assert 0.003 < _rel(out.numpy(), want.numpy()) < 0.03
+    with torch.no_grad():
+        gen = model.generate(torch.tensor([[1, 2, 3]]), max_new_tokens=32, min_new_tokens=32,
+                             do_sample=False)
+    assert gen.shape == (1, 35)
