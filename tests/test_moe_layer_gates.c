@@ -1,6 +1,7 @@
 /* The layer's gating variants the operators alone do not give (qmoe/moe_layer.h): weights kept
  * unnormalised (renormalize 0) with sigmoid gating, a selection bias with softmax gating, the
- * scaling factor without renormalisation; and Qwen2-MoE's gated shared expert. Routing against
+ * scaling factor without renormalisation; Qwen2-MoE's gated shared expert; gpt-oss's expert
+ * biases and clamped SwiGLU. Routing against
  * a float64 statement of the rule (the same experts, weights within 1e-6); the forward against
  * qmoe_moe_layer_forward_routed with those ids and weights (identical bits) and against a
  * float64 layer (within A8W8's error). */
@@ -19,6 +20,7 @@ typedef struct weights {
     float gate[E * I * H], up[E * I * H], down[E * H * I], bias[E], logits[T * E];
     float sg[2 * I * H], su[2 * I * H], sd[H * 2 * I], sgate[H];
     float hidden[T * H];
+    float gub[E * 2 * I], db[E * H]; /* gpt-oss biases */
 } weights;
 
 static weights W;
@@ -33,6 +35,8 @@ static void fill(qt_rng *r)
     for (int i = 0; i < E; i++) W.bias[i] = qt_uniform(r, -0.3f, 0.3f);
     for (int i = 0; i < T * E; i++) W.logits[i] = (float)gauss(r);
     for (int i = 0; i < T * H; i++) W.hidden[i] = (float)gauss(r);
+    for (int i = 0; i < E * 2 * I; i++) W.gub[i] = (float)(gauss(r) / 2);
+    for (int i = 0; i < E * H; i++) W.db[i] = (float)(gauss(r) / 4);
 }
 
 static qmoe_status make(const qmoe_moe_layer_config *c, qmoe_moe_layer **L)
@@ -263,11 +267,75 @@ static void gated_shared(void)
     qmoe_moe_layer_destroy(L), qmoe_moe_layer_destroy(U);
 }
 
+/* gpt-oss: expert biases and the clamped SwiGLU, against a float64 layer. */
+static void gpt_oss(void)
+{
+    const float limit = 0.8f, alpha = 1.702f;
+    qmoe_moe_layer_config c = base();
+    c.gate_up_bias = W.gub, c.down_bias = W.db, c.swiglu_limit = limit, c.swiglu_alpha = alpha;
+    qmoe_moe_layer *L = NULL, *P = NULL;
+    CHECK_MSG(make(&c, &L) == QMOE_OK, "gpt-oss: %s", qmoe_last_error());
+    qmoe_moe_layer_config pc = base();
+    CHECK(make(&pc, &P) == QMOE_OK);
+    if (!L || !P) return;
+    int64_t K = c.top_k, ls[2] = {T, E}, ks[2] = {T, K};
+    int32_t ids[T * 4];
+    float wts[T * 4];
+    qmoe_tensor *tl = mt_tensor(W.logits, QMOE_DTYPE_FLOAT32, 2, ls, NULL),
+                *ti = mt_tensor(ids, QMOE_DTYPE_INT32, 2, ks, NULL), *tw = mt_tensor(wts, QMOE_DTYPE_FLOAT32, 2, ks, NULL);
+    CHECK(qmoe_moe_layer_route(L, tl, ti, tw) == QMOE_OK);
+    void *got = run_forward(L, NULL, NULL, K, QMOE_DTYPE_FLOAT32), *routed = run_forward(L, ids, wts, K, QMOE_DTYPE_FLOAT32),
+         *plain = run_forward(P, NULL, NULL, K, QMOE_DTYPE_FLOAT32);
+    CHECK_MSG(memcmp(got, routed, (size_t)(T * H) * 4) == 0, "gpt-oss: routed forward differs");
+    double num = 0, den = 0, pnum = 0;
+    int clamped = 0;
+    for (int64_t t = 0; t < T; t++) {
+        const float *x = W.hidden + t * H;
+        double acc[H] = {0};
+        for (int64_t j = 0; j < K; j++) {
+            int64_t e = ids[t * K + j];
+            for (int64_t h = 0; h < H; h++) acc[h] += wts[t * K + j] * W.db[e * H + h];
+            for (int64_t i = 0; i < I; i++) {
+                double g = W.gub[e * 2 * I + i], u = W.gub[e * 2 * I + I + i];
+                for (int64_t h = 0; h < H; h++)
+                    g += (double)W.gate[(e * I + i) * H + h] * x[h], u += (double)W.up[(e * I + i) * H + h] * x[h];
+                clamped += g > limit || fabs(u) > limit;
+                g = fmin(g, limit), u = fmax(-limit, fmin(u, limit));
+                double a = g / (1 + exp(-alpha * g)) * (u + 1) * wts[t * K + j];
+                for (int64_t h = 0; h < H; h++) acc[h] += a * W.down[(e * H + h) * I + i];
+            }
+        }
+        for (int64_t h = 0; h < H; h++) {
+            double d = ((float *)got)[t * H + h] - acc[h], dp = ((float *)plain)[t * H + h] - acc[h];
+            num += d * d, den += acc[h] * acc[h], pnum += dp * dp;
+        }
+    }
+    printf("gpt-oss experts (biases, alpha, limit; %d of %d clamped): rel L2 vs float64 %.4f%% (plain layer %.1f%%)\n",
+           clamped, T * 4 * I, 100 * sqrt(num / den), 100 * sqrt(pnum / den));
+    CHECK_MSG(sqrt(num / den) < 0.04, "gpt-oss: error %.5g vs float64", sqrt(num / den));
+    CHECK(clamped > 0 && sqrt(pnum / den) > 0.2);
+    /* refused: a negative alpha, a shard */
+    qmoe_moe_layer *bad = NULL;
+    qmoe_moe_layer_config b = c;
+    b.swiglu_alpha = -1.0f;
+    MT_EXPECT_FAIL(make(&b, &bad), QMOE_ERR_PARAM_INVALID);
+    const void *g[E], *up[E], *dn[E];
+    for (int e = 0; e < E; e++) g[e] = W.gate + e * I * H, up[e] = W.up + e * I * H, dn[e] = W.down + e * H * I;
+    int32_t held[2] = {0, 1};
+    MT_EXPECT_FAIL(qmoe_moe_layer_create_shard_from_float(&c, 2, held, g, up, dn, QMOE_DTYPE_FLOAT32, &bad),
+                   QMOE_ERR_PARAM_INVALID);
+    CHECK(bad == NULL);
+    qmoe_tensor_destroy(tl), qmoe_tensor_destroy(ti), qmoe_tensor_destroy(tw);
+    free(got), free(routed), free(plain);
+    qmoe_moe_layer_destroy(L), qmoe_moe_layer_destroy(P);
+}
+
 int main(void)
 {
     qt_rng r = {2025};
     fill(&r);
     gatings();
     gated_shared();
+    gpt_oss();
     return qt_finish("moe_layer_gates");
 }

@@ -16,6 +16,7 @@
 
 #include "cli_args.h"
 #include "moe_ep.h"
+#include "moe_run_layer.h"
 #include "npy.h"
 #include "outfile.h"
 #include "qmoe/moe_layer.h"
@@ -24,7 +25,7 @@
 #define CMD "moe run"
 /* RUN_MAX_THREADS: the library's one limit of a threads option (the layer's operators and the
  * quantization on load alike). */
-enum { NAME_MAX_LEN = 512, RUN_ERR_LEN = 1024, RUN_MAX_THREADS = 4096 };
+enum { RUN_MAX_THREADS = 4096 };
 
 typedef struct run_opts {
     const char *layer, *hidden, *logits, *out, *prefix;
@@ -40,12 +41,15 @@ static void usage(FILE *f)
             "usage: qmoe moe run --layer FILE.safetensors --hidden H.npy --router-logits L.npy "
             "--out OUT.npy [options]\n\n"
             "Builds the MoE layer under PREFIX (experts.{e}.gate_proj/up_proj/down_proj.weight or\n"
-            "Mixtral's w1/w3/w2; gate.weight, gate.e_score_correction_bias, shared_experts.*: a\n"
-            "shared expert of Is a multiple of I) quantized on load, runs hidden [T,H] (float32 or\n"
+            "Mixtral's w1/w3/w2, or transformers 5's fused experts.gate_up_proj/down_proj, gpt-oss's\n"
+            "with its biases and SwiGLU; gate.weight, gate.e_score_correction_bias, shared_experts.*\n"
+            "or shared_expert.* (+ shared_expert_gate.weight): a shared expert of Is a multiple of\n"
+            "I) quantized on load, runs hidden [T,H] (float32 or\n"
             "float16) with router_logits [T,E] (float32), writes out [T,H] in hidden's dtype.\n"
             "Defaults come from the file's qmoe.* metadata (qmoe moe gen writes it).\n\n"
             "  --prefix P        the layer's name prefix (default: qmoe.prefix, else the one\n"
-            "                    prefix P of the file's P.experts.0.* tensors)\n"
+            "                    prefix P of the file's P.experts.0.* (or fused\n"
+            "                    P.experts.gate_up_proj*) tensors)\n"
             "  --mode a8w8|a8w4  --group-size G (0: per channel)  --clip-search\n"
             "  --top-k K         experts per token\n"
             "  --gating softmax|softmax-norenorm|sigmoid  (default: qmoe.gating, else softmax)\n"
@@ -113,217 +117,6 @@ static int parse(int argc, char **argv, run_opts *o)
     return 0;
 }
 
-/* The layer's tensors, found and checked by name. */
-typedef struct layer_in {
-    int64_t E, I, H;
-    const void **w[3]; /* gate, up, down per expert */
-    void **copies;     /* aligned copies of misaligned tensors */
-    size_t ncopies;
-    const float *bias; /* gate.e_score_correction_bias (F32) or NULL */
-    int64_t Is;        /* shared expert's intermediate size (0: none) */
-    const void *shared[3];
-    qmoe_dtype dtype;
-} layer_in;
-
-static int role_of(const char *p)
-{
-    static const char *const names[6] = {"gate_proj", "up_proj", "down_proj", "w1", "w3", "w2"};
-    for (int k = 0; k < 6; k++)
-        if (!strcmp(p, names[k])) return k % 3;
-    return -1;
-}
-
-/* "experts.{e}.{proj}.weight" -> e and role; -1 otherwise. */
-static int expert_name(const char *rest, int64_t *e, int *role)
-{
-    if (strncmp(rest, "experts.", 8)) return -1;
-    const char *s = rest + 8;
-    char *end;
-    if (*s < '0' || *s > '9' || (s[0] == '0' && s[1] != '.')) return -1; /* no leading zero */
-    long long v = strtoll(s, &end, 10);
-    if (*end != '.' || v < 0 || v > 1000000) return -1;
-    char proj[16];
-    const char *dot = strchr(end + 1, '.');
-    if (!dot || dot - end - 1 >= (long)sizeof proj || strcmp(dot, ".weight")) return -1;
-    memcpy(proj, end + 1, (size_t)(dot - end - 1));
-    proj[dot - end - 1] = 0;
-    *role = role_of(proj);
-    *e = v;
-    return *role < 0 ? -1 : 0;
-}
-
-static int known_other(const char *rest)
-{
-    static const char *const ok[] = {
-        "gate.weight", "gate.e_score_correction_bias", "shared_expert_gate.weight",
-        "shared_experts.gate_proj.weight", "shared_experts.up_proj.weight", "shared_experts.down_proj.weight",
-        "shared_expert.gate_proj.weight", "shared_expert.up_proj.weight", "shared_expert.down_proj.weight"};
-    for (size_t k = 0; k < sizeof ok / sizeof ok[0]; k++)
-        if (!strcmp(rest, ok[k])) return 1;
-    return 0;
-}
-
-static int float_dtype(const char *d, qmoe_dtype *out)
-{
-    if (!strcmp(d, "F32")) *out = QMOE_DTYPE_FLOAT32;
-    else if (!strcmp(d, "F16")) *out = QMOE_DTYPE_FLOAT16;
-    else if (!strcmp(d, "BF16")) *out = QMOE_DTYPE_BFLOAT16;
-    else return -1;
-    return 0;
-}
-
-/* Which of the two namings a name under the prefix uses (docs/moe-layer.md "Checkpoint rules"):
- * experts 1 gate_proj/up_proj/down_proj, 2 w1/w3/w2; shared 1 shared_experts., 2 shared_expert.;
- * 0 for the other names. */
-static int naming(const char *rest, int expert)
-{
-    if (expert) return strstr(rest, ".w1.") || strstr(rest, ".w2.") || strstr(rest, ".w3.") ? 2 : 1;
-    return !strncmp(rest, "shared_experts.", 15) ? 1 : !strncmp(rest, "shared_expert.", 14) ? 2 : 0;
-}
-
-static int load_layer(const str_file *f, const char *prefix, layer_in *L, char *err)
-{
-    size_t plen = strlen(prefix);
-    int64_t max_e = -1;
-    int named[2] = {0, 0}; /* the naming of the first expert / shared tensor, in name order */
-    for (size_t k = 0; k < f->n; k++) {
-        const char *n = f->by_name[k]->name; /* name order: the tensor named is Python's too */
-        if (strncmp(n, prefix, plen) || n[plen] != '.') continue;
-        int64_t e;
-        int role, expert = !expert_name(n + plen + 1, &e, &role);
-        if (expert) {
-            if (e > max_e) max_e = e;
-        } else if (!known_other(n + plen + 1)) {
-            snprintf(err, RUN_ERR_LEN, "tensor %.400s: not a MoE layer tensor under prefix %.200s (extra)", n, prefix);
-            return -1;
-        }
-        int kind = naming(n + plen + 1, expert), *seen = &named[expert ? 0 : 1];
-        if (kind && *seen && kind != *seen) {
-            snprintf(err, RUN_ERR_LEN, "tensor %.400s: %s naming beside the layer's other one (one naming per layer) (extra)",
-                     n, expert ? (kind == 2 ? "Mixtral's w1/w3/w2" : "a gate_proj/up_proj/down_proj")
-                               : (kind == 2 ? "a shared_expert." : "a shared_experts."));
-            return -1;
-        }
-        if (kind) *seen = kind;
-    }
-    char name[NAME_MAX_LEN];
-    static const char *const hf[3] = {"gate_proj", "up_proj", "down_proj"}, *const mx[3] = {"w1", "w3", "w2"};
-    const char *const *proj = named[0] == 2 ? mx : hf;
-    snprintf(name, sizeof name, "%s.gate.weight", prefix);
-    const str_tensor *router = str_find(f, name);
-    if (max_e < 0) {
-        snprintf(err, RUN_ERR_LEN, "tensor %.400s.experts.0.gate_proj.weight is missing (no experts under the prefix)", prefix);
-        return -1;
-    }
-    snprintf(name, sizeof name, "%s.experts.0.%s.weight", prefix, proj[0]);
-    const str_tensor *g0 = str_find(f, name);
-    if (!g0) return snprintf(err, RUN_ERR_LEN, "tensor %.400s is missing", name), -1;
-    if (g0->ndim != 2 || !g0->shape[0] || !g0->shape[1])
-        return snprintf(err, RUN_ERR_LEN, "tensor %.400s: expected a non-empty [I, H] matrix", name), -1;
-    if (router) { /* checked before E is used: a router [2^40, 0] is a shape error, not E */
-        qmoe_dtype rd;
-        if (router->ndim != 2 || router->shape[1] != g0->shape[1] || router->shape[0] < 1)
-            return snprintf(err, RUN_ERR_LEN, "tensor %.400s: shape [%" PRId64 ", %" PRId64 "%s], expected [E, H = %" PRId64 "]",
-                            router->name, router->ndim > 0 ? router->shape[0] : 0, router->ndim > 1 ? router->shape[1] : 0,
-                            router->ndim > 2 ? ", ..." : "", g0->shape[1]), -1;
-        if (float_dtype(router->dtype, &rd))
-            return snprintf(err, RUN_ERR_LEN, "tensor %.400s: dtype %s; expected F32, F16 or BF16", router->name,
-                            router->dtype), -1;
-    }
-    L->E = router && router->ndim == 2 ? router->shape[0] : max_e + 1;
-    if (max_e >= L->E) {
-        snprintf(err, RUN_ERR_LEN, "expert %" PRId64 " under %.400s is beyond E = %" PRId64 " (extra)", max_e, prefix, L->E);
-        return -1;
-    }
-    /* the first missing expert tensor, before E sizes any allocation (a router may claim 2^40) */
-    for (int64_t e = 0; e < L->E && e <= max_e + 1; e++)
-        for (int r = 0; r < 3; r++) {
-            snprintf(name, sizeof name, "%s.experts.%" PRId64 ".%s.weight", prefix, e, proj[r]);
-            if (!str_find(f, name)) return snprintf(err, RUN_ERR_LEN, "tensor %.400s is missing", name), -1;
-        }
-    for (int r = 0; r < 3; r++) {
-        L->w[r] = calloc((size_t)L->E, sizeof(void *));
-        if (!L->w[r]) return snprintf(err, RUN_ERR_LEN, "out of memory"), -1;
-    }
-    L->copies = calloc((size_t)L->E * 3 + 3, sizeof(void *));
-    if (!L->copies) return snprintf(err, RUN_ERR_LEN, "out of memory"), -1;
-    for (int64_t e = 0; e < L->E; e++)
-        for (int r = 0; r < 3; r++) {
-            snprintf(name, sizeof name, "%s.experts.%" PRId64 ".%s.weight", prefix, e, proj[r]);
-            const str_tensor *t = str_find(f, name);
-            if (!t) return snprintf(err, RUN_ERR_LEN, "tensor %.400s is missing", name), -1;
-            qmoe_dtype d;
-            if (float_dtype(t->dtype, &d))
-                return snprintf(err, RUN_ERR_LEN, "tensor %.400s: dtype %s; expected F32, F16 or BF16", name, t->dtype), -1;
-            if (e == 0 && r == 0) {
-                if (t->ndim != 2 || !t->shape[0] || !t->shape[1])
-                    return snprintf(err, RUN_ERR_LEN, "tensor %.400s: expected a non-empty [I, H] matrix", name), -1;
-                L->I = t->shape[0], L->H = t->shape[1], L->dtype = d;
-            }
-            int64_t want0 = r < 2 ? L->I : L->H, want1 = r < 2 ? L->H : L->I;
-            if (t->ndim != 2 || t->shape[0] != want0 || t->shape[1] != want1)
-                return snprintf(err, RUN_ERR_LEN, "tensor %.400s: shape mismatch; expected [%" PRId64 ", %" PRId64 "]",
-                                name, want0, want1), -1;
-            if (d != L->dtype)
-                return snprintf(err, RUN_ERR_LEN, "tensor %.400s: dtype %s differs from the other experts'", name, t->dtype), -1;
-            const void *p = t->data;
-            if ((uintptr_t)p % t->itemsize) { /* the format does not promise alignment */
-                void *c = malloc(t->nbytes ? t->nbytes : 1);
-                if (!c) return snprintf(err, RUN_ERR_LEN, "out of memory"), -1;
-                memcpy(c, p, t->nbytes);
-                L->copies[L->ncopies++] = c;
-                p = c;
-            }
-            L->w[r][e] = p;
-        }
-    if (router && (router->ndim != 2 || router->shape[1] != L->H))
-        return snprintf(err, RUN_ERR_LEN, "tensor %.400s: shape mismatch; expected [%" PRId64 ", %" PRId64 "]",
-                        router->name, L->E, L->H), -1;
-    snprintf(name, sizeof name, "%s.shared_expert_gate.weight", prefix);
-    if (str_find(f, name))
-        return snprintf(err, RUN_ERR_LEN, "tensor %.400s: a gated shared expert (Qwen2-MoE) is not supported", name), -1;
-    for (int style = 0; style < 2 && !L->Is; style++)
-        for (int r = 0; r < 3; r++) {
-            snprintf(name, sizeof name, "%s.%s.%s.weight", prefix, style ? "shared_expert" : "shared_experts", hf[r]);
-            const str_tensor *t = str_find(f, name);
-            if (!t) {
-                if (r) return snprintf(err, RUN_ERR_LEN, "tensor %.400s is missing", name), -1;
-                break;
-            }
-            qmoe_dtype d;
-            if (r == 0) L->Is = t->ndim == 2 ? t->shape[0] : -1;
-            int64_t want0 = r < 2 ? L->Is : L->H, want1 = r < 2 ? L->H : L->Is;
-            if (float_dtype(t->dtype, &d) || d != L->dtype || t->ndim != 2 || t->shape[0] != want0 ||
-                t->shape[1] != want1 || L->Is < 1)
-                return snprintf(err, RUN_ERR_LEN, "tensor %.400s: shape mismatch or dtype; expected %s [%" PRId64 ", %" PRId64
-                                "]", name, t->dtype, want0, want1), -1;
-            const void *p = t->data;
-            if ((uintptr_t)p % t->itemsize) {
-                void *c = malloc(t->nbytes ? t->nbytes : 1);
-                if (!c) return snprintf(err, RUN_ERR_LEN, "out of memory"), -1;
-                memcpy(c, p, t->nbytes);
-                L->copies[L->ncopies++] = c;
-                p = c;
-            }
-            L->shared[r] = p;
-        }
-    snprintf(name, sizeof name, "%s.gate.e_score_correction_bias", prefix);
-    const str_tensor *b = str_find(f, name);
-    if (b) {
-        if (strcmp(b->dtype, "F32") || b->ndim != 1 || b->shape[0] != L->E || (uintptr_t)b->data % 4)
-            return snprintf(err, RUN_ERR_LEN, "tensor %.400s: expected F32 [%" PRId64 "]", name, L->E), -1;
-        L->bias = b->data;
-    }
-    return 0;
-}
-
-static void free_layer(layer_in *L)
-{
-    for (int r = 0; r < 3; r++) free(L->w[r]);
-    for (size_t k = 0; k < L->ncopies; k++) free(L->copies[k]);
-    free(L->copies);
-}
-
 static int write_array(const char *path, void *ctx, char *err)
 {
     char why[NPY_ERR_LEN];
@@ -373,6 +166,7 @@ static int infer_prefix(const str_file *f, const char *file, char *out, char *er
     const char *first = NULL;
     for (size_t k = 0; k < f->n; k++) {
         const char *n = f->tensors[k].name, *s = strstr(n, ".experts.0.");
+        if (!s) s = strstr(n, ".experts.gate_up_proj"); /* fused experts */
         if (!s) continue;
         size_t l = (size_t)(s - n);
         if (!first) {
@@ -384,7 +178,7 @@ static int infer_prefix(const str_file *f, const char *file, char *out, char *er
         }
     }
     if (!first) {
-        snprintf(err, RUN_ERR_LEN, "%.300s: no tensor *.experts.0.* (give --prefix)", file);
+        snprintf(err, RUN_ERR_LEN, "%.300s: no tensor *.experts.0.* or *.experts.gate_up_proj* (give --prefix)", file);
         return -1;
     }
     if (len >= NAME_MAX_LEN - 64) {
@@ -484,7 +278,7 @@ static int run(const run_opts *o, moe_ep *ep, char *err)
     }
     size_t pl = strlen(prefix);
     while (pl && prefix[pl - 1] == '.') prefix[--pl] = 0;
-    if (load_layer(&f, prefix, &L, why)) {
+    if (moe_run_load_layer(&f, prefix, &L, why)) {
         snprintf(err, RUN_ERR_LEN, "%.300s: %.700s", o->layer, why);
         goto done;
     }
@@ -545,6 +339,10 @@ static int run(const run_opts *o, moe_ep *ep, char *err)
     c.threads = (int)o->threads;
     c.shared_intermediate_size = L.Is;
     c.shared_gate = L.shared[0], c.shared_up = L.shared[1], c.shared_down = L.shared[2];
+    c.shared_expert_gate = L.shared_gate_w;
+    c.gate_up_bias = L.gate_up_bias, c.down_bias = L.down_bias;
+    if (L.gpt_oss) c.swiglu_limit = 7.0f, c.swiglu_alpha = 1.702f; /* gpt-oss's config values */
+    c.correction_bias = L.bias; /* a selection bias with either gating, as qmoe.MoELayer takes it */
     if (gating < 0) gating = 0; /* softmax, renormalised */
     c.renormalize = gating != 1;
     if (gating != 2 && o->sigmoid_opts) { /* they would be ignored */
@@ -558,7 +356,6 @@ static int run(const run_opts *o, moe_ep *ep, char *err)
         c.group_count = o->groups ? o->groups : dflt ? 8 : 1;
         c.k_group = o->k_group ? o->k_group : dflt ? 4 : 1;
         c.routed_scaling_factor = o->scaling ? o->scaling : 2.5;
-        c.correction_bias = L.bias;
     }
     qmoe_dtype hd = hidden.dtype == NPY_FLOAT32 ? QMOE_DTYPE_FLOAT32 : QMOE_DTYPE_FLOAT16;
     if (npy_alloc(&out, hidden.dtype, 2, hidden.shape, nerr)) {
@@ -653,7 +450,7 @@ done:
     free(ws);
     qmoe_moe_layer_destroy(layer);
     npy_free(&hidden), npy_free(&logits), npy_free(&out);
-    free_layer(&L);
+    moe_run_free_layer(&L);
     str_close(&f);
     outfiles_free(&files);
     return rc;

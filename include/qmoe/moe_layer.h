@@ -73,11 +73,19 @@ typedef struct qmoe_moe_layer_config {
      * h = 0 .. H-1 in order, each product and sum rounded to float32 (hidden read as float32),
      * the weight rounded to the routing weights' dtype. NULL: ungated (weight 1). Not for shards. */
     const void *shared_expert_gate;
+    /* gpt-oss: expert biases (from floats in the experts' dtype, from quantized weights float32;
+     * copied at create; NULL: none). gate_up_bias [E, 2I] (row e: gate's I, then up's I) is added
+     * to the dequantized gate/up product before SwiGLU; down_bias [E, H] to the down projection
+     * (before the routing weight). The shared expert has none. */
+    const void *gate_up_bias, *down_bias;
+    /* The SwiGLU of the experts: GroupedMatmulSwigluQuant's swiglu_limit / swiglu_alpha (qmoe.h;
+     * gpt-oss: limit 7, alpha 1.702). 0, 0: silu(gate) * up. */
+    float swiglu_limit, swiglu_alpha;
 } qmoe_moe_layer_config;
 
 #define QMOE_MOE_LAYER_CONFIG_INIT \
     {(uint32_t)sizeof(qmoe_moe_layer_config), 0, 0, 0, 0, QMOE_MOE_GATING_SOFTMAX, 1, 0, 0, 0.0, \
-     NULL, QMOE_QUANT_A8W8, 0, 0, 0, 0, NULL, NULL, NULL, NULL}
+     NULL, QMOE_QUANT_A8W8, 0, 0, 0, 0, NULL, NULL, NULL, NULL, NULL, NULL, 0.0f, 0.0f}
 
 /* From float weights in the checkpoint convention: gate[e], up[e] point at expert e's [I, H]
  * row-major matrices, down[e] at its [H, I] one, all of `dtype` (float32, float16, bfloat16).

@@ -179,11 +179,20 @@ typedef struct qmoe_grouped_matmul_swiglu_quant_options {
     qmoe_kernel kernel;
     int threads; /* 0: the online cores (divided among `devices`); otherwise this many per device */
     int devices; /* 0 or 1: one device; D > 1: split rows over a group of D devices */
+    /* The SwiGLU variant (docs/ops/grouped-matmul-swiglu-quant.md "SwiGLU variants"), with C the
+     * dequantized product, a = C[j] (activated half), l = C[j + N/2] (linear half):
+     *   swiglu_bias [E, N] float32 (NULL: none) is added first: a += bias[e][j], l += bias[e][j + N/2];
+     *   swiglu_limit > 0 clamps a to <= limit and l to [-limit, limit] (0: no clamp);
+     *   swiglu_alpha 0: S = silu(a) * l; > 0 (gpt-oss): S = a / (1 + exp(-(alpha * a))) * (l + 1).
+     * swiglu_bias is read by every run (not copied): it stays valid while the plan is used. */
+    float swiglu_limit;
+    float swiglu_alpha;
+    const float *swiglu_bias;
 } qmoe_grouped_matmul_swiglu_quant_options;
 
 #define QMOE_GROUPED_MATMUL_SWIGLU_QUANT_OPTIONS_INIT                                              \
     {(uint32_t)sizeof(qmoe_grouped_matmul_swiglu_quant_options), QMOE_GROUP_LIST_CUMSUM, 0,         \
-     QMOE_KERNEL_AUTO, 0, 0}
+     QMOE_KERNEL_AUTO, 0, 0, 0.0f, 0.0f, NULL}
 
 /* Sets *options to QMOE_GROUPED_MATMUL_SWIGLU_QUANT_OPTIONS_INIT. NULL is a no-op. */
 QMOE_API void qmoe_grouped_matmul_swiglu_quant_options_init(

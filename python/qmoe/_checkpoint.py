@@ -9,7 +9,14 @@ checkpoints (Qwen3-MoE, DeepSeek-V3, Mixtral) write them:
   are read as gate / up / down);
 - router (optional): ``gate.weight`` ``[E, H]``, ``gate.e_score_correction_bias`` ``[E]``;
 - shared expert (optional): ``shared_experts.{gate,up,down}_proj.weight`` (``shared_expert.`` as
-  in Qwen2-MoE, with its optional ``shared_expert_gate.weight`` ``[1, H]``).
+  in Qwen2-MoE, with its optional ``shared_expert_gate.weight`` ``[1, H]``);
+- or the experts fused, as transformers 5 writes them with ``save_original_format=False``:
+  ``experts.gate_up_proj`` ``[E, 2I, H]`` (gate rows first) and ``experts.down_proj``
+  ``[E, H, I]``; gpt-oss (told by its ``router.`` or ``_bias`` tensors): ``experts.gate_up_proj``
+  ``[E, H, 2I]`` (gate and up interleaved, gate the even columns), ``experts.gate_up_proj_bias``
+  ``[E, 2I]`` (interleaved), ``experts.down_proj`` ``[E, I, H]``, ``experts.down_proj_bias``
+  ``[E, H]``, router ``router.weight`` ``[E, H]`` and ``router.bias`` ``[E]`` (added to the
+  logits, not a selection bias).
 
 Every tensor under the prefix must be one of these; a missing, extra or mis-shaped tensor is a
 QmoeError naming it. Tensors outside the prefix (other layers) are ignored.
@@ -30,11 +37,18 @@ from ._errors import QmoeError
 MoECheckpoint = namedtuple("MoECheckpoint", [
     "gate", "up", "down", "router", "router_bias",
     "shared_gate", "shared_up", "shared_down", "shared_expert_gate",
-])
+    "gate_up_bias", "down_bias", "router_logit_bias", "layout",
+], defaults=(None, None, None, "experts"))
 MoECheckpoint.__doc__ = """One MoE layer's float weights: gate, up [E, I, H], down [E, H, I]
-(NumPy, the file's dtype; bfloat16 as ml_dtypes.bfloat16); router [E, H] and router_bias [E] or
-None; shared_gate, shared_up [Is, H], shared_down [H, Is] or None; shared_expert_gate [1, H] or
-None."""
+(NumPy, the file's dtype; bfloat16 as ml_dtypes.bfloat16; views of the fused tensor for a fused
+file); router [E, H] and router_bias [E] (e_score_correction_bias, a selection bias) or None;
+shared_gate, shared_up [Is, H], shared_down [H, Is] or None; shared_expert_gate [1, H] or None;
+gpt-oss: gate_up_bias [E, 2I] (gate's I, then up's I), down_bias [E, H], router_logit_bias [E]
+(router.bias, added to the logits) or None. layout: "experts" (one tensor per expert),
+"transformers" or "gpt_oss" (fused)."""
+
+_FUSED = ("experts.gate_up_proj", "experts.down_proj", "experts.gate_up_proj_bias",
+          "experts.down_proj_bias", "router.weight", "router.bias")
 
 _PROJ = {"gate_proj": "gate", "up_proj": "up", "down_proj": "down",
          "w1": "gate", "w3": "up", "w2": "down"}
@@ -143,6 +157,7 @@ def _load(file: _File, p: str, num_experts: Optional[int]) -> MoECheckpoint:
     experts: Dict[int, Dict[str, str]] = {}
     shared: Dict[str, str] = {}
     router = router_bias = shared_gate_w = None
+    fused: Dict[str, str] = {}
     named = {True: 0, False: 0}  # the naming of the first expert / shared tensor in name order
     for name in sorted(file.keys()):
         if not name.startswith(p):
@@ -152,6 +167,9 @@ def _load(file: _File, p: str, num_experts: Optional[int]) -> MoECheckpoint:
         if m and int(m.group(1)) > MAX_EXPERT:
             m = None
         others = ("gate.weight", "gate.e_score_correction_bias", "shared_expert_gate.weight")
+        if rest in _FUSED:
+            fused[rest] = name
+            continue
         if not (m or s or rest in others):
             raise invalid(f"{file.path}: tensor {name}: not a MoE layer tensor under prefix "
                           f"{p!r} (extra)")
@@ -177,6 +195,31 @@ def _load(file: _File, p: str, num_experts: Optional[int]) -> MoECheckpoint:
             router_bias = name
         else:
             shared_gate_w = name
+    if fused:
+        if experts:
+            e0 = experts[min(experts)]
+            raise invalid(f"{file.path}: tensor {next(iter(e0.values()))}: one tensor per expert "
+                          f"beside the fused {next(iter(fused.values()))} (one layout per layer) "
+                          "(extra)")
+        if router is not None and "router.weight" in fused:
+            raise invalid(f"{file.path}: tensor {router}: a router beside {fused['router.weight']} "
+                          "(extra)")
+        gate, up, down, gub, dnb, layout, E, I, H = _fused(file, p, fused, num_experts)
+        if router is None and "router.weight" in fused:
+            router = fused["router.weight"]
+        r = rb = rlb = None
+        if router is not None:
+            _expect(file, router, (E, H))
+            _float(file, router)
+            r = file.read(router)
+        if "router.bias" in fused:
+            _expect(file, fused["router.bias"], (E,))
+            _float(file, fused["router.bias"])
+            rlb = file.read(fused["router.bias"])
+        if router_bias is not None:
+            rb = _router_bias(file, router_bias, E)
+        sg, su, sd, sgw = _shared(file, p, shared, shared_gate_w, H, file.dtype(fused["experts.gate_up_proj"]))
+        return MoECheckpoint(gate, up, down, r, rb, sg, su, sd, sgw, gub, dnb, rlb, layout)
     own = {"gate": "w1", "up": "w3", "down": "w2"} if named[True] == 2 else \
         {"gate": "gate_proj", "up": "up_proj", "down": "down_proj"}
     if not experts:
@@ -218,12 +261,74 @@ def _load(file: _File, p: str, num_experts: Optional[int]) -> MoECheckpoint:
         _expect(file, router, (E, H))
         r = file.read(router)
     if router_bias is not None:
-        _expect(file, router_bias, (E,))
-        if file.dtype(router_bias) != "F32":
-            raise invalid(f"{file.path}: tensor {router_bias}: dtype {file.dtype(router_bias)}; "
-                          "expected F32")
-        rb = file.read(router_bias)
+        rb = _router_bias(file, router_bias, E)
+    sg, su, sd, sgw = _shared(file, p, shared, shared_gate_w, H, file.dtype(names["gate"][0]))
+    return MoECheckpoint(gate, up, down, r, rb, sg, su, sd, sgw)
+
+
+def _router_bias(file: _File, name: str, E: int) -> np.ndarray:
+    _expect(file, name, (E,))
+    if file.dtype(name) != "F32":
+        raise invalid(f"{file.path}: tensor {name}: dtype {file.dtype(name)}; expected F32")
+    return file.read(name)
+
+
+def _fused(file: _File, p: str, fused: Dict[str, str], num_experts: Optional[int]):
+    """The experts of a fused file, split into the checkpoint convention as views."""
+    gpt = any(k in fused for k in ("router.weight", "router.bias", "experts.gate_up_proj_bias",
+                                    "experts.down_proj_bias"))
+    layout = "gpt_oss" if gpt else "transformers"
+    for k in ("experts.gate_up_proj", "experts.down_proj"):
+        if k not in fused:
+            seen = ", ".join(sorted(fused.values()))
+            raise invalid(f"{file.path}: tensor {p}{k} is missing (fused experts: saw {seen})")
+    gu, dn = fused["experts.gate_up_proj"], fused["experts.down_proj"]
+    gs, ds = file.shape(gu), file.shape(dn)
+    if len(gs) != 3 or not all(gs) or len(ds) != 3:
+        raise invalid(f"{file.path}: tensor {gu}: shape {list(gs)}, {dn}: {list(ds)}; expected "
+                      + ("[E, H, 2I] and [E, I, H] (gpt-oss)" if gpt else
+                         "[E, 2I, H] and [E, H, I] (transformers)"))
+    E = gs[0]
+    if gpt:
+        H, I2 = gs[1], gs[2]
+        want_d = (E, I2 // 2, H)
+    else:
+        I2, H = gs[1], gs[2]
+        want_d = (E, H, I2 // 2)
+    if I2 % 2:
+        raise invalid(f"{file.path}: tensor {gu}: shape {list(gs)}: 2I = {I2} is odd")
+    I = I2 // 2
+    if num_experts is not None and E != num_experts:
+        raise invalid(f"{file.path}: tensor {gu}: {E} experts, expected {num_experts}")
+    _expect(file, dn, want_d)
+    _float(file, gu)
+    _float(file, dn, file.dtype(gu))
+    a, d = file.read(gu), file.read(dn)
+    if gpt:
+        gate, up, down = a[:, :, 0::2].transpose(0, 2, 1), a[:, :, 1::2].transpose(0, 2, 1), \
+            d.transpose(0, 2, 1)
+    else:
+        gate, up, down = a[:, :I], a[:, I:], d
+    gub = dnb = None
+    if "experts.gate_up_proj_bias" in fused:
+        n = fused["experts.gate_up_proj_bias"]
+        _expect(file, n, (E, I2))
+        _float(file, n, file.dtype(gu))
+        b = file.read(n)
+        gub = np.concatenate([b[:, 0::2], b[:, 1::2]], axis=1)
+    if "experts.down_proj_bias" in fused:
+        n = fused["experts.down_proj_bias"]
+        _expect(file, n, (E, H))
+        _float(file, n, file.dtype(gu))
+        dnb = file.read(n)
+    return gate, up, down, gub, dnb, layout, E, I, H
+
+
+def _shared(file: _File, p: str, shared: Dict[str, str], shared_gate_w: Optional[str], H: int,
+            dtype: str):
     sg = su = sd = sgw = None
+    if shared_gate_w is not None and not shared:
+        raise invalid(f"{file.path}: tensor {shared_gate_w} without a shared expert")
     if shared:
         for role in ("gate", "up", "down"):
             if role not in shared:
@@ -237,10 +342,10 @@ def _load(file: _File, p: str, num_experts: Optional[int]) -> MoECheckpoint:
         _expect(file, shared["up"], (Is, H))
         _expect(file, shared["down"], (H, Is))
         for k in ("gate", "up", "down"):
-            _float(file, shared[k], file.dtype(names["gate"][0]))
+            _float(file, shared[k], dtype)
         sg, su, sd = (file.read(shared[k]) for k in ("gate", "up", "down"))
     if shared_gate_w is not None:
         _expect(file, shared_gate_w, (1, H))
         _float(file, shared_gate_w)
         sgw = file.read(shared_gate_w)
-    return MoECheckpoint(gate, up, down, r, rb, sg, su, sd, sgw)
+    return sg, su, sd, sgw

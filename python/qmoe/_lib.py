@@ -52,6 +52,9 @@ class OpOptions(ctypes.Structure):
         ("kernel", c_int),
         ("threads", c_int),
         ("devices", c_int),
+        ("swiglu_limit", ctypes.c_float),
+        ("swiglu_alpha", ctypes.c_float),
+        ("swiglu_bias", ctypes.c_void_p),
     ]
 
 

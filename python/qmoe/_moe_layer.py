@@ -5,7 +5,7 @@ the C library (the GIL is released while it runs: ctypes drops it around the cal
 from __future__ import annotations
 
 import ctypes
-from ctypes import POINTER, c_double, c_int, c_int64, c_uint32, c_uint64, c_void_p
+from ctypes import POINTER, c_double, c_float, c_int, c_int64, c_uint32, c_uint64, c_void_p
 from typing import Any, Optional, Tuple
 
 import numpy as np
@@ -45,6 +45,10 @@ class _LayerConfig(ctypes.Structure):
         ("shared_up", c_void_p),
         ("shared_down", c_void_p),
         ("shared_expert_gate", c_void_p),
+        ("gate_up_bias", c_void_p),
+        ("down_bias", c_void_p),
+        ("swiglu_limit", c_float),
+        ("swiglu_alpha", c_float),
     ]
 
 
@@ -141,6 +145,64 @@ def _float32(obj: ArrayLike, name: str, shape: Optional[Tuple[int, int]] = None)
     return _native(arr, np.float32)
 
 
+def _bias_like(obj: Optional[ArrayLike], name: str, shape: Tuple[int, int],
+               code: int) -> Optional[np.ndarray]:
+    """An expert bias [rows, cols] as the library reads it, in the experts' dtype (code)."""
+    if obj is None:
+        return None
+    arr, bcode = _float_view(obj[None] if getattr(obj, "ndim", 0) == 2 else obj, name)
+    if arr.shape != (1,) + tuple(shape) or bcode != code:
+        raise invalid(f"{name}: shape {list(arr.shape[1:])} ({arr.dtype}); expected "
+                      f"{list(shape)} in the experts' dtype")
+    return np.ascontiguousarray(_float_ready(arr, code)[0])
+
+
+def _swiglu_number(value: Any, name: str) -> float:
+    v = float(value)
+    if not (0.0 <= v < float("inf")):
+        raise invalid(f"{name} = {value!r}: expected 0 or a positive finite number")
+    return v
+
+
+def _split_fused(gate_up: ArrayLike, down: ArrayLike, layout: str,
+                 gate_up_bias: Optional[ArrayLike]):
+    """(gate, up [E, I, H], down [E, H, I], gate_up_bias [E, 2I] gate first) from a fused
+    layout, as views where the layout allows (NumPy arrays or torch tensors)."""
+    if layout not in ("transformers", "gpt_oss"):
+        raise invalid(f"layout = {layout!r}: expected 'transformers' or 'gpt_oss'")
+    if getattr(gate_up, "ndim", 0) != 3 or getattr(down, "ndim", 0) != 3:
+        raise invalid(f"gate_up and down must be rank 3 (ranks {getattr(gate_up, 'ndim', None)}, "
+                      f"{getattr(down, 'ndim', None)} given)")
+    E = int(gate_up.shape[0])
+    if layout == "transformers":  # gate_up [E, 2I, H] gate rows first, down [E, H, I]
+        n2 = int(gate_up.shape[1])
+        if n2 % 2:
+            raise invalid(f"gate_up: shape {list(gate_up.shape)}; expected [E, 2I, H]")
+        gate, up, dn, b = gate_up[:, :n2 // 2], gate_up[:, n2 // 2:], down, gate_up_bias
+    else:  # gpt-oss: gate_up [E, H, 2I] interleaved (gate even columns), down [E, I, H]
+        n2 = int(gate_up.shape[2])
+        if n2 % 2:
+            raise invalid(f"gate_up: shape {list(gate_up.shape)}; expected [E, H, 2I]")
+        gate, up = gate_up[:, :, 0::2].swapaxes(1, 2), gate_up[:, :, 1::2].swapaxes(1, 2)
+        dn = down.swapaxes(1, 2)
+        b = gate_up_bias
+        if b is not None:
+            if getattr(b, "ndim", 0) != 2 or tuple(b.shape) != (E, n2):
+                raise invalid(f"gate_up_bias: shape {list(getattr(b, 'shape', []))}; expected "
+                              f"[{E}, {n2}]")
+            b = _cat(b[:, 0::2], b[:, 1::2])
+    return gate, up, dn, b
+
+
+def _cat(a: Any, b: Any) -> Any:
+    """[a | b] along the last axis, NumPy or torch."""
+    if is_torch(a):
+        import torch
+
+        return torch.cat([a, b], dim=-1)
+    return np.concatenate([a, b], axis=-1)
+
+
 def _hidden_rows(hidden: ArrayLike) -> int:
     """T of hidden [T, H] (its rank checked), read without copying."""
     bits = torch_bfloat16_bits(hidden)
@@ -189,7 +251,10 @@ class MoELayer(_lib.Owned):
                    threads: Optional[int] = None, shared_gate: Optional[ArrayLike] = None,
                    shared_up: Optional[ArrayLike] = None,
                    shared_down: Optional[ArrayLike] = None,
-                   shared_expert_gate: Optional[ArrayLike] = None) -> "MoELayer":
+                   shared_expert_gate: Optional[ArrayLike] = None,
+                   gate_up_bias: Optional[ArrayLike] = None,
+                   down_bias: Optional[ArrayLike] = None, swiglu_limit: float = 0.0,
+                   swiglu_alpha: float = 0.0) -> "MoELayer":
         """From float experts in the checkpoint convention: gate, up ``[E, I, H]``, down
         ``[E, H, I]`` (float32, float16 or bfloat16). ``gating="sigmoid"`` is DeepSeek-style:
         sigmoid scores, ``group_count`` groups of which ``k_group`` are kept. With either
@@ -198,8 +263,11 @@ class MoELayer(_lib.Owned):
         ``routed_scaling_factor`` multiplies them. A shared expert every token passes:
         ``shared_gate``, ``shared_up [Is, H]``, ``shared_down [H, Is]`` (Is a multiple of I),
         with weight 1, or ``sigmoid(hidden . shared_expert_gate)`` per token with
-        ``shared_expert_gate [H]`` or ``[1, H]`` (Qwen2-MoE; the experts' dtype).
-        Quantization: docs/moe-layer.md."""
+        ``shared_expert_gate [H]`` or ``[1, H]`` (Qwen2-MoE; the experts' dtype). gpt-oss:
+        expert biases ``gate_up_bias [E, 2I]`` (gate's I, then up's I; added before SwiGLU)
+        and ``down_bias [E, H]`` in the experts' dtype, and the SwiGLU variant
+        ``swiglu_limit``, ``swiglu_alpha`` (docs/ops/grouped-matmul-swiglu-quant.md; gpt-oss:
+        7.0, 1.702). Quantization: docs/moe-layer.md."""
         if mode not in _MODES:
             raise invalid(f"mode = {mode!r}: expected 'a8w8' or 'a8w4'")
         if gating not in _GATINGS:
@@ -248,6 +316,10 @@ class MoELayer(_lib.Owned):
                               f"({gv.dtype}); expected [{H}] or [1, {H}] in the experts' dtype")
             sgate = np.ascontiguousarray(_float_ready(gv, code)[0]).reshape(-1)
             keep.append(sgate)
+        biases = [_bias_like(b, name, shape, code) for b, name, shape in
+                  ((gate_up_bias, "gate_up_bias", (E, 2 * I)), (down_bias, "down_bias", (E, H)))]
+        limit, alpha = _swiglu_number(swiglu_limit, "swiglu_limit"), \
+            _swiglu_number(swiglu_alpha, "swiglu_alpha")
         cfg = _LayerConfig(ctypes.sizeof(_LayerConfig), H, I, E, _int(top_k, "top_k", 1),
                            _GATINGS[gating], int(bool(renormalize)), _int(group_count, "group_count", 1),
                            _int(k_group, "k_group", 1), float(routed_scaling_factor),
@@ -255,12 +327,27 @@ class MoELayer(_lib.Owned):
                            _int(group_size or 0, "group_size", 0), int(bool(clip_search)),
                            min(_int(threads or 0, "threads", 0), 4096), Is,
                            *(a.ctypes.data for a in keep[:3]) if keep else (None, None, None),
-                           None if sgate is None else sgate.ctypes.data)
+                           None if sgate is None else sgate.ctypes.data,
+                           *(None if b is None else b.ctypes.data for b in biases), limit, alpha)
         handle = c_void_p()
         _lib.check(_lib.lib.qmoe_moe_layer_create_from_float(
             ctypes.byref(cfg), _pointers(g), _pointers(u), _pointers(d), code,
             ctypes.byref(handle)))
         return cls(handle, cfg, bias)
+
+    @classmethod
+    def from_fused(cls, gate_up: ArrayLike, down: ArrayLike, *, layout: str = "transformers",
+                   gate_up_bias: Optional[ArrayLike] = None, **kwargs: Any) -> "MoELayer":
+        """From experts kept fused, as transformers holds them: ``layout="transformers"``
+        (transformers 5: ``gate_up_proj [E, 2I, H]``, gate rows first; ``down_proj [E, H, I]``)
+        or ``layout="gpt_oss"`` (``gate_up_proj [E, H, 2I]`` with gate and up interleaved,
+        gate the even columns; ``down_proj [E, I, H]``; ``gate_up_proj_bias [E, 2I]``
+        interleaved as well). Split and transposed into :meth:`from_float`'s convention as
+        views (copied only where the library needs contiguous rows); other keywords
+        (``top_k``, ``down_bias [E, H]``, ``swiglu_alpha``, ``swiglu_limit``, ...) as
+        :meth:`from_float`."""
+        gate, up, dn, b = _split_fused(gate_up, down, layout, gate_up_bias)
+        return cls.from_float(gate, up, dn, gate_up_bias=b, **kwargs)
 
     @classmethod
     def from_safetensors(cls, path: str, prefix: str, *, top_k: int,
@@ -269,7 +356,11 @@ class MoELayer(_lib.Owned):
         gate_proj.weight`` etc.; a missing, extra or mis-shaped tensor is refused by name). The
         file's ``gate.e_score_correction_bias`` is the correction bias (with either gating)
         unless one is given, its shared expert and ``shared_expert_gate.weight`` (Qwen2-MoE) the
-        shared expert unless one is given. Other keywords as :meth:`from_float`."""
+        shared expert unless one is given. A fused file (transformers 5's ``experts.gate_up_proj``
+        / ``experts.down_proj``, or gpt-oss's, with its expert biases) loads the same way; for
+        gpt-oss ``swiglu_limit`` and ``swiglu_alpha`` default to its 7.0 and 1.702 (the router's
+        ``router.bias`` belongs to the logits: :func:`qmoe.load_experts` returns it). Other
+        keywords as :meth:`from_float`."""
         from ._checkpoint import load_experts
 
         ck = load_experts(path, prefix, num_experts=num_experts)
@@ -282,6 +373,13 @@ class MoELayer(_lib.Owned):
                 kwargs["shared_expert_gate"] = ck.shared_expert_gate
         elif ck.shared_expert_gate is not None and "shared_gate" not in kwargs:
             raise invalid(f"{path}: {prefix}.shared_expert_gate.weight without a shared expert")
+        if ck.gate_up_bias is not None and "gate_up_bias" not in kwargs:
+            kwargs["gate_up_bias"] = ck.gate_up_bias
+        if ck.down_bias is not None and "down_bias" not in kwargs:
+            kwargs["down_bias"] = ck.down_bias
+        if ck.layout == "gpt_oss":  # its config's values (config.json), unless given
+            kwargs.setdefault("swiglu_limit", 7.0)
+            kwargs.setdefault("swiglu_alpha", 1.702)
         return cls.from_float(ck.gate, ck.up, ck.down, top_k=top_k, **kwargs)
 
     _closed_what = "MoELayer"

@@ -119,7 +119,13 @@ typedef struct qmoe_gmm_params {
     uint64_t list_table_offset;
     /* prepacked weights (core/prepack.h) in place of w, ws, bias; NULL: the raw tensors */
     const struct qmoe_weights *pp;
-    uint8_t reserved[72]; /* room to grow without changing the size */
+    /* The SwiGLU variant of the operator's options (kernels/swiglu_quant.h qmoe_swiglu_value):
+     * alpha 0 is the plain SwiGLU; bias [E, N] float32 rows bias_s0 apart, or NULL. */
+    float swiglu_alpha;
+    int32_t pad1;
+    const float *swiglu_bias;
+    int64_t swiglu_bias_s0;
+    uint8_t reserved[48]; /* room to grow without changing the size */
 } qmoe_gmm_params;
 
 _Static_assert(sizeof(qmoe_gmm_params) == 512, "qmoe_gmm_params is a fixed-size plan");

@@ -17,6 +17,19 @@ typedef struct swiglu_out {
     const qmoe_eltwise_isa *eltwise;
 } swiglu_out;
 
+/* The variant (an alpha or a bias) element by element, the halves formed as the portable
+ * routine forms them (corr, then xScale), so every kernel gives the reference's bits. */
+static void variant_tile(const qmoe_gemm_block *B, const qmoe_gemm_tile *t, float *srow)
+{
+    for (int64_t r = 0; r < t->rows; r++)
+        for (int64_t c = t->c_lo; c < t->c_hi; c++) {
+            float a = t->f[r * t->ldf + c] + t->corr[c];
+            float l = t->f[r * t->ldf + t->half + c] + t->corr[t->half + c];
+            if (t->xs) a *= t->xs[r], l *= t->xs[r];
+            srow[r * B->ld + (c - t->c_lo)] = qmoe_swiglu_value(B->p, B->e, t->jc + c, a, l);
+        }
+}
+
 static void swiglu_tile(const qmoe_gemm_block *B, const qmoe_gemm_tile *t)
 {
     const swiglu_out *o = B->out;
@@ -24,6 +37,10 @@ static void swiglu_tile(const qmoe_gemm_block *B, const qmoe_gemm_tile *t)
                    const float *, float, float *, int64_t) = o->eltwise->swiglu;
     float limit = B->p->swiglu_limit;
     float *srow = o->s + (t->m - B->m0) * B->ld + (t->jc + t->c_lo - B->j0);
+    if (qmoe_swiglu_is_variant(B->p)) {
+        variant_tile(B, t, srow);
+        return;
+    }
     if (t->c_lo % QMOE_PK_UNIT == 0) {
         swiglu(t->rows, t->c_hi - t->c_lo, t->f + t->c_lo, t->ldf, t->half, t->corr + t->c_lo,
                t->xs, limit, srow, B->ld);

@@ -61,8 +61,6 @@ void qmoe_reference_swiglu_block(const qmoe_gmm_params *p, int64_t e, int64_t m0
         for (int64_t j = j0; j < j1; j++) {
             float act = dequant(p, e, m, j);
             float gate = dequant(p, e, m, j + p->N2);
-            if (p->swiglu_limit > 0.0f) qmoe_swiglu_clamp(p->swiglu_limit, &act, &gate);
-            float swish = act / (1.0f + expf(-act));
-            s[(m - m0) * lds + (j - j0)] = swish * gate;
+            s[(m - m0) * lds + (j - j0)] = qmoe_swiglu_value(p, e, j, act, gate);
         }
 }

@@ -10,9 +10,33 @@
 #ifndef QMOE_KERNELS_SWIGLU_QUANT_H
 #define QMOE_KERNELS_SWIGLU_QUANT_H
 
+#include <math.h>
+
+#include "core/gmm_access.h"
 #include "core/gmm_params.h"
 #include "kernels/kernel.h"
 #include "runtime/thread_ctx.h"
+
+/* Whether the plan's SwiGLU is a variant the kernels' vector routines do not compute (an alpha or
+ * a bias): then every kernel computes it with qmoe_swiglu_value, so all give the same bits. */
+static inline int qmoe_swiglu_is_variant(const qmoe_gmm_params *p)
+{
+    return p->swiglu_alpha > 0.0f || p->swiglu_bias;
+}
+
+/* S of output column j of expert e from the dequantized halves a (column j) and l (j + N/2): the
+ * options' bias, clamp and form (qmoe/qmoe.h), in float32, in the order written. */
+static inline float qmoe_swiglu_value(const qmoe_gmm_params *p, int64_t e, int64_t j, float a, float l)
+{
+    if (p->swiglu_bias) {
+        a += p->swiglu_bias[e * p->swiglu_bias_s0 + j];
+        l += p->swiglu_bias[e * p->swiglu_bias_s0 + j + p->N2];
+    }
+    if (p->swiglu_limit > 0.0f) qmoe_swiglu_clamp(p->swiglu_limit, &a, &l);
+    if (p->swiglu_alpha > 0.0f) return a / (1.0f + expf(-(p->swiglu_alpha * a))) * (l + 1.0f);
+    float swish = a / (1.0f + expf(-a));
+    return swish * l;
+}
 
 /* Scratchpad bytes one thread needs for blocks of at most `rows` x `cols` (the planner sizes the
  * device scratchpad with it; the block receives that slice in ctx->scratch). */

@@ -49,6 +49,7 @@ struct qmoe_moe_layer {
     qmoe_tensor *t13, *t2; /* views of the prepacked objects */
     float *bias;           /* [E] selection bias, or NULL */
     float *sgate;          /* [H] the shared expert's gate (float32), or NULL */
+    float *gubias, *dbias; /* [E + m, 2I], [E + m, H] expert biases (float32; shared rows 0), or NULL */
     /* The last forward's plan: a forward with the same shapes (an engine's steady state, any
      * data and workspace) reuses it and allocates nothing. Taken with trylock: a forward that finds it
      * busy (another thread's) plans on its own. */

@@ -115,6 +115,9 @@ qmoe_status moe_layer_check_config(const qmoe_moe_layer_config *in, qmoe_moe_lay
         c->shared_intermediate_size / c->intermediate_size > 64)
         return BAD("config.shared_intermediate_size = %lld: expected 0 or a multiple (at most 64) of "
                    "intermediate_size %lld", (long long)c->shared_intermediate_size, (long long)c->intermediate_size);
+    if (!(c->swiglu_limit >= 0.0f) || !(c->swiglu_alpha >= 0.0f) || isinf(c->swiglu_limit) || isinf(c->swiglu_alpha))
+        return BAD("config: swiglu_limit = %g, swiglu_alpha = %g; each must be 0 or a positive finite number",
+                   (double)c->swiglu_limit, (double)c->swiglu_alpha);
     if (c->shared_expert_gate && !c->shared_intermediate_size)
         return BAD("config.shared_expert_gate is set without a shared expert (shared_intermediate_size 0)");
     int64_t n2;
@@ -131,6 +134,18 @@ static qmoe_status check_view(const qmoe_tensor *t, const char *arg, int64_t E, 
                              OP ": %s is [%lld, %lld, %lld]; the configuration needs [%lld, %lld, %lld]", arg,
                              (long long)qmoe_tensor_dim(t, 0), (long long)qmoe_tensor_dim(t, 1),
                              (long long)qmoe_tensor_dim(t, 2), (long long)E, (long long)K, (long long)N);
+    return QMOE_OK;
+}
+
+/* A bias of E float32 rows of n, copied into E + m rows (the shared chunks' rows zero). */
+static qmoe_status copy_bias(const void *in, int64_t E, int64_t m, int64_t n, float **out)
+{
+    *out = NULL;
+    if (!in) return QMOE_OK;
+    int64_t rows = E + m, cnt;
+    if (!qmoe_mul_i64(rows, n, &cnt) || !(*out = calloc((size_t)cnt, sizeof(float))))
+        return qmoe_fail(QMOE_ERR_INNER, OP ": out of memory");
+    memcpy(*out, in, (size_t)(E * n) * sizeof(float));
     return QMOE_OK;
 }
 
@@ -181,6 +196,10 @@ qmoe_status qmoe_moe_layer_create(const qmoe_moe_layer_config *config, const qmo
         memcpy(L->sgate, c.shared_expert_gate, (size_t)c.hidden_size * sizeof(float));
         L->cfg.shared_expert_gate = L->sgate;
     }
+    if ((st = copy_bias(c.gate_up_bias, c.num_experts, moe_layer_n_shared(&c), 2 * c.intermediate_size, &L->gubias)) ||
+        (st = copy_bias(c.down_bias, c.num_experts, moe_layer_n_shared(&c), c.hidden_size, &L->dbias)))
+        goto fail;
+    L->cfg.gate_up_bias = L->gubias, L->cfg.down_bias = L->dbias;
     qmoe_weights_options wo = QMOE_WEIGHTS_OPTIONS_INIT;
     st = qmoe_weights_prepack(w13, w13_scale, a8w4 ? w13_bias : NULL, &wo, &L->w13);
     if (!st) st = qmoe_weights_tensor(L->w13, &L->t13);
@@ -233,6 +252,7 @@ void qmoe_moe_layer_destroy(qmoe_moe_layer *L)
     qmoe_weights_destroy(L->w2);
     free(L->bias);
     free(L->sgate);
+    free(L->gubias), free(L->dbias);
     free(L->held);
     free(L);
 }
@@ -253,6 +273,19 @@ qmoe_status moe_layer_check_float_args(const qmoe_moe_layer_config *config, qmoe
         return qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL,
                              !gate ? "gate" : !up ? "up" : !down ? "down" : "layer",
                              OP ": a required argument is a null pointer");
+    return QMOE_OK;
+}
+
+/* n values of a float dtype as float32 (NULL in: *out NULL). */
+static qmoe_status float_copy(const void *in, qmoe_dtype d, int64_t n, float **out)
+{
+    *out = NULL;
+    if (!in) return QMOE_OK;
+    if (!(*out = malloc((size_t)n * sizeof(float)))) return qmoe_fail(QMOE_ERR_INNER, OP ": out of memory");
+    for (int64_t i = 0; i < n; i++)
+        (*out)[i] = d == QMOE_DTYPE_FLOAT32   ? ((const float *)in)[i]
+                    : d == QMOE_DTYPE_FLOAT16 ? qmoe_f16_to_f32(((const uint16_t *)in)[i])
+                                              : qmoe_bf16_to_f32(((const uint16_t *)in)[i]);
     return QMOE_OK;
 }
 
@@ -314,11 +347,19 @@ qmoe_status qmoe_moe_layer_create_from_float(const qmoe_moe_layer_config *config
                                                      : qmoe_bf16_to_f32(((const uint16_t *)c.shared_expert_gate)[h]);
         c.shared_expert_gate = sgate;
     }
+    float *gub = NULL, *db = NULL;
+    if ((st = float_copy(c.gate_up_bias, dtype, c.num_experts * 2 * I, &gub)) ||
+        (st = float_copy(c.down_bias, dtype, c.num_experts * H, &db))) {
+        free(pg), free(pu), free(pd), free(chunks), free(sgate), free(gub);
+        return st;
+    }
+    if (gub) c.gate_up_bias = gub;
+    if (db) c.down_bias = db;
     qmoe_quant_sizes s13, s2;
     st = qmoe_quant_sizes_of(&qo, E, H, 2 * I, &s13);
     if (!st) st = qmoe_quant_sizes_of(&qo, E, I, H, &s2);
     if (st) {
-        free(pg), free(pu), free(pd), free(chunks), free(sgate);
+        free(pg), free(pu), free(pd), free(chunks), free(sgate), free(gub), free(db);
         return st;
     }
     void *w13 = malloc((size_t)s13.weight_bytes), *w2 = malloc((size_t)s2.weight_bytes);
@@ -349,7 +390,7 @@ qmoe_status qmoe_moe_layer_create_from_float(const qmoe_moe_layer_config *config
 done:
     for (int i = 0; i < 5; i++) qmoe_tensor_destroy(t[i]);
     free(w13), free(w2), free(sc13), free(sc2), free(b13), free(b2);
-    free(pg), free(pu), free(pd), free(chunks), free(sgate);
+    free(pg), free(pu), free(pd), free(chunks), free(sgate), free(gub), free(db);
     return st;
 }
 
@@ -412,7 +453,7 @@ static qmoe_status plan_layer(const qmoe_moe_layer *L, const qmoe_tensor *hidden
     int64_t A = T * K2, tk[2] = {T, K}, tk2[2] = {T, K2}, vs[2] = {K2, 1}, xq[2] = {A, H}, hq[2] = {A, I},
             e1 = E + m, bias_sh = E;
     enum { Y, IDS, ROWIDX, XQ, RI, CUM, XS, HQ, HS, DOWN, YV, IDSV, HID, LOG, IDIN, WIN, OUT, NORM, NT };
-    qmoe_tensor *t[NT] = {0}, *tb = NULL;
+    qmoe_tensor *t[NT] = {0}, *tb = NULL, *tdb = NULL;
     qmoe_status st = QMOE_OK;
     qmoe_dtype yd = qmoe_tensor_dtype(logits ? logits : w_in);
     int own = logits || m; /* the routing lives in the workspace ([T, K + m]: shared columns) */
@@ -462,13 +503,15 @@ static qmoe_status plan_layer(const qmoe_moe_layer *L, const qmoe_tensor *hidden
     if (st) goto done;
     qmoe_grouped_matmul_swiglu_quant_options oo = QMOE_GROUPED_MATMUL_SWIGLU_QUANT_OPTIONS_INIT;
     oo.threads = c->threads;
+    oo.swiglu_limit = c->swiglu_limit, oo.swiglu_alpha = c->swiglu_alpha, oo.swiglu_bias = L->gubias;
     st = qmoe_op_create_grouped_matmul_swiglu_quant(t[XQ], L->t13, NULL, NULL, NULL, t[XS], t[CUM], t[HQ], t[HS],
                                          NULL, &oo, &p->gu);
     if (st) goto done;
     qmoe_grouped_matmul_options go = QMOE_GROUPED_MATMUL_OPTIONS_INIT;
     go.threads = c->threads;
-    st = qmoe_op_create_grouped_matmul(t[HQ], L->t2, NULL, NULL, t[HS], t[CUM], 0, t[DOWN], &go,
-                                       &p->down);
+    int64_t dbs[2] = {e1, H};
+    if (L->dbias) st = qmoe_tensor_create(dbs, 2, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, L->dbias, &tdb);
+    if (!st) st = qmoe_op_create_grouped_matmul(t[HQ], L->t2, tdb, NULL, t[HS], t[CUM], 0, t[DOWN], &go, &p->down);
     if (st) goto done;
     st = qmoe_op_create_moe_finalize_routing(t[DOWN], t[RI], NULL, NULL, NULL, wts, NULL, 2, t[OUT], &mo,
                                              &p->fin);
@@ -478,7 +521,7 @@ static qmoe_status plan_layer(const qmoe_moe_layer *L, const qmoe_tensor *hidden
     for (int i = 0; i < 6; i++) keep_max(&p->ops_bytes, qmoe_op_workspace_size(ops[i]));
 done:
     for (int i = 0; i < NT; i++) qmoe_tensor_destroy(t[i]);
-    qmoe_tensor_destroy(tb);
+    qmoe_tensor_destroy(tb), qmoe_tensor_destroy(tdb);
     if (st) {
         plan_free(p);
         memset(p, 0, sizeof *p);
@@ -680,7 +723,7 @@ static qmoe_status run(const qmoe_moe_layer *L, const qmoe_tensor *hidden, const
     }
     void *route_args[8] = {hid, rid, NULL, NULL, AT(B_XQ), AT(B_RI), AT(B_CUM), AT(B_XS)};
     void *gu_args[10] = {AT(B_XQ), NULL, NULL, NULL, NULL, AT(B_XS), AT(B_CUM), AT(B_HQ), AT(B_HS), NULL};
-    void *down_args[7] = {AT(B_HQ), NULL, NULL, NULL, AT(B_HS), AT(B_CUM), AT(B_DOWN)};
+    void *down_args[7] = {AT(B_HQ), NULL, L->dbias, NULL, AT(B_HS), AT(B_CUM), AT(B_DOWN)};
     void *fin_args[8] = {AT(B_DOWN), AT(B_RI), NULL, NULL, NULL, rw, NULL, o};
 #undef AT
     PHASE(0);

@@ -28,6 +28,9 @@ static qmoe_status check_held(const qmoe_moe_layer_config *c, int64_t n, const i
             return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_OPTION, "expert_ids",
                                  OP ": expert_ids[%lld] = %d; expected strictly ascending ids in [0, %lld)",
                                  (long long)i, (int)ids[i], (long long)c->num_experts);
+    if (c->gate_up_bias || c->down_bias || c->swiglu_alpha > 0.0f || c->swiglu_limit > 0.0f)
+        return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_OPTION, "config",
+                             OP ": a shard cannot have expert biases or a SwiGLU variant (gpt-oss) yet");
     if (c->shared_expert_gate) /* the ranks weigh the shared rows 1 (qmoe_ep_layer_forward) */
         return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_OPTION, "config",
                              OP ": a shard cannot have a gated shared expert (config.shared_expert_gate)");
@@ -260,12 +263,17 @@ static qmoe_status plan_experts(const qmoe_moe_layer *L, const qmoe_tensor *x, c
     if (!st) st = qmoe_tensor_desc_create(&R, 1, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, &t[HS]);
     qmoe_grouped_matmul_swiglu_quant_options oo = QMOE_GROUPED_MATMUL_SWIGLU_QUANT_OPTIONS_INIT;
     oo.threads = c->threads;
+    oo.swiglu_limit = c->swiglu_limit, oo.swiglu_alpha = c->swiglu_alpha, oo.swiglu_bias = L->gubias;
     if (!st)
         st = qmoe_op_create_grouped_matmul_swiglu_quant(t[X], L->t13, NULL, NULL, NULL, t[XS], t[GL], t[HQ], t[HS], NULL,
                                              &oo, &p->gu);
     qmoe_grouped_matmul_options go = QMOE_GROUPED_MATMUL_OPTIONS_INIT;
     go.threads = c->threads;
-    if (!st) st = qmoe_op_create_grouped_matmul(t[HQ], L->t2, NULL, NULL, t[HS], t[GL], 0, t[Y], &go, &p->down);
+    int64_t dbs[2] = {qmoe_moe_layer_held_experts(L) + moe_layer_n_shared(c), c->hidden_size};
+    qmoe_tensor *tdb = NULL; /* a whole layer's down bias (shards have none) */
+    if (!st && L->dbias) st = qmoe_tensor_create(dbs, 2, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, L->dbias, &tdb);
+    if (!st) st = qmoe_op_create_grouped_matmul(t[HQ], L->t2, tdb, NULL, t[HS], t[GL], 0, t[Y], &go, &p->down);
+    qmoe_tensor_destroy(tdb);
     for (int i = 0; i < NT; i++) qmoe_tensor_destroy(t[i]);
     if (st) {
         moe_experts_plan_free(p);
@@ -371,7 +379,7 @@ qmoe_status qmoe_moe_layer_experts(const qmoe_moe_layer *L, const qmoe_tensor *x
         uint64_t os = workspace_size - p.ops_off;
         void *gu_args[10] = {qmoe_tensor_data(x), NULL, NULL, NULL, NULL, qmoe_tensor_data(x_scale),
                              qmoe_tensor_data(group_list), w, w + p.hs_off, NULL};
-        void *down_args[7] = {w, NULL, NULL, NULL, w + p.hs_off, qmoe_tensor_data(group_list),
+        void *down_args[7] = {w, NULL, L->dbias, NULL, w + p.hs_off, qmoe_tensor_data(group_list),
                               qmoe_tensor_data(y)};
         st = qmoe_op_execute(p.gu, gu_args, 10, ow, os, NULL);
         if (!st) st = qmoe_op_execute(p.down, down_args, 7, ow, os, NULL);

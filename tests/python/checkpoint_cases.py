@@ -135,8 +135,47 @@ def _missing(rng):
     return image([x for x in layer_tensors(rng) if x[0] != f"{P}.experts.1.up_proj.weight"])
 
 
+def _fused(rng, gpt_oss=False, drop=(), add=()):
+    """The experts fused as transformers 5 writes them (save_original_format=False), or as
+    gpt-oss does (interleaved gate/up, expert biases, router.weight and router.bias)."""
+    r = lambda *shape: (rng.standard_normal(shape) * 0.05).astype(np.float32)  # noqa: E731
+    if gpt_oss:
+        t = [(f"{P}.experts.down_proj", "F32", r(E, I, H)), (f"{P}.experts.down_proj_bias", "F32", r(E, H)),
+             (f"{P}.experts.gate_up_proj", "F32", r(E, H, 2 * I)),
+             (f"{P}.experts.gate_up_proj_bias", "F32", r(E, 2 * I)),
+             (f"{P}.router.bias", "F32", r(E)), (f"{P}.router.weight", "F32", r(E, H) * 20)]
+    else:
+        t = [(f"{P}.experts.down_proj", "F32", r(E, H, I)), (f"{P}.experts.gate_up_proj", "F32", r(E, 2 * I, H)),
+             (f"{P}.gate.weight", "F32", r(E, H) * 20)]
+    return image([x for x in t if not any(x[0].endswith(d) for d in drop)] + list(add))
+
+
+def _qwen2(rng):
+    t = layer_tensors(rng)
+    for k, shape in (("gate_proj", (I, H)), ("up_proj", (I, H)), ("down_proj", (H, I))):
+        t.append((f"{P}.shared_expert.{k}.weight", "F32", rng.standard_normal(shape).astype(np.float32) * 0.05))
+    t.append((f"{P}.shared_expert_gate.weight", "F32", rng.standard_normal((1, H)).astype(np.float32) * 0.1))
+    return image(t)
+
+
 Z = np.zeros
 CASES = {
+    "valid-fused-transformers": (lambda rng: _fused(rng), None),
+    "valid-fused-gpt-oss": (lambda rng: _fused(rng, True), None),
+    "valid-qwen2-gated-shared-expert": (_qwen2, None),
+    "valid-bias-with-softmax": (lambda rng: _with(rng, [(f"{P}.gate.e_score_correction_bias", "F32",
+                                                          np.linspace(-0.5, 0.5, E).astype(np.float32))]), None),
+    "fused-down-missing": (lambda rng: _fused(rng, drop=("experts.down_proj",)),
+                           "experts.down_proj is missing (fused experts: saw"),
+    "fused-beside-per-expert": (lambda rng: _fused(rng, add=[(f"{P}.experts.0.gate_proj.weight", "F32",
+                                                              Z((I, H), np.float32))]),
+                                "one tensor per expert beside the fused"),
+    "fused-down-transposed": (lambda rng: _fused(rng, drop=("experts.down_proj",),
+                                                 add=[(f"{P}.experts.down_proj", "F32", Z((E, I, H), np.float32))]),
+                              f"{P}.experts.down_proj: shape [4, 64, 128]"),
+    "gated-shared-without-shared": (lambda rng: _with(rng, [(f"{P}.shared_expert_gate.weight", "F32",
+                                                              Z((1, H), np.float32))]),
+                                    "shared_expert_gate.weight without a shared expert"),
     # accepted by both
     "valid": (lambda rng: image(layer_tensors(rng)), None),
     "valid-mixtral": (lambda rng: image(layer_tensors(rng, ("w1", "w3", "w2"))), None),

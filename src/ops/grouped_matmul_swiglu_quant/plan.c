@@ -4,6 +4,7 @@
  */
 #include "ops/grouped_matmul_swiglu_quant/plan.h"
 
+#include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -309,6 +310,13 @@ qmoe_status qmoe_gmm_plan(const qmoe_tensor *x, const qmoe_tensor *weight,
     if ((st = expect_no_alias(x, weight, bias, weight_scale, x_scale, group_list, output,
                               output_scale)))
         return st;
+
+    if (!(o->swiglu_limit >= 0.0f) || !(o->swiglu_alpha >= 0.0f) || isinf(o->swiglu_limit) ||
+        isinf(o->swiglu_alpha))
+        return INVALID(OPTION, "options", "options: swiglu_limit = %g, swiglu_alpha = %g; each must be 0 or a "
+                       "positive finite number", (double)o->swiglu_limit, (double)o->swiglu_alpha);
+    p->swiglu_limit = o->swiglu_limit, p->swiglu_alpha = o->swiglu_alpha;
+    p->swiglu_bias = o->swiglu_bias, p->swiglu_bias_s0 = p->N; /* [E, N] row-major */
 
     p->group_list_type = o->group_list_type;
     const qmoe_kernel_entry *k = qmoe_kernel_lookup(o->kernel);

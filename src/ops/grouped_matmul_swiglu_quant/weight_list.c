@@ -195,7 +195,7 @@ qmoe_status qmoe_op_create_grouped_matmul_swiglu_quant_weight_list(
         return INVALID(LIMIT, "workspace", "workspace size overflows");
     plan.list_table_offset = offset;
     plan.workspace_bytes = offset + table_bytes + alignof(void *);
-    plan.swiglu_limit = clamp ? swiglu_limit : 0.0f;
+    if (clamp) plan.swiglu_limit = swiglu_limit; /* else options.swiglu_limit's, as planned */
 
     plan.w_list = NULL; /* bound per run, from the arguments (list_bind) */
     plan.ws_list = NULL;
