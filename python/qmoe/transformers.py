@@ -85,6 +85,7 @@ _SOFTMAX_ROUTERS = {  # softmax over E in float32, top-k, renormalised when norm
 }
 _ALWAYS_RENORMALIZED = {"MixtralTopKRouter"}
 _DEEPSEEK_ROUTERS = {"DeepseekV3TopkRouter"}  # sigmoid + bias, group top-k (sum of top 2)
+_GPT_OSS_BLOCKS = {"GptOssMLP"}  # router logits with a bias, softmax over the top-k logits
 
 # Block classes whose forward is known: (router attribute, shared expert attributes, whether the
 # block also returns the routing weights).
@@ -110,8 +111,7 @@ def _fused_experts(experts: torch.nn.Module) -> Tuple[torch.Tensor, torch.Tensor
     if not isinstance(gu, torch.Tensor) or not isinstance(down, torch.Tensor):
         raise _Unsupported("its experts have no fused gate_up_proj / down_proj tensors")
     if any(getattr(experts, a, None) is not None for a in ("gate_up_proj_bias", "down_proj_bias")):
-        raise _Unsupported("expert biases and gpt-oss's clamped SwiGLU need "
-                           "qmoe.MoELayer.from_fused, which this qmoe does not have")
+        raise _Unsupported("its experts have biases (only gpt-oss's are known)")
     if getattr(experts, "is_transposed", False) or not getattr(experts, "is_concatenated", True):
         raise _Unsupported("its experts store gate_up_proj transposed or interleaved")
     if getattr(experts, "has_bias", False) or getattr(experts, "has_post_expert_norm", False):
@@ -133,6 +133,29 @@ def _fused_experts(experts: torch.nn.Module) -> Tuple[torch.Tensor, torch.Tensor
         raise _Unsupported(f"down_proj {list(down.shape)} is not [E, H, I] = {[E, H, I]}")
     gu, down = gu.detach(), down.detach()
     return gu[:, :I], gu[:, I:], down
+
+
+def _gpt_oss_layer(experts: torch.nn.Module, top_k: int, opts: Dict[str, Any]) -> MoELayer:
+    """gpt-oss's experts (gate_up_proj [E, H, 2I] gate/up interleaved, down_proj [E, I, H],
+    biases on both, SwiGLU clamped at `limit` with (up + 1) * gate * sigmoid(alpha * gate)) as a
+    layer with softmax-renormalised top-k gating: the router's softmax over its top-k logits is
+    the renormalised top-k of the softmax over all E."""
+    if type(experts).__name__ != "GptOssExperts":
+        raise _Unsupported(f"{type(experts).__name__} is not gpt-oss's GptOssExperts")
+    if not hasattr(MoELayer, "from_fused"):
+        raise _Unsupported("expert biases and gpt-oss's clamped SwiGLU need "
+                           "qmoe.MoELayer.from_fused, which this qmoe does not have")
+    gu, down = experts.gate_up_proj.detach(), experts.down_proj.detach()
+    _check_tensor(gu, "the experts' weight")
+    alpha, limit = float(experts.alpha), float(experts.limit)
+    if not (alpha > 0 and limit > 0):
+        raise _Unsupported(f"swiglu_alpha {alpha} / swiglu_limit {limit}: qmoe's gpt-oss SwiGLU "
+                           "needs both positive")
+    return MoELayer.from_fused(gu, down, layout="gpt_oss",
+                               gate_up_bias=experts.gate_up_proj_bias.detach(),
+                               down_bias=experts.down_proj_bias.detach(), swiglu_alpha=alpha,
+                               swiglu_limit=limit, top_k=top_k, gating="softmax",
+                               renormalize=True, **opts)
 
 
 def _check_tensor(t: torch.Tensor, what: str) -> None:
@@ -223,6 +246,11 @@ class QmoeMoEBlock(torch.nn.Module):
             if self.routing == "torch":
                 _, scores, ids = self._router(x)
                 out = self.qmoe_layer.forward_routed(x, ids, scores)
+            elif self.returns_scores:  # the block returns its routing weights too
+                logits = self._logits(x)
+                ids, w = self.qmoe_layer.route(logits)
+                out = self.qmoe_layer.forward_routed(x, ids, w)
+                scores = w.to(logits.dtype)
             else:
                 out = self.qmoe_layer(x, self._logits(x))
             if self.shared_name is not None:
@@ -294,6 +322,18 @@ def _top_k(router: torch.nn.Module, E: int) -> int:
 def _patch_block(block: torch.nn.Module, cls: str, opts: Dict[str, Any]):
     """(new module, ReplacedBlock fields) for a known block class."""
     router_name, shared_name, shared_gate_name, returns_scores = _BLOCKS[cls]
+    if cls in _GPT_OSS_BLOCKS:
+        ex = block.experts
+        E, H, I2 = ex.gate_up_proj.shape
+        router = _router_of(block, router_name, E, H)
+        top_k = _top_k(router, E)
+        layer = _gpt_oss_layer(ex, top_k, opts)
+        module = QmoeMoEBlock(layer, router, router_name, routing="qmoe", logits_fp32=False,
+                              shared=None, shared_name=None, shared_gate=None,
+                              shared_gate_name=None, returns_scores=True, replaced=cls)
+        return module, dict(kind="block", routing="qmoe", shared="none", num_experts=E,
+                            top_k=top_k, hidden_size=H, intermediate_size=I2 // 2,
+                            weight_bytes=layer.nbytes)
     gate, up, down = _fused_experts(block.experts)
     E, I, H = gate.shape
     _check_tensor(gate, "the experts' weight")

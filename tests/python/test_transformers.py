@@ -47,6 +47,8 @@ ARCHS = {
         n_routed_experts=E, num_experts_per_tok=K, n_group=4, topk_group=2, n_shared_experts=2,
         norm_topk_prob=False, routed_scaling_factor=2.5, first_k_dense_replace=0,
         kv_lora_rank=16, q_lora_rank=32, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=32)),
+    "gpt_oss": ("GptOssConfig", dict(intermediate_size=I, num_local_experts=E,
+                                     num_experts_per_tok=K, head_dim=32)),
     "mixtral": ("MixtralConfig", dict(intermediate_size=I, num_local_experts=E,
                                       num_experts_per_tok=K)),
     "olmoe": ("OlmoeConfig", dict(intermediate_size=I, num_experts=E, num_experts_per_tok=K)),
@@ -131,20 +133,29 @@ def _quant_rows(a):
 class QuantExperts:
     """E SwiGLU experts quantized by qmoe.quantize_experts (ND), run in float64."""
 
-    def __init__(self, gate, up, down, mode, group_size, clip_search):
+    def __init__(self, gate, up, down, mode, group_size, clip_search, gpt_oss=None):
         q = qmoe.quantize_experts(gate, up, down, mode=mode, group_size=group_size,
                                   clip_search=clip_search, weight_format="nd")
         self.I = gate.shape[1]
         self.w13, self.s13 = _int_weights(q.gate_up_weight, mode), np.asarray(q.gate_up_scale)
         self.w2, self.s2 = _int_weights(q.down_weight, mode), np.asarray(q.down_scale)
+        self.gpt_oss = gpt_oss  # (gate bias, up bias [E, I], down bias [E, H], alpha, limit)
 
     def run(self, e, x):
         """Expert e on rows x [R, H] (float64): [R, H]."""
         xq, xs = _quant_rows(x)
         gu = _dequant_matmul(xq, self.w13[e], self.s13[e]) * xs[:, None]
-        h = _silu(gu[:, :self.I]) * gu[:, self.I:]
+        a, lin = gu[:, :self.I], gu[:, self.I:]
+        if self.gpt_oss is None:
+            h = _silu(a) * lin
+        else:  # gpt-oss: biases, gate clamped above, up clamped both ways, (up + 1) * glu
+            gb, ub, _, alpha, limit = self.gpt_oss
+            a = np.minimum(a + gb[e], limit)
+            lin = np.clip(lin + ub[e], -limit, limit)
+            h = a / (1.0 + np.exp(-alpha * a)) * (lin + 1.0)
         hq, hs = _quant_rows(h)
-        return _dequant_matmul(hq, self.w2[e], self.s2[e]) * hs[:, None]
+        y = _dequant_matmul(hq, self.w2[e], self.s2[e]) * hs[:, None]
+        return y if self.gpt_oss is None else y + self.gpt_oss[2][e]
 
 
 def _np(t):
@@ -154,10 +165,20 @@ def _np(t):
 def _reference(block, x, ids, wts, mode, group_size, clip_search):
     """The patched block's output in float64, from transformers' routing (ids, wts [T, k])."""
     ex = block.experts
-    Ii = ex.down_proj.shape[2]
-    gu = ex.gate_up_proj.detach().float()
-    experts = QuantExperts(gu[:, :Ii], gu[:, Ii:], ex.down_proj.detach().float(), mode,
-                           group_size, clip_search)
+    if hasattr(ex, "gate_up_proj_bias"):  # gpt-oss: [E, H, 2I] interleaved, down [E, I, H]
+        gu, b = ex.gate_up_proj.detach().float(), _np(ex.gate_up_proj_bias)
+        Ii = gu.shape[2] // 2
+        experts = QuantExperts(gu[:, :, 0::2].transpose(1, 2).contiguous(),
+                               gu[:, :, 1::2].transpose(1, 2).contiguous(),
+                               ex.down_proj.detach().float().transpose(1, 2).contiguous(), mode,
+                               group_size, clip_search,
+                               gpt_oss=(b[:, 0::2], b[:, 1::2], _np(ex.down_proj_bias),
+                                        float(ex.alpha), float(ex.limit)))
+    else:
+        Ii = ex.down_proj.shape[2]
+        gu = ex.gate_up_proj.detach().float()
+        experts = QuantExperts(gu[:, :Ii], gu[:, Ii:], ex.down_proj.detach().float(), mode,
+                               group_size, clip_search)
     out = np.zeros(x.shape)
     for t in range(x.shape[0]):
         for j in range(ids.shape[1]):
@@ -222,6 +243,10 @@ def test_patched_block_against_transformers(arch, mode, capsys):
     with torch.no_grad():
         out = new(hidden)
         ref_float = orig(hidden)
+    if isinstance(ref_float, tuple):  # gpt-oss returns its routing weights too
+        (out, scores), (ref_float, t_scores) = out, ref_float
+        assert scores.dtype == t_scores.dtype and scores.shape == t_scores.shape
+        assert np.abs(_sorted_routing(ids, scores)[1] - r_w).max() <= 1e-6
     assert out.shape == hidden.shape and out.dtype == hidden.dtype
     ref = _reference(orig, x2.numpy().astype(np.float64), r_ids, r_w, qmode, group, clip)
     err_sim = _rel(out.reshape(-1, H).numpy(), ref)
@@ -275,23 +300,23 @@ def test_router_logits_are_still_recorded():
 
 
 def test_report_names_what_it_left():
-    """gpt-oss (expert biases, clamped SwiGLU) without MoELayer.from_fused, and a hidden size
-    the layer's rules refuse, are left as they are with the reason."""
-    if hasattr(qmoe.MoELayer, "from_fused"):
-        pytest.skip("this qmoe has MoELayer.from_fused: gpt-oss is patched")
-    cfg = getattr(transformers, "GptOssConfig", None)
+    """Llama 4's experts (not transformers' standard fused SwiGLU module) are left as they are,
+    with the reason, and nothing in the model changes."""
+    cfg = getattr(transformers, "Llama4TextConfig", None)
     if cfg is None:
-        pytest.skip(f"transformers {transformers.__version__} has no GptOssConfig")
+        pytest.skip(f"transformers {transformers.__version__} has no Llama4TextConfig")
     model = transformers.AutoModelForCausalLM.from_config(
-        cfg(**COMMON, num_key_value_heads=2, intermediate_size=I, num_local_experts=E, num_experts_per_tok=K,
-            head_dim=32)).eval()
+        cfg(**COMMON, num_key_value_heads=2, intermediate_size=I, intermediate_size_mlp=I,
+            num_local_experts=E, num_experts_per_tok=1, head_dim=32)).eval()
     before = {n: type(m) for n, m in model.named_modules()}
     report = qt.patch(model)
     assert report.replaced == []
-    assert [s.name for s in report.skipped] == ["model.layers.0.mlp", "model.layers.1.mlp"]
-    assert all("from_fused" in s.reason for s in report.skipped)
+    assert [s.name for s in report.skipped] == ["model.layers.0.feed_forward",
+                                                "model.layers.1.feed_forward"]
+    assert all("Llama4TextExperts is not transformers' standard experts module" in s.reason
+               for s in report.skipped)
     assert {n: type(m) for n, m in model.named_modules()} == before
-    assert "left model.layers.0.mlp (GptOssMLP)" in str(report)
+    assert "left model.layers.0.feed_forward (Llama4TextMoe)" in str(report)
 
 
 def test_refused_shape_is_reported():
