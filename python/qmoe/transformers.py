@@ -121,9 +121,9 @@ def _fused_experts(experts: torch.nn.Module) -> Tuple[torch.Tensor, torch.Tensor
             "_default_apply_gate":
         raise _Unsupported(f"{type(experts).__name__} is not transformers' standard experts "
                            "module (@use_experts_implementation with act(gate) * up)")
-    if not _is_silu(getattr(experts, "act_fn", None)):
-        raise _Unsupported(f"its experts' activation is {type(getattr(experts, 'act_fn', None)).__name__}"
-                           ", not SiLU (SwiGLU)")
+    act = getattr(experts, "act_fn", None)
+    if not _is_silu(act):
+        raise _Unsupported(f"its experts' activation is {type(act).__name__}, not SiLU (SwiGLU)")
     if gu.ndim != 3 or down.ndim != 3 or gu.shape[1] % 2:
         raise _Unsupported(f"gate_up_proj {list(gu.shape)} / down_proj {list(down.shape)} are "
                            "not [E, 2I, H] / [E, H, I]")
@@ -441,8 +441,9 @@ def patch(model: torch.nn.Module, mode: str = "a8w8", group_size: Optional[int] 
         if isinstance(mod, PatchedBlock):
             continue
         experts = getattr(mod, "experts", None)
-        if isinstance(experts, torch.nn.Module) and not isinstance(experts, PatchedBlock) and (
-                any(isinstance(getattr(mod, r, None), torch.nn.Module) for r in ("gate", "router"))):
+        routed = any(isinstance(getattr(mod, r, None), torch.nn.Module) for r in ("gate", "router"))
+        if isinstance(experts, torch.nn.Module) and not isinstance(experts, PatchedBlock) \
+                and routed:
             found.append((name, mod))
     with torch.no_grad():
         for name, mod in found:

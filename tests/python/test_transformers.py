@@ -56,7 +56,8 @@ ARCHS = {
                                          shared_expert_intermediate_size=2 * I, num_experts=E,
                                          num_experts_per_tok=K, norm_topk_prob=True)),
     "deepseek_v3": ("DeepseekV3Config", dict(moe_intermediate_size=I, intermediate_size=2 * I,
-                                             num_key_value_heads=4, n_routed_experts=E, num_experts_per_tok=K,
+                                             num_key_value_heads=4, n_routed_experts=E,
+                                             num_experts_per_tok=K,
                                              n_group=4, topk_group=2, n_shared_experts=1,
                                              routed_scaling_factor=2.5, first_k_dense_replace=0,
                                              kv_lora_rank=16, q_lora_rank=32,
@@ -400,3 +401,23 @@ def test_other_architectures_experts_only(arch):
         gen = model.generate(torch.tensor([[1, 2, 3]]), max_new_tokens=32, min_new_tokens=32,
                              do_sample=False)
     assert gen.shape == (1, 35)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_hidden_states_are_read_in_place(dtype, monkeypatch):
+    """A contiguous CPU hidden-state tensor reaches the layer as a view of its own memory."""
+    model = _model("qwen3_moe", dtype=dtype)
+    qt.patch(model)
+    seen = []
+    run = qmoe.MoELayer._run
+
+    def spy(self, x, *rest):
+        seen.append(x.ctypes.data)
+        return run(self, x, *rest)
+
+    monkeypatch.setattr(qmoe.MoELayer, "_run", spy)
+    hidden = torch.randn(2, 5, H).to(dtype)
+    with torch.no_grad():
+        out = model.model.layers[0].mlp(hidden)
+    assert seen == [hidden.data_ptr()]
+    assert out.dtype == dtype and out.shape == hidden.shape
