@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 import torch.nn.functional as F
 
+from . import _lib
 from ._arrays import invalid
 from ._errors import QmoeError
 from ._moe_layer import MoELayer
@@ -449,6 +450,9 @@ def patch(model: torch.nn.Module, mode: str = "a8w8", group_size: Optional[int] 
         for name, mod in found:
             cls = type(mod).__name__
             try:
+                if cls in _BLOCKS and not name:
+                    raise _Unsupported("it is the module given: pass the model (or a module) "
+                                       "that contains it, so it can be replaced there")
                 if cls in _BLOCKS:
                     new, fields = _patch_block(mod, cls, opts)
                     _set_child(model, name, new)
@@ -458,7 +462,10 @@ def patch(model: torch.nn.Module, mode: str = "a8w8", group_size: Optional[int] 
             except _Unsupported as why:
                 report.skipped.append(SkippedBlock(name, cls, str(why)))
                 continue
-            except QmoeError as err:  # a shape the layer's rules refuse (e.g. H % 16)
+            except QmoeError as err:
+                if err.code != _lib.ERR_PARAM_INVALID:  # out of memory: not the block's fault
+                    raise
+                # a shape or option the layer's rules refuse (a group_size not dividing H)
                 report.skipped.append(SkippedBlock(name, cls, f"qmoe refused it: {err.message}"))
                 continue
             report.replaced.append(ReplacedBlock(name=name, block=cls, **fields))

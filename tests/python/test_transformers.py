@@ -421,3 +421,12 @@ def test_hidden_states_are_read_in_place(dtype, monkeypatch):
         out = model.model.layers[0].mlp(hidden)
     assert seen == [hidden.data_ptr()]
     assert out.dtype == dtype and out.shape == hidden.shape
+
+
+def test_a_block_given_alone_is_left_with_the_reason():
+    model = _model("qwen3_moe")
+    block = model.model.layers[0].mlp
+    report = qt.patch(block)
+    assert report.replaced == [] and len(report.skipped) == 1
+    assert report.skipped[0].name == "" and "contains it" in report.skipped[0].reason
+    assert model.model.layers[0].mlp is block
