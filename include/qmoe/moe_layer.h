@@ -177,8 +177,9 @@ QMOE_API qmoe_status qmoe_moe_layer_create_shard(const qmoe_moe_layer_config *co
                                                  const qmoe_tensor *w2_scale,
                                                  qmoe_moe_layer **layer);
 
-/* The configuration the layer was made with (shared_gate/up/down NULL, correction_bias the
- * layer's copy); the routed experts it holds (E for a whole layer) and the id of held expert i
+/* The configuration the layer was made with (shared_gate/up/down NULL; correction_bias,
+ * shared_expert_gate, gate_up_bias and down_bias the layer's float32 copies, the biases with a
+ * zero row per shared chunk after the E experts'); the routed experts it holds (E for a whole layer) and the id of held expert i
  * (-1 out of range or for NULL). */
 QMOE_API qmoe_status qmoe_moe_layer_config_of(const qmoe_moe_layer *layer,
                                                qmoe_moe_layer_config *config);

@@ -19,6 +19,8 @@ ArrayLike = Any
 
 _MODES = {"a8w8": 0, "a8w4": 1}
 _GATINGS = {"softmax": 0, "sigmoid": 1}
+_DTYPE_NAMES = {_lib.DTYPE_FLOAT32: "float32", _lib.DTYPE_FLOAT16: "float16",
+                _lib.DTYPE_BFLOAT16: "bfloat16"}
 
 
 class _LayerConfig(ctypes.Structure):
@@ -151,9 +153,11 @@ def _bias_like(obj: Optional[ArrayLike], name: str, shape: Tuple[int, int],
     if obj is None:
         return None
     arr, bcode = _float_view(obj[None] if getattr(obj, "ndim", 0) == 2 else obj, name)
-    if arr.shape != (1,) + tuple(shape) or bcode != code:
-        raise invalid(f"{name}: shape {list(arr.shape[1:])} ({arr.dtype}); expected "
-                      f"{list(shape)} in the experts' dtype")
+    if arr.shape != (1,) + tuple(shape):
+        raise invalid(f"{name}: shape {list(arr.shape[1:])}; expected {list(shape)}")
+    if bcode != code:
+        raise invalid(f"{name}: dtype {_DTYPE_NAMES[bcode]} differs from the experts' "
+                      f"{_DTYPE_NAMES[code]}")
     return np.ascontiguousarray(_float_ready(arr, code)[0])
 
 

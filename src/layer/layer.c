@@ -57,7 +57,8 @@ static int layout(const qmoe_moe_layer_config *c, int64_t T, qmoe_dtype dtype,
              qmoe_mul_i64(A, c->intermediate_size, &bytes[B_HQ]) && qmoe_mul_i64(A, 4, &bytes[B_HS]) &&
              qmoe_mul_i64(A, c->hidden_size, &bytes[B_DOWN]) &&
              qmoe_mul_i64(bytes[B_DOWN], (int64_t)dtype_bytes(dtype), &bytes[B_DOWN]) &&
-             qmoe_mul_i64(T0 * c->num_experts, moe_layer_gate_path(c) == MOE_GATE_RAW ? 4 : 0, &bytes[B_NORM]);
+             qmoe_mul_i64(T0, c->num_experts, &bytes[B_NORM]) &&
+             qmoe_mul_i64(bytes[B_NORM], moe_layer_gate_path(c) == MOE_GATE_RAW ? 4 : 0, &bytes[B_NORM]);
     if (!ok) return 0;
     int64_t at = 0;
     for (int i = 0; i < B_OPS; i++) {
@@ -143,7 +144,8 @@ static qmoe_status copy_bias(const void *in, int64_t E, int64_t m, int64_t n, fl
     *out = NULL;
     if (!in) return QMOE_OK;
     int64_t rows = E + m, cnt;
-    if (!qmoe_mul_i64(rows, n, &cnt) || !(*out = calloc((size_t)cnt, sizeof(float))))
+    if (!qmoe_mul_i64(rows, n, &cnt) || !qmoe_mul_i64(cnt, (int64_t)sizeof(float), &(int64_t){0}) ||
+        !(*out = calloc((size_t)cnt, sizeof(float))))
         return qmoe_fail(QMOE_ERR_INNER, OP ": out of memory");
     memcpy(*out, in, (size_t)(E * n) * sizeof(float));
     return QMOE_OK;
@@ -276,12 +278,16 @@ qmoe_status moe_layer_check_float_args(const qmoe_moe_layer_config *config, qmoe
     return QMOE_OK;
 }
 
-/* n values of a float dtype as float32 (NULL in: *out NULL). */
-static qmoe_status float_copy(const void *in, qmoe_dtype d, int64_t n, float **out)
+/* rows x cols values of a float dtype as float32 (NULL in: *out NULL). */
+static qmoe_status float_copy(const void *in, qmoe_dtype d, int64_t rows, int64_t cols, float **out)
 {
+    int64_t n;
     *out = NULL;
     if (!in) return QMOE_OK;
-    if (!(*out = malloc((size_t)n * sizeof(float)))) return qmoe_fail(QMOE_ERR_INNER, OP ": out of memory");
+    if (!qmoe_mul_i64(rows, cols, &n) || !qmoe_mul_i64(n, (int64_t)sizeof(float), &(int64_t){0}) ||
+        !(*out = malloc((size_t)n * sizeof(float))))
+        return qmoe_fail(QMOE_ERR_INNER, OP ": out of memory for a bias of %lld x %lld", (long long)rows,
+                         (long long)cols);
     for (int64_t i = 0; i < n; i++)
         (*out)[i] = d == QMOE_DTYPE_FLOAT32   ? ((const float *)in)[i]
                     : d == QMOE_DTYPE_FLOAT16 ? qmoe_f16_to_f32(((const uint16_t *)in)[i])
@@ -348,8 +354,8 @@ qmoe_status qmoe_moe_layer_create_from_float(const qmoe_moe_layer_config *config
         c.shared_expert_gate = sgate;
     }
     float *gub = NULL, *db = NULL;
-    if ((st = float_copy(c.gate_up_bias, dtype, c.num_experts * 2 * I, &gub)) ||
-        (st = float_copy(c.down_bias, dtype, c.num_experts * H, &db))) {
+    if ((st = float_copy(c.gate_up_bias, dtype, c.num_experts, 2 * I, &gub)) ||
+        (st = float_copy(c.down_bias, dtype, c.num_experts, H, &db))) {
         free(pg), free(pu), free(pd), free(chunks), free(sgate), free(gub);
         return st;
     }
