@@ -5,6 +5,7 @@ the C library (the GIL is released while it runs: ctypes drops it around the cal
 from __future__ import annotations
 
 import ctypes
+import threading
 from ctypes import POINTER, c_double, c_float, c_int, c_int64, c_uint32, c_uint64, c_void_p
 from typing import Any, Optional, Tuple
 
@@ -234,7 +235,8 @@ class MoELayer(_lib.Owned):
     ``layer(hidden [T, H], router_logits [T, E]) -> out [T, H]`` (hidden's dtype: float32,
     float16 or bfloat16; NumPy arrays or PyTorch CPU tensors, the output of the same kind), or
     :meth:`forward_routed` with precomputed top-k ids and weights. Safe to call from several
-    Python threads at once (each call has its own workspace); :meth:`close` waits for the calls
+    Python threads at once (each thread keeps its own workspace, grown as needed and reused, so
+    repeated calls do not fault fresh pages in); :meth:`close` waits for the calls
     in flight, and a call after it raises :class:`QmoeError` (161001).
     """
 
@@ -245,6 +247,7 @@ class MoELayer(_lib.Owned):
         self.num_experts = int(config.num_experts)
         self.top_k = int(config.top_k)
         self._bias = bias
+        self._workspaces = threading.local()
 
     @classmethod
     def from_float(cls, gate: ArrayLike, up: ArrayLike, down: ArrayLike, *, top_k: int,
@@ -405,9 +408,7 @@ class MoELayer(_lib.Owned):
         with self._use() as handle, Tensors() as ts:
             size = c_uint64()
             _lib.check(_lib.lib.qmoe_moe_layer_workspace_size(handle, T, code, ctypes.byref(size)))
-            raw = np.empty(size.value + 64, np.uint8)
-            skip = (-raw.ctypes.data) % 64
-            ws = raw[skip:skip + size.value]
+            ws = self._workspace(size.value)
             th = ts.create(x, code)
             to = ts.create(out, code)
             wsp = ws.ctypes.data if size.value else None
@@ -421,6 +422,19 @@ class MoELayer(_lib.Owned):
                 _lib.check(_lib.lib.qmoe_moe_layer_forward(handle, th, tl, to, wsp, size.value,
                                                            None))
         return _wrap(out, wrap)
+
+    def _workspace(self, size: int) -> np.ndarray:
+        # One buffer per calling thread, kept: a fresh one per call costs its page faults at
+        # every forward (tens of MB at T = 512), which is as much as the experts' work at T = 1.
+        raw = getattr(self._workspaces, "raw", None)
+        if raw is None or raw.size < size + 64:
+            try:
+                raw = np.empty(size + 64, np.uint8)
+            except MemoryError as exc:
+                raise _lib_oom(f"a workspace of {size} bytes") from exc
+            self._workspaces.raw = raw
+        skip = (-raw.ctypes.data) % 64
+        return raw[skip:skip + size]
 
     def __call__(self, hidden: ArrayLike, router_logits: ArrayLike) -> Any:
         """out [T, H] = the layer applied to hidden [T, H] routed by router_logits [T, E]."""
@@ -471,6 +485,7 @@ class MoELayer(_lib.Owned):
 
     def _destroy(self, handle: c_void_p) -> None:
         _lib.lib.qmoe_moe_layer_destroy(handle)
+        self._workspaces = threading.local()  # every thread's buffer goes with the layer
 
     def __repr__(self) -> str:
         return (f"MoELayer(H={self.hidden_size}, I={self.intermediate_size}, E={self.num_experts}, "

@@ -220,3 +220,34 @@ def test_ctypes_config_matches_the_header():
     assert fields == [f[0] for f in _moe_layer._LayerConfig._fields_]
     gatings = dict(re.findall(r"QMOE_MOE_GATING_(\w+) = (\d+)", text))
     assert {k.lower(): int(v) for k, v in gatings.items()} == _moe_layer._GATINGS
+
+
+def test_repeated_calls_reuse_the_workspace():
+    """A second forward of the same shape on the same thread allocates no new workspace (a fresh
+    one per call faults its pages in at every forward), gives the same bits, and another thread
+    gets a workspace of its own."""
+    import tracemalloc
+
+    T, H, I, E, K = 256, 512, 256, 8, 2
+    rng = np.random.default_rng(21)
+    gate, up, down = experts(E, I, H, seed=22)
+    layer = qmoe.MoELayer.from_float(gate, up, down, top_k=K)
+    hidden = rng.standard_normal((T, H)).astype(F32)
+    logits = rng.standard_normal((T, E)).astype(F32)
+    first = layer(hidden, logits)
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        again = layer(hidden, logits)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    np.testing.assert_array_equal(first, again)
+    # the output (T x H float32) and small objects only: well under the workspace
+    assert peak < 2 * hidden.nbytes, f"a repeated forward allocated {peak} bytes"
+    other = {}
+    th = threading.Thread(target=lambda: other.setdefault("out", layer(hidden, logits)))
+    th.start()
+    th.join()
+    np.testing.assert_array_equal(first, other["out"])
+    layer.close()
