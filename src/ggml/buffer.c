@@ -43,7 +43,8 @@ static size_t offset_of(const qg_buffer *b, const struct ggml_tensor *t)
 
 static int whole_weight(const struct ggml_tensor *t)
 {
-    return qg_type_supported(t->type) && t->ne[0] % QG_QK == 0 && t->ne[1] > 1;
+    const qg_format *f = qg_format_of(t->type);
+    return f && t->ne[0] % f->blk == 0 && t->ne[1] > 1;
 }
 
 static void buf_memset(ggml_backend_buffer_t buffer, struct ggml_tensor *t, uint8_t value,

@@ -4,7 +4,8 @@
  *   MUL_MAT_ID: as [K, N, E], b [K, B1, T], ids int32 [n_used, T],
  *               dst[:, i, t] = as[ids[i, t]] . b[:, i % B1, t]
  *   MUL_MAT:    a [K, N, A2, A3], b [K, M, B2, B3], dst[:, m, i2, i3] = a[i2 / (B2/A2), i3 / (B3/A3)] . b[:, m, i2, i3]
- * Plans are made once per shape (row count) and kept; every run binds that run's data. */
+ * Plans are made once per shape (row count) and kept; every run binds that run's data.
+ * q4_K / q5_K: their dmin·m term is added after the matmul from each row's int8 group sums. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,10 +38,11 @@ int qg_supports_matmul(const struct ggml_tensor *op)
     if (b->type != GGML_TYPE_F32 &&
         ((b->type != GGML_TYPE_F16 && b->type != GGML_TYPE_BF16) || b->nb[0] != ggml_type_size(b->type)))
         return 0;
-    if (!qg_type_supported(a->type) || a->ne[0] % QG_QK) return 0;
+    const qg_format *f = qg_format_of(a->type);
+    if (!f || a->ne[0] % f->blk) return 0;
     if (a->nb[0] != ggml_type_size(a->type) || op->nb[0] != sizeof(float)) return 0;
     /* qmoe's K limits (A8W8 K < 65536, A8W4 K < 20000): by the weight's shape, never the batch */
-    if (a->ne[0] >= (a->type == GGML_TYPE_Q4_0 ? 20000 : 65536)) return 0;
+    if (a->ne[0] >= (f->int4 ? 20000 : 65536)) return 0;
     if (op->op == GGML_OP_MUL_MAT_ID) {
         const struct ggml_tensor *ids = op->src[2];
         if (!ids || ids->type != GGML_TYPE_I32 || a->ne[3] != 1 || b->ne[3] != 1 ||
@@ -75,7 +77,7 @@ void qg_context_release(qg_context *ctx)
     qmoe_device_destroy(ctx->device);
     ctx->stream = NULL;
     ctx->device = NULL;
-    for (int i = 0; i < 8; i++) {
+    for (int i = 0; i < QG_S_SLOTS; i++) {
         free(ctx->scratch[i]);
         ctx->scratch[i] = NULL;
         ctx->cap[i] = 0;
@@ -226,6 +228,49 @@ static int bytes3(int64_t a, int64_t b, size_t c, size_t *out)
     return 1;
 }
 
+/* The K-quants' min term: value (k, n) of matrix e is s_j (q - c) + (c d sc_j - dmin m_j) for
+ * sub-block j = k / 32 of super-block b = k / 256, and the matmul computed the first part. So
+ * row r adds xs[r] * sum_b (c d_b t1_b - dmin_b t2_b) with t1_b = sum_{j in b} xsum_j sc_j and
+ * t2_b = sum_{j in b} xsum_j m_j, xsum_j the sum of the row's int8 values over sub-block j: the
+ * int8 activations the matmul used, so the weights stay exact. xsum (|.| <= 32 * 128), the 6-bit
+ * codes and the t's (< 2^22) are integers held exactly in float. */
+static void add_min_term(const qg_weight *w, const int64_t *start, const int8_t *xq,
+                         const float *xs, float *y, int64_t Np, float *tmp)
+{
+    const int64_t K = w->K, N = w->N, J = K / 32, nb = K / 256;
+    const float c = (float)w->fmt->c;
+    float *xsum = tmp, *acc = tmp + J, *t1 = acc + N, *t2 = t1 + N;
+    for (int64_t e = 0; e < w->E; e++) {
+        for (int64_t r = start[e]; r < start[e + 1]; r++) {
+            const int8_t *x = xq + (size_t)r * (size_t)K;
+            for (int64_t j = 0; j < J; j++) {
+                int32_t sum = 0;
+                for (int k = 0; k < 32; k++) sum += x[j * 32 + k];
+                xsum[j] = (float)sum;
+            }
+            for (int64_t n = 0; n < N; n++) acc[n] = 0;
+            for (int64_t b = 0; b < nb; b++) {
+                for (int64_t n = 0; n < N; n++) t1[n] = t2[n] = 0;
+                for (int64_t j = b * 8; j < b * 8 + 8; j++) {
+                    const float xj = xsum[j];
+                    if (xj == 0) continue;
+                    const uint8_t *sc = w->ksc + ((size_t)e * (size_t)J + (size_t)j) * (size_t)N;
+                    const uint8_t *mn = w->kmn + ((size_t)e * (size_t)J + (size_t)j) * (size_t)N;
+                    for (int64_t n = 0; n < N; n++) {
+                        t1[n] += xj * (float)sc[n];
+                        t2[n] += xj * (float)mn[n];
+                    }
+                }
+                const uint16_t *d = w->kd + ((size_t)e * (size_t)nb + (size_t)b) * (size_t)N;
+                const uint16_t *dm = w->kdmin + ((size_t)e * (size_t)nb + (size_t)b) * (size_t)N;
+                for (int64_t n = 0; n < N; n++) acc[n] += c * qg_half(d[n]) * t1[n] - qg_half(dm[n]) * t2[n];
+            }
+            float *yr = y + (size_t)r * (size_t)Np;
+            for (int64_t n = 0; n < N; n++) yr[n] += xs[r] * acc[n];
+        }
+    }
+}
+
 static enum ggml_status failed(const char *what)
 {
     qg_log_error(what);
@@ -237,7 +282,7 @@ enum ggml_status qg_compute_matmul(qg_context *ctx, struct ggml_tensor *node)
     const struct ggml_tensor *a = node->src[0], *b = node->src[1];
     if (!qg_supports_matmul(node) || !qg_buffer_holds_data(a->buffer)) {
         qmoe_error_set(QMOE_ERR_PARAM_INVALID, QMOE_RULE_UNSUPPORTED, "weight",
-                       "the node's weight is not a q8_0 / q4_0 tensor in a QMOE buffer");
+                       "the node's weight is not a tensor of a taken type in a QMOE buffer");
         return failed(ggml_op_desc(node));
     }
     int threads = ctx->n_threads > 0 ? ctx->n_threads : qmoe_device_online_cores();
@@ -260,7 +305,9 @@ enum ggml_status qg_compute_matmul(qg_context *ctx, struct ggml_tensor *node)
     int8_t *xq = grow(ctx, QG_S_XQ, nx / sizeof(float));
     float *xs = grow(ctx, QG_S_XS, fR * sizeof(float));
     float *y = grow(ctx, QG_S_Y, ny);
-    if (!rows || !perm || !counts || !x || !xq || !xs || !y) {
+    /* K / 32 + 3 N floats: below R * K + R * Np floats, which fit (checked above) */
+    float *mt = w->fmt->c ? grow(ctx, QG_S_MIN, ((size_t)K / 32 + 3 * (size_t)N) * sizeof(float)) : NULL;
+    if (!rows || !perm || !counts || !x || !xq || !xs || !y || (w->fmt->c && !mt)) {
         qmoe_error_set(QMOE_ERR_INNER, QMOE_RULE_NONE, "", "out of memory for the activations");
         return failed(ggml_op_desc(node));
     }
@@ -317,6 +364,7 @@ enum ggml_status qg_compute_matmul(qg_context *ctx, struct ggml_tensor *node)
         }
     }
     if (qmoe_stream_synchronize(ctx->stream)) return failed("running the grouped matmul");
+    if (w->fmt->c) add_min_term(w, start, xq, xs, y, Np, mt);
     for (int64_t r = 0; r < R; r++)
         memcpy(rows[perm[r]].dst, y + (size_t)r * (size_t)Np, (size_t)N * sizeof(float));
     return GGML_STATUS_SUCCESS;

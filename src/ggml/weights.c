@@ -1,7 +1,8 @@
-/* A ggml weight tensor (q8_0 / q4_0, [K, N, ne2, ne3]) as qmoe prepacked weights: each matrix
- * e = (i2, i3) is one qmoe expert with W[e][k][n] = the integer of value (k, n) and
- * scale[e][k / 32][n] = its block's fp16 scale (A8W8 per group for q8_0, A8W4 per group for
- * q4_0). Matrices past qmoe's expert limit and columns past its N limit go to further chunks. */
+/* A ggml weight tensor ([K, N, ne2, ne3] of a type convert.c decodes) as qmoe prepacked weights:
+ * each matrix e = (i2, i3) is one qmoe expert with W[e][k][n] = the integer of value (k, n) and
+ * scale[e][k / gs][n] = its group's scale (A8W4 per group for q4_0 / q4_K, A8W8 per group for
+ * the others), and beside it what the integers do not hold (qg_weight's side arrays). Matrices
+ * past qmoe's expert limit and columns past its N limit go to further chunks. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,45 +25,64 @@ static qmoe_status tensor3(const int64_t *shape, int ndim, qmoe_dtype dt, void *
 }
 
 /* Integers and scales of the chunk's matrices and columns, laid out [ne, K, ncp] and
- * [ne, K/32, ncp] (the pad column stays zero). */
+ * [ne, G, ncp] (the pad column stays zero); the side bytes go to the weight's arrays. */
 static void gather(const qg_weight *w, const qg_chunk *c, int8_t *vals, float *scales,
-                   int8_t *rowq, float *rowd)
+                   int8_t *rowq, float *rowd, uint8_t *rows)
 {
-    const int64_t K = w->K, G = K / QG_QK, ncp = c->nc + c->pad;
+    const qg_format *f = w->fmt;
+    const int64_t K = w->K, G = w->G, ncp = c->nc + c->pad, nb = K / f->blk, N = w->N;
     for (int64_t e = 0; e < c->ne; e++) {
         int64_t m = c->e0 + e, i2 = m % w->ne[2], i3 = m / w->ne[2];
         for (int64_t n = 0; n < c->nc; n++) {
-            const uint8_t *row = w->data + (size_t)(c->n0 + n) * w->nb[1] + (size_t)i2 * w->nb[2] +
+            int64_t gn = c->n0 + n;
+            const uint8_t *row = w->data + (size_t)gn * w->nb[1] + (size_t)i2 * w->nb[2] +
                                  (size_t)i3 * w->nb[3];
-            qg_decode_row(w->type, row, K, rowq, rowd);
+            uint8_t *side = w->side ? w->side + ((size_t)m * (size_t)N + (size_t)gn) * (size_t)(nb * f->side)
+                                    : rows;
+            qg_decode_row(w->type, row, K, rowq, rowd, side);
             int8_t *v = vals + (size_t)e * (size_t)K * (size_t)ncp + (size_t)n;
             for (int64_t k = 0; k < K; k++) v[(size_t)k * (size_t)ncp] = rowq[k];
             float *s = scales + (size_t)e * (size_t)G * (size_t)ncp + (size_t)n;
             for (int64_t g = 0; g < G; g++) s[(size_t)g * (size_t)ncp] = rowd[g];
+            if (w->side) continue;
+            for (int64_t b = 0; b < nb; b++) { /* q4_K / q5_K: d, dmin, 12 bytes of codes */
+                const uint8_t *sb = rows + b * 16;
+                size_t at = ((size_t)m * (size_t)nb + (size_t)b) * (size_t)N + (size_t)gn;
+                memcpy(&w->kd[at], sb, 2);
+                memcpy(&w->kdmin[at], sb + 2, 2);
+                uint8_t sc[8], mn[8];
+                qg_kq_unpack(sb + 4, sc, mn);
+                for (int j = 0; j < 8; j++) {
+                    size_t aj = ((size_t)m * (size_t)(nb * 8) + (size_t)(b * 8 + j)) * (size_t)N + (size_t)gn;
+                    w->ksc[aj] = sc[j];
+                    w->kmn[aj] = mn[j];
+                }
+            }
         }
     }
 }
 
 static qmoe_status build_chunk(const qg_weight *w, qg_chunk *c)
 {
-    const int64_t K = w->K, G = K / QG_QK, ncp = c->nc + c->pad;
-    const int a8w4 = w->type == GGML_TYPE_Q4_0;
+    const int64_t K = w->K, G = w->G, ncp = c->nc + c->pad;
+    const int a8w4 = w->fmt->int4;
     size_t nv, ns, nbias;
     if (!mul3(c->ne, K, ncp, &nv) || !mul3(c->ne, G, ncp, &ns) || !mul3(c->ne, 1, ncp, &nbias))
         return qmoe_error_set(QMOE_ERR_PARAM_INVALID, QMOE_RULE_LIMIT, "weight",
                               "ggml-qmoe: the weight's size overflows");
     int8_t *vals = calloc(nv ? nv : 1, 1), *rowq = malloc((size_t)K);
     float *scales = calloc(ns ? ns : 1, sizeof(float)), *rowd = malloc((size_t)G * sizeof(float));
+    uint8_t *rows = malloc((size_t)(K / w->fmt->blk * w->fmt->side));
     float *bias = a8w4 ? calloc(nbias ? nbias : 1, sizeof(float)) : NULL;
     uint8_t *packed = a8w4 ? malloc(nv / 2 + 1) : NULL;
     qmoe_tensor *tw = NULL, *ts = NULL, *tb = NULL;
     qmoe_status st = QMOE_OK;
-    if (!vals || !rowq || !scales || !rowd || (a8w4 && (!bias || !packed))) {
+    if (!vals || !rowq || !scales || !rowd || !rows || (a8w4 && (!bias || !packed))) {
         st = qmoe_error_set(QMOE_ERR_INNER, QMOE_RULE_NONE, "weight",
                             "ggml-qmoe: out of memory converting a weight");
         goto done;
     }
-    gather(w, c, vals, scales, rowq, rowd);
+    gather(w, c, vals, scales, rowq, rowd, rows);
     int64_t wshape[3] = {c->ne, K, ncp}, sshape[3] = {c->ne, G, ncp}, bshape[2] = {c->ne, ncp};
     if (a8w4) {
         st = qmoe_layout_int4_pack(vals, (int64_t)nv, packed);
@@ -84,16 +104,36 @@ done:
     free(rowq);
     free(scales);
     free(rowd);
+    free(rows);
     free(bias);
     free(packed);
     return st;
 }
 
+/* The side arrays: ggml's sizes bound E * N * (K / blk) * side by the tensor's own bytes. */
+static int alloc_side(qg_weight *w)
+{
+    const qg_format *f = w->fmt;
+    size_t cols = (size_t)w->E * (size_t)w->N, nb = (size_t)(w->K / f->blk);
+    if (f->c == 0) {
+        w->side = malloc(cols * nb * (size_t)f->side + 1);
+    } else {
+        w->ksc = malloc(cols * nb * 8 + 1);
+        w->kmn = malloc(cols * nb * 8 + 1);
+        w->kd = malloc(cols * nb * sizeof(uint16_t) + 1);
+        w->kdmin = malloc(cols * nb * sizeof(uint16_t) + 1);
+    }
+    if (f->c == 0 ? !!w->side : (w->ksc && w->kmn && w->kd && w->kdmin)) return 1;
+    qmoe_error_set(QMOE_ERR_INNER, QMOE_RULE_NONE, "weight", "ggml-qmoe: out of memory");
+    return 0;
+}
+
 qg_weight *qg_weight_build(const struct ggml_tensor *t, size_t lo, size_t hi)
 {
-    if (!qg_type_supported(t->type) || t->ne[0] % QG_QK) {
+    const qg_format *f = qg_format_of(t->type);
+    if (!f || t->ne[0] % f->blk) {
         qmoe_error_set(QMOE_ERR_PARAM_INVALID, QMOE_RULE_DTYPE, "weight",
-                       "ggml-qmoe: the weight is not q8_0 / q4_0 with whole blocks");
+                       "ggml-qmoe: the weight's type is not taken or its rows are not whole blocks");
         return NULL;
     }
     qg_weight *w = calloc(1, sizeof *w);
@@ -105,6 +145,7 @@ qg_weight *qg_weight_build(const struct ggml_tensor *t, size_t lo, size_t hi)
     w->lo = lo;
     w->hi = hi;
     w->type = t->type;
+    w->fmt = f;
     for (int i = 0; i < 4; i++) {
         w->ne[i] = t->ne[i];
         w->nb[i] = t->nb[i];
@@ -112,12 +153,17 @@ qg_weight *qg_weight_build(const struct ggml_tensor *t, size_t lo, size_t hi)
     w->K = t->ne[0];
     w->N = t->ne[1];
     w->E = t->ne[2] * t->ne[3]; /* ggml's sizes: their product fits in int64 */
+    w->G = w->K / f->gs;
+    if (!alloc_side(w)) {
+        qg_weight_free(w);
+        return NULL;
+    }
     int64_t ec = (w->E + QG_MAX_EXPERTS - 1) / QG_MAX_EXPERTS;
     int64_t nc = (w->N + QG_MAX_COLS - 1) / QG_MAX_COLS;
-    w->nchunks = (int)(ec * nc);
-    w->chunks = calloc((size_t)(w->nchunks ? w->nchunks : 1), sizeof *w->chunks);
+    w->chunks = calloc((size_t)(ec * nc > 0 ? ec * nc : 1), sizeof *w->chunks);
+    w->nchunks = w->chunks ? (int)(ec * nc) : 0;
     if (!w->chunks) {
-        free(w);
+        qg_weight_free(w);
         qmoe_error_set(QMOE_ERR_INNER, QMOE_RULE_NONE, "weight", "ggml-qmoe: out of memory");
         return NULL;
     }
@@ -149,5 +195,10 @@ void qg_weight_free(qg_weight *w)
         qmoe_weights_destroy(c->w);
     }
     free(w->chunks);
+    free(w->side);
+    free(w->ksc);
+    free(w->kmn);
+    free(w->kd);
+    free(w->kdmin);
     free(w);
 }
