@@ -102,6 +102,8 @@ typedef struct qg_weight {
      * in the order the min term's loop reads them (matmul.c) */
     uint8_t *side, *ksc, *kmn;
     uint16_t *kd, *kdmin;
+    int keep_bytes;      /* ggml's bytes must stay: mxfp4 rows with the code -0 */
+    int released;        /* the buffer's whole pages inside [lo, hi) were given back (buffer.c) */
     qg_chunk *chunks;
     int nchunks;
     struct qg_weight *next;
@@ -111,14 +113,21 @@ typedef struct qg_weight {
  * qmoe's message in qmoe_last_error() (qmoe_error_set for the backend's own failures). */
 qg_weight *qg_weight_build(const struct ggml_tensor *t, size_t lo, size_t hi);
 void qg_weight_free(qg_weight *w);
+/* 1 when the weight's rows are its bytes [lo, hi) back to back (a whole tensor, no view). */
+int qg_weight_contiguous(const qg_weight *w);
+/* ggml's bytes of buffer range [a, z) that belong to the (contiguous) weight, regenerated from the
+ * prepacked integers and the side arrays, into out (out[0] is buffer offset a); bytes outside the
+ * weight are not written. QMOE_ERR_INNER when out of memory. */
+qmoe_status qg_weight_encode(const qg_weight *w, size_t a, size_t z, uint8_t *out);
 
 /* ---- the buffer type and buffers (buffer.c) ---- */
 
 typedef struct qg_buffer {
-    uint8_t *base;
-    size_t size;
+    uint8_t *base;      /* anonymous pages, `mapped` bytes */
+    size_t size, mapped;
     pthread_mutex_t lock;
     qg_weight *weights; /* converted weights living in this buffer */
+    void *pending;      /* weights whose bytes are arriving in pieces (buffer.c) */
 } qg_buffer;
 
 ggml_backend_buffer_type_t qg_buffer_type(void);

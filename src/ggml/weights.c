@@ -26,7 +26,7 @@ static qmoe_status tensor3(const int64_t *shape, int ndim, qmoe_dtype dt, void *
 
 /* Integers and scales of the chunk's matrices and columns, laid out [ne, K, ncp] and
  * [ne, G, ncp] (the pad column stays zero); the side bytes go to the weight's arrays. */
-static void gather(const qg_weight *w, const qg_chunk *c, int8_t *vals, float *scales,
+static void gather(qg_weight *w, const qg_chunk *c, int8_t *vals, float *scales,
                    int8_t *rowq, float *rowd, uint8_t *rows)
 {
     const qg_format *f = w->fmt;
@@ -40,6 +40,7 @@ static void gather(const qg_weight *w, const qg_chunk *c, int8_t *vals, float *s
             uint8_t *side = w->side ? w->side + ((size_t)m * (size_t)N + (size_t)gn) * (size_t)(nb * f->side)
                                     : rows;
             qg_decode_row(w->type, row, K, rowq, rowd, side);
+            if (qg_row_has_negative_zero(w->type, row, K)) w->keep_bytes = 1;
             int8_t *v = vals + (size_t)e * (size_t)K * (size_t)ncp + (size_t)n;
             for (int64_t k = 0; k < K; k++) v[(size_t)k * (size_t)ncp] = rowq[k];
             float *s = scales + (size_t)e * (size_t)G * (size_t)ncp + (size_t)n;
@@ -62,7 +63,7 @@ static void gather(const qg_weight *w, const qg_chunk *c, int8_t *vals, float *s
     }
 }
 
-static qmoe_status build_chunk(const qg_weight *w, qg_chunk *c)
+static qmoe_status build_chunk(qg_weight *w, qg_chunk *c)
 {
     const int64_t K = w->K, G = w->G, ncp = c->nc + c->pad;
     const int a8w4 = w->fmt->int4;
@@ -201,4 +202,77 @@ void qg_weight_free(qg_weight *w)
     free(w->kd);
     free(w->kdmin);
     free(w);
+}
+
+int qg_weight_contiguous(const qg_weight *w)
+{
+    size_t row = (size_t)(w->K / w->fmt->blk) * (size_t)w->fmt->bytes;
+    return w->nb[1] == row && w->nb[2] == row * (size_t)w->ne[1] &&
+           w->nb[3] == w->nb[2] * (size_t)w->ne[2] && w->hi - w->lo == w->nb[3] * (size_t)w->ne[3];
+}
+
+/* Side bytes of row (m, n): the kept ones, or q4_K / q5_K's rebuilt from their arrays. */
+static void row_side(const qg_weight *w, int64_t m, int64_t n, uint8_t *out)
+{
+    const int64_t nb = w->K / w->fmt->blk, N = w->N, J = nb * 8;
+    if (w->side) {
+        size_t sz = (size_t)(nb * w->fmt->side);
+        memcpy(out, w->side + ((size_t)m * (size_t)N + (size_t)n) * sz, sz);
+        return;
+    }
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t *sb = out + b * 16, sc[8], mn[8];
+        size_t at = ((size_t)m * (size_t)nb + (size_t)b) * (size_t)N + (size_t)n;
+        memcpy(sb, &w->kd[at], 2);
+        memcpy(sb + 2, &w->kdmin[at], 2);
+        for (int j = 0; j < 8; j++) {
+            size_t aj = ((size_t)m * (size_t)J + (size_t)(b * 8 + j)) * (size_t)N + (size_t)n;
+            sc[j] = w->ksc[aj];
+            mn[j] = w->kmn[aj];
+        }
+        qg_kq_pack(sc, mn, sb + 4);
+    }
+}
+
+qmoe_status qg_weight_encode(const qg_weight *w, size_t a, size_t z, uint8_t *out)
+{
+    const size_t rowb = w->nb[1];
+    const int64_t K = w->K, N = w->N;
+    size_t lo = a > w->lo ? a : w->lo, hi = z < w->hi ? z : w->hi;
+    if (lo >= hi) return QMOE_OK;
+    int64_t r0 = (int64_t)((lo - w->lo) / rowb), r1 = (int64_t)((hi - w->lo - 1) / rowb) + 1;
+    int8_t *vals = NULL, *rowq = malloc((size_t)K);
+    uint8_t *side = malloc((size_t)(K / w->fmt->blk * w->fmt->side)), *row = malloc(rowb);
+    qmoe_status st = rowq && side && row ? QMOE_OK
+                                          : qmoe_error_set(QMOE_ERR_INNER, QMOE_RULE_NONE, "weight",
+                                                           "ggml-qmoe: out of memory reading a weight back");
+    /* rows r0 .. r1 - 1, row r = matrix r / N, column r % N; a chunk's expert unpacked once */
+    for (int i = 0; !st && i < w->nchunks; i++) {
+        const qg_chunk *c = &w->chunks[i];
+        const int64_t ncp = c->nc + c->pad;
+        for (int64_t m = c->e0; !st && m < c->e0 + c->ne; m++) {
+            int64_t n0 = m * N + c->n0, n1 = n0 + c->nc; /* this chunk's rows of matrix m */
+            if (n1 <= r0 || n0 >= r1) continue;
+            if (!vals && !(vals = malloc((size_t)K * (size_t)ncp > 0 ? (size_t)K * (size_t)ncp : 1))) {
+                st = qmoe_error_set(QMOE_ERR_INNER, QMOE_RULE_NONE, "weight",
+                                    "ggml-qmoe: out of memory reading a weight back");
+                break;
+            }
+            if ((st = qmoe_weights_unpack(c->w, m - c->e0, vals))) break;
+            for (int64_t r = n0 > r0 ? n0 : r0; r < (n1 < r1 ? n1 : r1); r++) {
+                int64_t n = r - m * N;
+                for (int64_t k = 0; k < K; k++) rowq[k] = vals[(size_t)k * (size_t)ncp + (size_t)(n - c->n0)];
+                row_side(w, m, n, side);
+                qg_encode_row(w->type, rowq, side, K, row);
+                size_t ra = w->lo + (size_t)r * rowb, s = ra > lo ? ra : lo, e = ra + rowb < hi ? ra + rowb : hi;
+                memcpy(out + (s - a), row + (s - ra), e - s);
+            }
+        }
+        free(vals); /* chunks differ in width */
+        vals = NULL;
+    }
+    free(rowq);
+    free(side);
+    free(row);
+    return st;
 }

@@ -4,7 +4,10 @@
  * MUL_MAT on the device equal an independent double-precision reference of the documented
  * numerics (per-token int8 activations, exact integer dots, the blocks' scales); the weight bytes
  * read back are the ones set; a bad expert id fails the graph with dst untouched. */
+#define _DEFAULT_SOURCE /* mincore */
 #include <dlfcn.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -261,6 +264,79 @@ static void run_case(ggml_backend_t be, ggml_backend_buffer_type_t buft, enum gg
     free_graph(&g);
 }
 
+/* Whole pages of [p, p + n) resident in memory, and how many whole pages there are. */
+static int resident_pages(const void *p, size_t n, int *pages)
+{
+    size_t ps = (size_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = ((uintptr_t)p + ps - 1) / ps * ps, z = ((uintptr_t)p + n) / ps * ps;
+    *pages = z > a ? (int)((z - a) / ps) : 0;
+    if (z <= a) return 0;
+    unsigned char *v = malloc((z - a) / ps);
+    int r = 0;
+    if (v && mincore((void *)a, z - a, v) == 0)
+        for (size_t i = 0; i < (z - a) / ps; i++) r += v[i] & 1;
+    free(v);
+    return r;
+}
+
+/* The buffer keeps one copy: a weight loaded in pieces (out of order) is converted when its last
+ * piece arrives and its pages are given back (none resident); get_tensor still returns its
+ * bytes, regenerated; a later partial write keeps the bytes it does not cover; an mxfp4 weight
+ * holding the code -0 (which its integers cannot tell from +0) keeps its bytes. */
+static void test_one_copy(ggml_backend_buffer_type_t buft, enum ggml_type type, int negzero)
+{
+    struct ggml_init_params ip = {ggml_tensor_overhead() * 4, NULL, true};
+    struct ggml_context *ctx = ggml_init(ip);
+    struct ggml_tensor *t = ggml_new_tensor_3d(ctx, type, 512, 64, 8);
+    ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors_from_buft(ctx, buft);
+    CHECK(buf != NULL);
+    if (!buf) {
+        ggml_free(ctx);
+        return;
+    }
+    ggml_backend_buffer_set_usage(buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+    size_t n = ggml_nbytes(t), a = n / 3 + 7, m = 2 * n / 3 + 1;
+    uint8_t *w = malloc(n), *back = malloc(n), *fresh = malloc(300);
+    random_blocks(type, w, (int64_t)(n / ggml_type_size(type)));
+    if (type == GGML_TYPE_MXFP4) /* codes 8 (-0) become 0, but one when asked for */
+        for (size_t i = 0; i < n; i += 17)
+            for (int j = 1; j < 17; j++) {
+                if ((w[i + j] & 0x0F) == 8) w[i + j] &= 0xF0;
+                if ((w[i + j] >> 4) == 8) w[i + j] &= 0x0F;
+            }
+    if (negzero) w[17 * 40 + 5] = 0x38;
+    int pages, res;
+    ggml_backend_tensor_set(t, w + m, m, n - m);
+    ggml_backend_tensor_set(t, w, 0, a);
+    res = resident_pages(t->data, n, &pages);
+    CHECK_MSG(pages > 10 && res > pages / 2, "%s: pieces written but not resident (%d of %d)",
+              ggml_type_name(type), res, pages);
+    ggml_backend_tensor_set(t, w + a, a, m - a);
+    res = resident_pages(t->data, n, &pages);
+    if (negzero)
+        CHECK_MSG(res == pages, "%s with -0: %d of %d pages resident", ggml_type_name(type), res, pages);
+    else
+        CHECK_MSG(res == 0, "%s: converted, but %d of %d pages still resident", ggml_type_name(type), res, pages);
+    memset(back, 0, n);
+    ggml_backend_tensor_get(t, back, 0, n);
+    CHECK_MSG(memcmp(w, back, n) == 0, "%s: get_tensor after conversion differs", ggml_type_name(type));
+    memset(back, 0, n);
+    ggml_backend_tensor_get(t, back, a, 1000); /* a range that starts inside a row */
+    CHECK_MSG(memcmp(w + a, back, 1000) == 0, "%s: get_tensor of a part differs", ggml_type_name(type));
+    /* a write over part of it: the weight goes, its other bytes stay */
+    random_blocks(type, fresh, 1);
+    memcpy(w + a, fresh, 10);
+    ggml_backend_tensor_set(t, fresh, a, 10);
+    memset(back, 0, n);
+    ggml_backend_tensor_get(t, back, 0, n);
+    CHECK_MSG(memcmp(w, back, n) == 0, "%s: bytes lost by a partial write", ggml_type_name(type));
+    free(w);
+    free(back);
+    free(fresh);
+    ggml_backend_buffer_free(buf);
+    ggml_free(ctx);
+}
+
 /* supports_op as llama.cpp's loader asks it: a fake MUL_MAT_ID whose weight sits in a zero-byte
  * buffer of the type. Yes for q8_0 / q4_K in a QMOE buffer whatever the batch; no for a weight in
  * another buffer (the CPU's) or of a type the backend does not convert. */
@@ -333,6 +409,8 @@ int main(int argc, char **argv)
     CHECK(!ggml_backend_buft_is_host(buft));
     test_supports(dev, buft);
 
+    for (int t = 0; t < NTAKEN; t++) test_one_copy(buft, taken[t], 0);
+    test_one_copy(buft, GGML_TYPE_MXFP4, 1);
     for (int t = 0; t < NTAKEN; t++) {
         enum ggml_type type = taken[t], f32 = GGML_TYPE_F32;
         int64_t k = qg_format_of(type)->blk == 256 ? 256 : 32; /* K in whole blocks */
