@@ -25,8 +25,10 @@ static qmoe_status tensor3(const int64_t *shape, int ndim, qmoe_dtype dt, void *
 }
 
 /* Integers and scales of the chunk's matrices and columns, laid out [ne, K, ncp] and
- * [ne, G, ncp] (the pad column stays zero); the side bytes go to the weight's arrays. */
-static void gather(qg_weight *w, const qg_chunk *c, int8_t *vals, float *scales,
+ * [ne, G, ncp] (the pad column stays zero; vals zeroed); int4 ones packed straight away (two a
+ * byte, low nibble first, as qmoe_layout_int4_pack), so no int8 copy of an int4 weight is made;
+ * the side bytes go to the weight's arrays. */
+static void gather(qg_weight *w, const qg_chunk *c, uint8_t *vals, float *scales,
                    int8_t *rowq, float *rowd, uint8_t *rows)
 {
     const qg_format *f = w->fmt;
@@ -41,8 +43,12 @@ static void gather(qg_weight *w, const qg_chunk *c, int8_t *vals, float *scales,
                                     : rows;
             qg_decode_row(w->type, row, K, rowq, rowd, side);
             if (qg_row_has_negative_zero(w->type, row, K)) w->keep_bytes = 1;
-            int8_t *v = vals + (size_t)e * (size_t)K * (size_t)ncp + (size_t)n;
-            for (int64_t k = 0; k < K; k++) v[(size_t)k * (size_t)ncp] = rowq[k];
+            size_t v = (size_t)e * (size_t)K * (size_t)ncp + (size_t)n;
+            if (f->int4)
+                for (int64_t k = 0; k < K; k++, v += (size_t)ncp)
+                    vals[v / 2] |= (uint8_t)((rowq[k] & 0xF) << (v % 2 ? 4 : 0));
+            else
+                for (int64_t k = 0; k < K; k++, v += (size_t)ncp) vals[v] = (uint8_t)rowq[k];
             float *s = scales + (size_t)e * (size_t)G * (size_t)ncp + (size_t)n;
             for (int64_t g = 0; g < G; g++) s[(size_t)g * (size_t)ncp] = rowd[g];
             if (w->side) continue;
@@ -71,14 +77,14 @@ static qmoe_status build_chunk(qg_weight *w, qg_chunk *c)
     if (!mul3(c->ne, K, ncp, &nv) || !mul3(c->ne, G, ncp, &ns) || !mul3(c->ne, 1, ncp, &nbias))
         return qmoe_error_set(QMOE_ERR_PARAM_INVALID, QMOE_RULE_LIMIT, "weight",
                               "ggml-qmoe: the weight's size overflows");
-    int8_t *vals = calloc(nv ? nv : 1, 1), *rowq = malloc((size_t)K);
+    uint8_t *vals = calloc(a8w4 ? nv / 2 + 1 : nv ? nv : 1, 1);
+    int8_t *rowq = malloc((size_t)K);
     float *scales = calloc(ns ? ns : 1, sizeof(float)), *rowd = malloc((size_t)G * sizeof(float));
     uint8_t *rows = malloc((size_t)(K / w->fmt->blk * w->fmt->side));
     float *bias = a8w4 ? calloc(nbias ? nbias : 1, sizeof(float)) : NULL;
-    uint8_t *packed = a8w4 ? malloc(nv / 2 + 1) : NULL;
     qmoe_tensor *tw = NULL, *ts = NULL, *tb = NULL;
     qmoe_status st = QMOE_OK;
-    if (!vals || !rowq || !scales || !rowd || !rows || (a8w4 && (!bias || !packed))) {
+    if (!vals || !rowq || !scales || !rowd || !rows || (a8w4 && !bias)) {
         st = qmoe_error_set(QMOE_ERR_INNER, QMOE_RULE_NONE, "weight",
                             "ggml-qmoe: out of memory converting a weight");
         goto done;
@@ -86,8 +92,7 @@ static qmoe_status build_chunk(qg_weight *w, qg_chunk *c)
     gather(w, c, vals, scales, rowq, rowd, rows);
     int64_t wshape[3] = {c->ne, K, ncp}, sshape[3] = {c->ne, G, ncp}, bshape[2] = {c->ne, ncp};
     if (a8w4) {
-        st = qmoe_layout_int4_pack(vals, (int64_t)nv, packed);
-        if (!st) st = tensor3(wshape, 3, QMOE_DTYPE_INT4, packed, &tw);
+        st = tensor3(wshape, 3, QMOE_DTYPE_INT4, vals, &tw);
         /* GroupedMatmul reads no assist matrix; the prepacked object wants one: zero */
         if (!st) st = tensor3(bshape, 2, QMOE_DTYPE_FLOAT32, bias, &tb);
     } else {
@@ -107,7 +112,6 @@ done:
     free(rowd);
     free(rows);
     free(bias);
-    free(packed);
     return st;
 }
 
