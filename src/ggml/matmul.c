@@ -138,13 +138,13 @@ static qmoe_op *quant_plan(qg_context *ctx, int64_t R, int64_t K, int threads)
     return op;
 }
 
-/* The grouped matmul of chunk c over Rc rows, writing columns [n0, n0 + nc + pad) of rows
- * Np floats apart. */
-static qmoe_op *gmm_plan(qg_chunk *c, int64_t K, int64_t Rc, int64_t Np, int threads)
+/* The grouped matmul of object `view` (chunk c's weight or min object, K rows) over Rc rows,
+ * writing columns [n0, n0 + nc + pad) of rows Np floats apart; plans kept in `pl`. */
+static qmoe_op *gmm_plan(const qg_chunk *c, qmoe_tensor *view, qg_plans *pl, int64_t K, int64_t Rc,
+                         int64_t Np, int threads)
 {
     for (int i = 0; i < QG_PLANS; i++)
-        if (c->plans[i].op && c->plans[i].rows == Rc && c->plans[i].threads == threads)
-            return c->plans[i].op;
+        if (pl->p[i].op && pl->p[i].rows == Rc && pl->p[i].threads == threads) return pl->p[i].op;
     int64_t ostr[2] = {Np, 1};
     qmoe_tensor *x = NULL, *pts = NULL, *gl = NULL, *out = NULL;
     qmoe_op *op = NULL;
@@ -153,19 +153,19 @@ static qmoe_op *gmm_plan(qg_chunk *c, int64_t K, int64_t Rc, int64_t Np, int thr
     if (!desc(&x, QMOE_DTYPE_INT8, 2, Rc, K, NULL) && !desc(&pts, QMOE_DTYPE_FLOAT32, 1, Rc, 0, NULL) &&
         !desc(&gl, QMOE_DTYPE_INT64, 1, c->ne, 0, NULL) &&
         !desc(&out, QMOE_DTYPE_FLOAT32, 2, Rc, c->nc + c->pad, ostr))
-        (void)qmoe_op_create_grouped_matmul(x, c->view, NULL, NULL, pts, gl, QMOE_GROUP_LIST_COUNT,
-                                            out, &go, &op);
+        (void)qmoe_op_create_grouped_matmul(x, view, NULL, NULL, pts, gl, QMOE_GROUP_LIST_COUNT, out,
+                                            &go, &op);
     qmoe_tensor_destroy(x);
     qmoe_tensor_destroy(pts);
     qmoe_tensor_destroy(gl);
     qmoe_tensor_destroy(out);
     if (!op) return NULL;
-    int i = c->next_plan;
-    c->next_plan = (i + 1) % QG_PLANS;
-    qmoe_op_destroy(c->plans[i].op);
-    c->plans[i].op = op;
-    c->plans[i].rows = Rc;
-    c->plans[i].threads = threads;
+    int i = pl->next;
+    pl->next = (i + 1) % QG_PLANS;
+    qmoe_op_destroy(pl->p[i].op);
+    pl->p[i].op = op;
+    pl->p[i].rows = Rc;
+    pl->p[i].threads = threads;
     return op;
 }
 
@@ -229,44 +229,23 @@ static int bytes3(int64_t a, int64_t b, size_t c, size_t *out)
 }
 
 /* The K-quants' min term: value (k, n) of matrix e is s_j (q - c) + (c d sc_j - dmin m_j) for
- * sub-block j = k / 32 of super-block b = k / 256, and the matmul computed the first part. So
- * row r adds xs[r] * sum_b (c d_b t1_b - dmin_b t2_b) with t1_b = sum_{j in b} xsum_j sc_j and
- * t2_b = sum_{j in b} xsum_j m_j, xsum_j the sum of the row's int8 values over sub-block j: the
- * int8 activations the matmul used, so the weights stay exact. xsum (|.| <= 32 * 128), the 6-bit
- * codes and the t's (< 2^22) are integers held exactly in float. */
-static void add_min_term(const qg_weight *w, const int64_t *start, const int8_t *xq,
-                         const float *xs, float *y, int64_t Np, float *tmp)
+ * sub-block j = k / 32 of super-block b = k / 256, and the main matmul computed the first part.
+ * The second, for row r: xs[r] * sum_j xsum_j (c d_b sc_j - dmin_b m_j), xsum_j the sum of the
+ * row's int8 values over sub-block j (the int8 activations the matmul used, so the weights stay
+ * exact). That is a grouped matmul of the sums [xsum | xsum] by the chunk's min object (rows
+ * sc_j then m_j, groups of 8 with scales c d_b and -dmin_b); the sums (|.| <= 4096) are not int8,
+ * so it runs twice, on their low 6 bits and on the rest: xsum = lo + 64 hi, exactly. */
+static void min_sums(const int8_t *xq, int64_t R, int64_t K, int8_t *xl, int8_t *xh)
 {
-    const int64_t K = w->K, N = w->N, J = K / 32, nb = K / 256;
-    const float c = (float)w->fmt->c;
-    float *xsum = tmp, *acc = tmp + J, *t1 = acc + N, *t2 = t1 + N;
-    for (int64_t e = 0; e < w->E; e++) {
-        for (int64_t r = start[e]; r < start[e + 1]; r++) {
-            const int8_t *x = xq + (size_t)r * (size_t)K;
-            for (int64_t j = 0; j < J; j++) {
-                int32_t sum = 0;
-                for (int k = 0; k < 32; k++) sum += x[j * 32 + k];
-                xsum[j] = (float)sum;
-            }
-            for (int64_t n = 0; n < N; n++) acc[n] = 0;
-            for (int64_t b = 0; b < nb; b++) {
-                for (int64_t n = 0; n < N; n++) t1[n] = t2[n] = 0;
-                for (int64_t j = b * 8; j < b * 8 + 8; j++) {
-                    const float xj = xsum[j];
-                    if (xj == 0) continue;
-                    const uint8_t *sc = w->ksc + ((size_t)e * (size_t)J + (size_t)j) * (size_t)N;
-                    const uint8_t *mn = w->kmn + ((size_t)e * (size_t)J + (size_t)j) * (size_t)N;
-                    for (int64_t n = 0; n < N; n++) {
-                        t1[n] += xj * (float)sc[n];
-                        t2[n] += xj * (float)mn[n];
-                    }
-                }
-                const uint16_t *d = w->kd + ((size_t)e * (size_t)nb + (size_t)b) * (size_t)N;
-                const uint16_t *dm = w->kdmin + ((size_t)e * (size_t)nb + (size_t)b) * (size_t)N;
-                for (int64_t n = 0; n < N; n++) acc[n] += c * qg_half(d[n]) * t1[n] - qg_half(dm[n]) * t2[n];
-            }
-            float *yr = y + (size_t)r * (size_t)Np;
-            for (int64_t n = 0; n < N; n++) yr[n] += xs[r] * acc[n];
+    const int64_t J = K / 32;
+    for (int64_t r = 0; r < R; r++) {
+        const int8_t *x = xq + (size_t)r * (size_t)K;
+        int8_t *l = xl + (size_t)r * (size_t)(2 * J), *h = xh + (size_t)r * (size_t)(2 * J);
+        for (int64_t j = 0; j < J; j++) {
+            int32_t sum = 0;
+            for (int k = 0; k < 32; k++) sum += x[j * 32 + k];
+            l[j] = l[J + j] = (int8_t)(sum & 63);
+            h[j] = h[J + j] = (int8_t)((sum - (sum & 63)) / 64); /* in [-64, 63] */
         }
     }
 }
@@ -305,9 +284,13 @@ enum ggml_status qg_compute_matmul(qg_context *ctx, struct ggml_tensor *node)
     int8_t *xq = grow(ctx, QG_S_XQ, nx / sizeof(float));
     float *xs = grow(ctx, QG_S_XS, fR * sizeof(float));
     float *y = grow(ctx, QG_S_Y, ny);
-    /* K / 32 + 3 N floats: below R * K + R * Np floats, which fit (checked above) */
-    float *mt = w->fmt->c ? grow(ctx, QG_S_MIN, ((size_t)K / 32 + 3 * (size_t)N) * sizeof(float)) : NULL;
-    if (!rows || !perm || !counts || !x || !xq || !xs || !y || (w->fmt->c && !mt)) {
+    /* the min term's sums: 2 x R x K/16 bytes (below R * K floats) and outputs 2 x R x Np floats */
+    const int mins = w->fmt->c != 0;
+    const int64_t K2 = K / 16;
+    int8_t *xl = mins ? grow(ctx, QG_S_MIN, 2 * fR * (size_t)K2) : NULL, *xh = xl ? xl + fR * (size_t)K2 : NULL;
+    float *ym = mins && ny <= SIZE_MAX / 2 ? grow(ctx, QG_S_MINY, 2 * ny) : NULL;
+    float *yh = ym ? ym + fR * (size_t)Np : NULL;
+    if (!rows || !perm || !counts || !x || !xq || !xs || !y || (mins && (!xl || !ym))) {
         qmoe_error_set(QMOE_ERR_INNER, QMOE_RULE_NONE, "", "out of memory for the activations");
         return failed(ggml_op_desc(node));
     }
@@ -327,7 +310,7 @@ enum ggml_status qg_compute_matmul(qg_context *ctx, struct ggml_tensor *node)
     qmoe_op *qop = quant_plan(ctx, R, K, threads);
     if (!qop) return failed("planning the activations' dynamic quant");
     uint64_t wsz = qmoe_op_workspace_size(qop);
-    qmoe_op *ops[64];
+    qmoe_op *ops[64], *mops[64];
     int nops = 0;
     for (int i = 0; i < w->nchunks; i++) {
         qg_chunk *c = &w->chunks[i];
@@ -337,10 +320,13 @@ enum ggml_status qg_compute_matmul(qg_context *ctx, struct ggml_tensor *node)
             qmoe_error_set(QMOE_ERR_PARAM_INVALID, QMOE_RULE_LIMIT, "weight", "more than 64 weight chunks");
             return failed(ggml_op_desc(node));
         }
-        qmoe_op *op = gmm_plan(c, K, Rc, Np, threads);
-        if (!op) return failed("planning the grouped matmul");
+        qmoe_op *op = gmm_plan(c, c->view, &c->plans, K, Rc, Np, threads);
+        qmoe_op *mop = mins ? gmm_plan(c, c->mview, &c->mplans, K2, Rc, Np, threads) : NULL;
+        if (!op || (mins && !mop)) return failed("planning the grouped matmul");
+        mops[nops] = mop;
         ops[nops++] = op;
         if (qmoe_op_workspace_size(op) > wsz) wsz = qmoe_op_workspace_size(op);
+        if (mop && qmoe_op_workspace_size(mop) > wsz) wsz = qmoe_op_workspace_size(mop);
     }
     void *ws = wsz ? grow(ctx, QG_S_WS, (size_t)wsz) : NULL;
     if (wsz && !ws) {
@@ -364,7 +350,26 @@ enum ggml_status qg_compute_matmul(qg_context *ctx, struct ggml_tensor *node)
         }
     }
     if (qmoe_stream_synchronize(ctx->stream)) return failed("running the grouped matmul");
-    if (w->fmt->c) add_min_term(w, start, xq, xs, y, Np, mt);
+    if (mins) {
+        min_sums(xq, R, K, xl, xh);
+        k = 0;
+        for (int i = 0; i < w->nchunks; i++) {
+            qg_chunk *c = &w->chunks[i];
+            int64_t rb = start[c->e0], Rc = start[c->e0 + c->ne] - rb;
+            if (Rc == 0) continue;
+            size_t yo = (size_t)rb * (size_t)Np + (size_t)c->n0, xo = (size_t)rb * (size_t)K2;
+            void *lo[7] = {xl + xo, NULL, NULL, NULL, xs + rb, counts + c->e0, ym + yo};
+            void *hi[7] = {xh + xo, NULL, NULL, NULL, xs + rb, counts + c->e0, yh + yo};
+            if (qmoe_op_execute(mops[k], lo, 7, ws, wsz, ctx->stream) ||
+                qmoe_op_execute(mops[k], hi, 7, ws, wsz, ctx->stream)) {
+                (void)qmoe_stream_synchronize(ctx->stream);
+                return failed("grouped matmul of the min term");
+            }
+            k++;
+        }
+        if (qmoe_stream_synchronize(ctx->stream)) return failed("running the min term");
+        for (size_t i = 0; i < fR * (size_t)Np; i++) y[i] += ym[i] + 64.0f * yh[i];
+    }
     for (int64_t r = 0; r < R; r++)
         memcpy(rows[perm[r]].dst, y + (size_t)r * (size_t)Np, (size_t)N * sizeof(float));
     return GGML_STATUS_SUCCESS;

@@ -71,19 +71,27 @@ static inline float qg_half(uint16_t h)
 
 /* ---- prepacked weights (weights.c) ---- */
 
-/* One piece of a weight: experts [e0, e0 + ne) and columns [n0, n0 + nc) as a qmoe prepacked
- * object of nc + pad columns (pad 1 when nc is odd: qmoe's N is even; the extra column is zero),
- * with the grouped-matmul plans made for it, by row count. */
-typedef struct qg_chunk {
-    int64_t e0, ne, n0, nc, pad;
-    qmoe_weights *w;
-    qmoe_tensor *view;
+/* Grouped-matmul plans of one prepacked object, by row count (the last QG_PLANS seen). */
+typedef struct qg_plans {
     struct {
         int64_t rows;
         int threads;
         qmoe_op *op;
-    } plans[QG_PLANS];
-    int next_plan;
+    } p[QG_PLANS];
+    int next;
+} qg_plans;
+
+/* One piece of a weight: experts [e0, e0 + ne) and columns [n0, n0 + nc) as a qmoe prepacked
+ * object of nc + pad columns (pad 1 when nc is odd: qmoe's N is even; the extra column is zero),
+ * with the grouped-matmul plans made for it. q4_K / q5_K also have the min object: their 6-bit
+ * scales and mins as an int8 weight [ne, 2 K/32, ncp] (rows j: sc_j, rows K/32 + j: m_j) in
+ * groups of 8 (one super-block) with scales c d and -dmin, which multiplies each row's int8
+ * group sums (matmul.c). */
+typedef struct qg_chunk {
+    int64_t e0, ne, n0, nc, pad;
+    qmoe_weights *w, *mw;
+    qmoe_tensor *view, *mview;
+    qg_plans plans, mplans;
 } qg_chunk;
 
 /* A weight as one op reads it: where its bytes are, its layout, and its chunks. */
@@ -98,9 +106,8 @@ typedef struct qg_weight {
     int64_t G;           /* qmoe scale groups per column: K / fmt->gs */
     /* what the prepacked integers do not hold, to give ggml's bytes back (get_tensor):
      * side: the blocks' side bytes [E][N][K / blk][fmt->side] (all but q4_K / q5_K);
-     * q4_K / q5_K: their 6-bit scales and mins [E][K / 32][N] and fp16 d, dmin [E][K / 256][N],
-     * in the order the min term's loop reads them (matmul.c) */
-    uint8_t *side, *ksc, *kmn;
+     * q4_K / q5_K: fp16 d, dmin [E][K / 256][N] (their 6-bit codes are in the min objects) */
+    uint8_t *side;
     uint16_t *kd, *kdmin;
     int keep_bytes;      /* ggml's bytes must stay: mxfp4 rows with the code -0 */
     int released;        /* the buffer's whole pages inside [lo, hi) were given back (buffer.c) */
@@ -148,7 +155,8 @@ enum {
     QG_S_ROWS,   /* per routed row: matrix, source row, destination row (int64 x 3) */
     QG_S_PERM,   /* routed rows sorted by matrix [R] */
     QG_S_COUNTS, /* rows per matrix and their starts, int64 [2 E + 1] */
-    QG_S_MIN,    /* q4_K / q5_K min term: a row's group sums [K / 32] and 3 rows of [N] floats */
+    QG_S_MIN,    /* q4_K / q5_K min term: the rows' group sums, low and high parts, int8 [2, R, 2 K/32] */
+    QG_S_MINY,   /* and the min objects' outputs, float [2, R, Np] */
     QG_S_SLOTS
 };
 
