@@ -71,6 +71,15 @@ QMOE_API void qmoe_weights_destroy(qmoe_weights *weights);
  */
 QMOE_API qmoe_status qmoe_weights_tensor(const qmoe_weights *weights, qmoe_tensor **out);
 
+/*
+ * The integer weights of one expert back out of the object: values int8 [K, N] row-major
+ * (values[k * N + n] = W[expert][k][n]; int4 weights as int8 in [-8, 7]), exactly the integers
+ * it was made from, whatever the kernel. The scales are not returned (the caller has them).
+ * QMOE_ERR_PARAM_NULLPTR for NULL weights or values; QMOE_ERR_PARAM_INVALID for an expert
+ * outside [0, E) or an object of another build. Reads the object only.
+ */
+QMOE_API qmoe_status qmoe_weights_unpack(const qmoe_weights *weights, int64_t expert, int8_t *values);
+
 /* Bytes the object holds (weights, scales and corrections); 0 for NULL. */
 QMOE_API uint64_t qmoe_weights_bytes(const qmoe_weights *weights);
 

@@ -1,22 +1,80 @@
-/* The device's buffer type: host memory that keeps ggml's bytes as they were set (get_tensor
- * returns them) and, beside them, the prepacked form of the q8_0 / q4_0 weights read from it.
- * It says is_host = false so every write comes through set_tensor / memset / clear, which drop
- * the converted weights that overlap the bytes written (llama.cpp reads a host buffer's weights
- * straight into tensor->data, which a converted copy would never see). */
+/* The device's buffer type: host memory that holds ggml's bytes until a weight is converted into
+ * qmoe's prepacked form, then gives the weight's whole pages back to the system (the prepacked
+ * object and the side arrays hold everything; get_tensor regenerates the bytes from them), so a
+ * model is not held twice. It says is_host = false so every write comes through set_tensor /
+ * memset / clear (llama.cpp reads a host buffer's weights straight into tensor->data, which a
+ * converted copy would never see); a write over a converted weight first puts its bytes back,
+ * then drops it. A weight loaded in several set_tensor calls is converted when its whole byte
+ * range has arrived. */
+#define _DEFAULT_SOURCE /* madvise, MAP_ANONYMOUS */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "qmoe_ggml.h"
 
 #define QG_ALIGN 64
+#define QG_PIECES 64 /* pieces of one tensor tracked before it is left to convert on first use */
 
+/* A weight tensor whose bytes are arriving in pieces: the merged ranges received so far. */
+typedef struct qg_pending {
+    const void *data;
+    enum ggml_type type;
+    size_t lo, hi;
+    int n;
+    size_t got[QG_PIECES][2];
+    struct qg_pending *next;
+} qg_pending;
 
+static size_t page_size(void)
+{
+    long p = sysconf(_SC_PAGESIZE);
+    return p > 0 ? (size_t)p : 4096;
+}
+
+/* Writes the converted weight's bytes back into the buffer where its pages were given back. */
+static void restore(qg_buffer *b, qg_weight *w)
+{
+    if (!w->released) return;
+    if (qg_weight_encode(w, w->lo, w->hi, b->base + w->lo))
+        qg_log_error("putting a converted weight's bytes back (they read as zeros)");
+    w->released = 0;
+}
+
+/* Gives back the whole pages of w's bytes when nothing else (a view's weight) reads them. */
+static void release(qg_buffer *b, qg_weight *w)
+{
+    if (w->keep_bytes || !qg_weight_contiguous(w)) return;
+    for (qg_weight *o = b->weights; o; o = o->next)
+        if (o != w && o->lo < w->hi && w->lo < o->hi) return;
+    size_t ps = page_size(), a = (w->lo + ps - 1) / ps * ps, z = w->hi / ps * ps;
+    uintptr_t base = (uintptr_t)b->base; /* page aligned: mmap */
+    if (z > a && madvise((void *)(base + a), z - a, MADV_DONTNEED) == 0) w->released = 1;
+}
+
+static void drop_pending(qg_buffer *b, size_t lo, size_t hi)
+{
+    qg_pending **p = (qg_pending **)&b->pending;
+    while (*p) {
+        qg_pending *q = *p;
+        if (q->lo < hi && lo < q->hi) {
+            *p = q->next;
+            free(q);
+        } else {
+            p = &q->next;
+        }
+    }
+}
+
+/* Drops the converted weights (and pieces) that overlap [lo, hi), their bytes put back first. */
 static void drop_range(qg_buffer *b, size_t lo, size_t hi)
 {
     qg_weight **p = &b->weights;
     while (*p) {
         qg_weight *w = *p;
         if (w->lo < hi && lo < w->hi) {
+            if (w->lo < lo || hi < w->hi) restore(b, w); /* bytes the write leaves stay valid */
             *p = w->next;
             qg_weight_free(w);
         } else {
@@ -28,9 +86,14 @@ static void drop_range(qg_buffer *b, size_t lo, size_t hi)
 static void buf_free(ggml_backend_buffer_t buffer)
 {
     qg_buffer *b = buffer->context;
-    drop_range(b, 0, SIZE_MAX);
+    while (b->weights) { /* the bytes go too: nothing to put back */
+        qg_weight *w = b->weights;
+        b->weights = w->next;
+        qg_weight_free(w);
+    }
+    drop_pending(b, 0, SIZE_MAX);
     pthread_mutex_destroy(&b->lock);
-    free(b->base);
+    munmap(b->base, b->mapped);
     free(b);
 }
 
@@ -43,7 +106,8 @@ static size_t offset_of(const qg_buffer *b, const struct ggml_tensor *t)
 
 static int whole_weight(const struct ggml_tensor *t)
 {
-    return qg_type_supported(t->type) && t->ne[0] % QG_QK == 0 && t->ne[1] > 1;
+    const qg_format *f = qg_format_of(t->type);
+    return f && t->ne[0] % f->blk == 0 && t->ne[1] > 1 && ggml_is_contiguous(t);
 }
 
 static void buf_memset(ggml_backend_buffer_t buffer, struct ggml_tensor *t, uint8_t value,
@@ -53,9 +117,59 @@ static void buf_memset(ggml_backend_buffer_t buffer, struct ggml_tensor *t, uint
     size_t at = offset_of(b, t) + offset;
     pthread_mutex_lock(&b->lock);
     drop_range(b, at, at + size);
-    pthread_mutex_unlock(&b->lock);
+    drop_pending(b, at, at + size);
     memset(b->base + at, value, size);
+    pthread_mutex_unlock(&b->lock);
 }
+
+/* Records piece [lo, hi) of tensor t; 1 when t's whole range has now arrived. */
+static int piece_arrived(qg_buffer *b, const struct ggml_tensor *t, size_t lo, size_t hi)
+{
+    size_t tlo = offset_of(b, t), thi = tlo + ggml_nbytes(t);
+    qg_pending *q = b->pending;
+    while (q && !(q->data == t->data && q->type == t->type && q->lo == tlo && q->hi == thi)) q = q->next;
+    if (!q) {
+        drop_pending(b, tlo, thi); /* pieces of another tensor over these bytes: stale */
+        if (!(q = calloc(1, sizeof *q))) return 0; /* left to convert on first use */
+        q->data = t->data;
+        q->type = t->type;
+        q->lo = tlo;
+        q->hi = thi;
+        q->next = b->pending;
+        b->pending = q;
+    }
+    /* merge [lo, hi) into the sorted, disjoint ranges */
+    size_t nlo = lo, nhi = hi;
+    int k = 0;
+    size_t keep[QG_PIECES][2];
+    for (int i = 0; i < q->n; i++) {
+        if (q->got[i][1] < nlo || q->got[i][0] > nhi) {
+            keep[k][0] = q->got[i][0];
+            keep[k++][1] = q->got[i][1];
+        } else {
+            nlo = q->got[i][0] < nlo ? q->got[i][0] : nlo;
+            nhi = q->got[i][1] > nhi ? q->got[i][1] : nhi;
+        }
+    }
+    if (nlo == tlo && nhi == thi) {
+        drop_pending(b, tlo, thi);
+        return 1;
+    }
+    if (k == QG_PIECES) { /* too scattered: convert on first use */
+        drop_pending(b, tlo, thi);
+        return 0;
+    }
+    int at = 0;
+    while (at < k && keep[at][0] < nlo) at++;
+    memmove(&keep[at + 1], &keep[at], (size_t)(k - at) * sizeof keep[0]);
+    keep[at][0] = nlo;
+    keep[at][1] = nhi;
+    memcpy(q->got, keep, (size_t)(k + 1) * sizeof keep[0]);
+    q->n = k + 1;
+    return 0;
+}
+
+static qg_weight *weight_locked(ggml_backend_buffer_t buffer, const struct ggml_tensor *t);
 
 static void buf_set(ggml_backend_buffer_t buffer, struct ggml_tensor *t, const void *data,
                     size_t offset, size_t size)
@@ -64,19 +178,28 @@ static void buf_set(ggml_backend_buffer_t buffer, struct ggml_tensor *t, const v
     size_t at = offset_of(b, t) + offset;
     pthread_mutex_lock(&b->lock);
     drop_range(b, at, at + size);
-    pthread_mutex_unlock(&b->lock);
     memcpy(b->base + at, data, size);
-    /* A model's weights are converted once, here, as they are loaded; anything else on first use */
-    if (buffer->usage == GGML_BACKEND_BUFFER_USAGE_WEIGHTS && offset == 0 &&
-        size == ggml_nbytes(t) && whole_weight(t) && !qg_buffer_weight(buffer, t))
+    /* A model's weights are converted once, here, when the whole tensor has arrived (llama.cpp
+     * may load it in pieces); anything else on first use */
+    if (buffer->usage == GGML_BACKEND_BUFFER_USAGE_WEIGHTS && whole_weight(t) &&
+        piece_arrived(b, t, at, at + size) && !weight_locked(buffer, t))
         qg_log_error("converting a weight at load (retried on first use)");
+    else if (buffer->usage != GGML_BACKEND_BUFFER_USAGE_WEIGHTS)
+        drop_pending(b, at, at + size);
+    pthread_mutex_unlock(&b->lock);
 }
 
 static void buf_get(ggml_backend_buffer_t buffer, const struct ggml_tensor *t, void *data,
                     size_t offset, size_t size)
 {
     qg_buffer *b = buffer->context;
-    memcpy(data, b->base + offset_of(b, t) + offset, size);
+    size_t at = offset_of(b, t) + offset;
+    pthread_mutex_lock(&b->lock);
+    memcpy(data, b->base + at, size); /* given-back pages read as zeros: patched below */
+    for (qg_weight *w = b->weights; w; w = w->next)
+        if (w->released && w->lo < at + size && at < w->hi && qg_weight_encode(w, at, at + size, data))
+            qg_log_error("reading a converted weight back");
+    pthread_mutex_unlock(&b->lock);
 }
 
 static void buf_clear(ggml_backend_buffer_t buffer, uint8_t value)
@@ -84,8 +207,9 @@ static void buf_clear(ggml_backend_buffer_t buffer, uint8_t value)
     qg_buffer *b = buffer->context;
     pthread_mutex_lock(&b->lock);
     drop_range(b, 0, SIZE_MAX);
-    pthread_mutex_unlock(&b->lock);
+    drop_pending(b, 0, SIZE_MAX);
     memset(b->base, value, b->size);
+    pthread_mutex_unlock(&b->lock);
 }
 
 static void buf_reset(ggml_backend_buffer_t buffer)
@@ -93,6 +217,7 @@ static void buf_reset(ggml_backend_buffer_t buffer)
     qg_buffer *b = buffer->context;
     pthread_mutex_lock(&b->lock);
     drop_range(b, 0, SIZE_MAX);
+    drop_pending(b, 0, SIZE_MAX);
     pthread_mutex_unlock(&b->lock);
 }
 
@@ -110,21 +235,33 @@ static const struct ggml_backend_buffer_i buffer_iface = {
     .reset = buf_reset,
 };
 
-qg_weight *qg_buffer_weight(ggml_backend_buffer_t buffer, const struct ggml_tensor *t)
+/* qg_buffer_weight with the buffer's lock held. */
+static qg_weight *weight_locked(ggml_backend_buffer_t buffer, const struct ggml_tensor *t)
 {
     qg_buffer *b = buffer->context;
     size_t lo = offset_of(b, t), hi = lo + ggml_nbytes(t);
-    pthread_mutex_lock(&b->lock);
     qg_weight *w = b->weights;
     for (; w; w = w->next) {
         int same = w->data == t->data && w->type == t->type;
         for (int i = 0; same && i < 4; i++) same = w->ne[i] == t->ne[i] && w->nb[i] == t->nb[i];
-        if (same) break;
+        if (same) return w;
     }
-    if (!w && (w = qg_weight_build(t, lo, hi))) {
+    /* converting reads the bytes: those of a converted weight it overlaps (a view) come back */
+    for (qg_weight *o = b->weights; o; o = o->next)
+        if (o->lo < hi && lo < o->hi) restore(b, o);
+    if ((w = qg_weight_build(t, lo, hi))) {
         w->next = b->weights;
         b->weights = w;
+        release(b, w);
     }
+    return w;
+}
+
+qg_weight *qg_buffer_weight(ggml_backend_buffer_t buffer, const struct ggml_tensor *t)
+{
+    qg_buffer *b = buffer->context;
+    pthread_mutex_lock(&b->lock);
+    qg_weight *w = weight_locked(buffer, t);
     pthread_mutex_unlock(&b->lock);
     return w;
 }
@@ -138,15 +275,18 @@ static const char *buft_name(ggml_backend_buffer_type_t buft)
 static ggml_backend_buffer_t buft_alloc(ggml_backend_buffer_type_t buft, size_t size)
 {
     qg_buffer *b = calloc(1, sizeof *b);
-    size_t n = size ? size : 1;
-    if (n > SIZE_MAX - QG_ALIGN) n = 0;
-    n = (n + QG_ALIGN - 1) / QG_ALIGN * QG_ALIGN;
-    if (!b || !n || !(b->base = aligned_alloc(QG_ALIGN, n))) {
+    size_t ps = page_size(), n = size ? size : 1;
+    n = n > SIZE_MAX - ps ? 0 : (n + ps - 1) / ps * ps;
+    /* anonymous pages: untouched ones cost nothing, given-back ones (madvise) read as zeros */
+    void *p = b && n ? mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) : MAP_FAILED;
+    if (p == MAP_FAILED) {
         free(b);
         qmoe_error_set(QMOE_ERR_INNER, QMOE_RULE_NONE, "buffer", "out of memory for a buffer");
         qg_log_error("allocating a buffer");
         return NULL;
     }
+    b->base = p;
+    b->mapped = n;
     b->size = size;
     pthread_mutex_init(&b->lock, NULL);
     return ggml_backend_buffer_init(buft, buffer_iface, b, size);

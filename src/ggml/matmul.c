@@ -4,7 +4,8 @@
  *   MUL_MAT_ID: as [K, N, E], b [K, B1, T], ids int32 [n_used, T],
  *               dst[:, i, t] = as[ids[i, t]] . b[:, i % B1, t]
  *   MUL_MAT:    a [K, N, A2, A3], b [K, M, B2, B3], dst[:, m, i2, i3] = a[i2 / (B2/A2), i3 / (B3/A3)] . b[:, m, i2, i3]
- * Plans are made once per shape (row count) and kept; every run binds that run's data. */
+ * Plans are made once per shape (row count) and kept; every run binds that run's data.
+ * q4_K / q5_K: their dmin·m term is added after the matmul from each row's int8 group sums. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,10 +38,11 @@ int qg_supports_matmul(const struct ggml_tensor *op)
     if (b->type != GGML_TYPE_F32 &&
         ((b->type != GGML_TYPE_F16 && b->type != GGML_TYPE_BF16) || b->nb[0] != ggml_type_size(b->type)))
         return 0;
-    if (!qg_type_supported(a->type) || a->ne[0] % QG_QK) return 0;
+    const qg_format *f = qg_format_of(a->type);
+    if (!f || a->ne[0] % f->blk) return 0;
     if (a->nb[0] != ggml_type_size(a->type) || op->nb[0] != sizeof(float)) return 0;
     /* qmoe's K limits (A8W8 K < 65536, A8W4 K < 20000): by the weight's shape, never the batch */
-    if (a->ne[0] >= (a->type == GGML_TYPE_Q4_0 ? 20000 : 65536)) return 0;
+    if (a->ne[0] >= (f->int4 ? 20000 : 65536)) return 0;
     if (op->op == GGML_OP_MUL_MAT_ID) {
         const struct ggml_tensor *ids = op->src[2];
         if (!ids || ids->type != GGML_TYPE_I32 || a->ne[3] != 1 || b->ne[3] != 1 ||
@@ -75,7 +77,7 @@ void qg_context_release(qg_context *ctx)
     qmoe_device_destroy(ctx->device);
     ctx->stream = NULL;
     ctx->device = NULL;
-    for (int i = 0; i < 8; i++) {
+    for (int i = 0; i < QG_S_SLOTS; i++) {
         free(ctx->scratch[i]);
         ctx->scratch[i] = NULL;
         ctx->cap[i] = 0;
@@ -134,13 +136,13 @@ static qmoe_op *quant_plan(qg_context *ctx, int64_t R, int64_t K, int threads)
     return op;
 }
 
-/* The grouped matmul of chunk c over Rc rows, writing columns [n0, n0 + nc + pad) of rows
- * Np floats apart. */
-static qmoe_op *gmm_plan(qg_chunk *c, int64_t K, int64_t Rc, int64_t Np, int threads)
+/* The grouped matmul of object `view` (chunk c's weight or min object, K rows) over Rc rows,
+ * writing columns [n0, n0 + nc + pad) of rows Np floats apart; plans kept in `pl`. */
+static qmoe_op *gmm_plan(const qg_chunk *c, qmoe_tensor *view, qg_plans *pl, int64_t K, int64_t Rc,
+                         int64_t Np, int threads)
 {
     for (int i = 0; i < QG_PLANS; i++)
-        if (c->plans[i].op && c->plans[i].rows == Rc && c->plans[i].threads == threads)
-            return c->plans[i].op;
+        if (pl->p[i].op && pl->p[i].rows == Rc && pl->p[i].threads == threads) return pl->p[i].op;
     int64_t ostr[2] = {Np, 1};
     qmoe_tensor *x = NULL, *pts = NULL, *gl = NULL, *out = NULL;
     qmoe_op *op = NULL;
@@ -149,19 +151,19 @@ static qmoe_op *gmm_plan(qg_chunk *c, int64_t K, int64_t Rc, int64_t Np, int thr
     if (!desc(&x, QMOE_DTYPE_INT8, 2, Rc, K, NULL) && !desc(&pts, QMOE_DTYPE_FLOAT32, 1, Rc, 0, NULL) &&
         !desc(&gl, QMOE_DTYPE_INT64, 1, c->ne, 0, NULL) &&
         !desc(&out, QMOE_DTYPE_FLOAT32, 2, Rc, c->nc + c->pad, ostr))
-        (void)qmoe_op_create_grouped_matmul(x, c->view, NULL, NULL, pts, gl, QMOE_GROUP_LIST_COUNT,
-                                            out, &go, &op);
+        (void)qmoe_op_create_grouped_matmul(x, view, NULL, NULL, pts, gl, QMOE_GROUP_LIST_COUNT, out,
+                                            &go, &op);
     qmoe_tensor_destroy(x);
     qmoe_tensor_destroy(pts);
     qmoe_tensor_destroy(gl);
     qmoe_tensor_destroy(out);
     if (!op) return NULL;
-    int i = c->next_plan;
-    c->next_plan = (i + 1) % QG_PLANS;
-    qmoe_op_destroy(c->plans[i].op);
-    c->plans[i].op = op;
-    c->plans[i].rows = Rc;
-    c->plans[i].threads = threads;
+    int i = pl->next;
+    pl->next = (i + 1) % QG_PLANS;
+    qmoe_op_destroy(pl->p[i].op);
+    pl->p[i].op = op;
+    pl->p[i].rows = Rc;
+    pl->p[i].threads = threads;
     return op;
 }
 
@@ -270,6 +272,28 @@ static int bytes3(int64_t a, int64_t b, size_t c, size_t *out)
     return 1;
 }
 
+/* The K-quants' min term: value (k, n) of matrix e is s_j (q - c) + (c d sc_j - dmin m_j) for
+ * sub-block j = k / 32 of super-block b = k / 256, and the main matmul computed the first part.
+ * The second, for row r: xs[r] * sum_j xsum_j (c d_b sc_j - dmin_b m_j), xsum_j the sum of the
+ * row's int8 values over sub-block j (the int8 activations the matmul used, so the weights stay
+ * exact). That is a grouped matmul of the sums [xsum | xsum] by the chunk's min object (rows
+ * sc_j then m_j, groups of 8 with scales c d_b and -dmin_b); the sums (|.| <= 4096) are not int8,
+ * so it runs twice, on their low 6 bits and on the rest: xsum = lo + 64 hi, exactly. */
+static void min_sums(const int8_t *xq, int64_t R, int64_t K, int8_t *xl, int8_t *xh)
+{
+    const int64_t J = K / 32;
+    for (int64_t r = 0; r < R; r++) {
+        const int8_t *x = xq + (size_t)r * (size_t)K;
+        int8_t *l = xl + (size_t)r * (size_t)(2 * J), *h = xh + (size_t)r * (size_t)(2 * J);
+        for (int64_t j = 0; j < J; j++) {
+            int32_t sum = 0;
+            for (int k = 0; k < 32; k++) sum += x[j * 32 + k];
+            l[j] = l[J + j] = (int8_t)(sum & 63);
+            h[j] = h[J + j] = (int8_t)((sum - (sum & 63)) / 64); /* in [-64, 63] */
+        }
+    }
+}
+
 static enum ggml_status failed(const char *what)
 {
     qg_log_error(what);
@@ -281,7 +305,7 @@ enum ggml_status qg_compute_matmul(qg_context *ctx, struct ggml_tensor *node)
     const struct ggml_tensor *a = node->src[0], *b = node->src[1];
     if (!qg_supports_matmul(node) || !qg_buffer_holds_data(a->buffer)) {
         qmoe_error_set(QMOE_ERR_PARAM_INVALID, QMOE_RULE_UNSUPPORTED, "weight",
-                       "the node's weight is not a q8_0 / q4_0 tensor in a QMOE buffer");
+                       "the node's weight is not a tensor of a taken type in a QMOE buffer");
         return failed(ggml_op_desc(node));
     }
     int threads = ctx->n_threads > 0 ? ctx->n_threads : qmoe_device_online_cores();
@@ -304,7 +328,13 @@ enum ggml_status qg_compute_matmul(qg_context *ctx, struct ggml_tensor *node)
     int8_t *xq = grow(ctx, QG_S_XQ, nx / sizeof(float));
     float *xs = grow(ctx, QG_S_XS, fR * sizeof(float));
     float *y = grow(ctx, QG_S_Y, ny);
-    if (!rows || !perm || !counts || !x || !xq || !xs || !y) {
+    /* the min term's sums: 2 x R x K/16 bytes (below R * K floats) and outputs 2 x R x Np floats */
+    const int mins = w->fmt->c != 0;
+    const int64_t K2 = K / 16;
+    int8_t *xl = mins ? grow(ctx, QG_S_MIN, 2 * fR * (size_t)K2) : NULL, *xh = xl ? xl + fR * (size_t)K2 : NULL;
+    float *ym = mins && ny <= SIZE_MAX / 2 ? grow(ctx, QG_S_MINY, 2 * ny) : NULL;
+    float *yh = ym ? ym + fR * (size_t)Np : NULL;
+    if (!rows || !perm || !counts || !x || !xq || !xs || !y || (mins && (!xl || !ym))) {
         qmoe_error_set(QMOE_ERR_INNER, QMOE_RULE_NONE, "", "out of memory for the activations");
         return failed(ggml_op_desc(node));
     }
@@ -328,7 +358,7 @@ enum ggml_status qg_compute_matmul(qg_context *ctx, struct ggml_tensor *node)
     qmoe_op *qop = quant_plan(ctx, R, K, qthreads);
     if (!qop) return failed("planning the activations' dynamic quant");
     uint64_t wsz = qmoe_op_workspace_size(qop);
-    qmoe_op *ops[64];
+    qmoe_op *ops[64], *mops[64];
     int nops = 0;
     for (int i = 0; i < w->nchunks; i++) {
         qg_chunk *c = &w->chunks[i];
@@ -338,10 +368,13 @@ enum ggml_status qg_compute_matmul(qg_context *ctx, struct ggml_tensor *node)
             qmoe_error_set(QMOE_ERR_PARAM_INVALID, QMOE_RULE_LIMIT, "weight", "more than 64 weight chunks");
             return failed(ggml_op_desc(node));
         }
-        qmoe_op *op = gmm_plan(c, K, Rc, Np, threads);
-        if (!op) return failed("planning the grouped matmul");
+        qmoe_op *op = gmm_plan(c, c->view, &c->plans, K, Rc, Np, threads);
+        qmoe_op *mop = mins ? gmm_plan(c, c->mview, &c->mplans, K2, Rc, Np, threads) : NULL;
+        if (!op || (mins && !mop)) return failed("planning the grouped matmul");
+        mops[nops] = mop;
         ops[nops++] = op;
         if (qmoe_op_workspace_size(op) > wsz) wsz = qmoe_op_workspace_size(op);
+        if (mop && qmoe_op_workspace_size(mop) > wsz) wsz = qmoe_op_workspace_size(mop);
     }
     void *ws = wsz ? grow(ctx, QG_S_WS, (size_t)wsz) : NULL;
     if (wsz && !ws) {
@@ -365,6 +398,26 @@ enum ggml_status qg_compute_matmul(qg_context *ctx, struct ggml_tensor *node)
         }
     }
     if (qmoe_stream_synchronize(ctx->stream)) return failed("running the grouped matmul");
+    if (mins) {
+        min_sums(xq, R, K, xl, xh);
+        k = 0;
+        for (int i = 0; i < w->nchunks; i++) {
+            qg_chunk *c = &w->chunks[i];
+            int64_t rb = start[c->e0], Rc = start[c->e0 + c->ne] - rb;
+            if (Rc == 0) continue;
+            size_t yo = (size_t)rb * (size_t)Np + (size_t)c->n0, xo = (size_t)rb * (size_t)K2;
+            void *lo[7] = {xl + xo, NULL, NULL, NULL, xs + rb, counts + c->e0, ym + yo};
+            void *hi[7] = {xh + xo, NULL, NULL, NULL, xs + rb, counts + c->e0, yh + yo};
+            if (qmoe_op_execute(mops[k], lo, 7, ws, wsz, ctx->stream) ||
+                qmoe_op_execute(mops[k], hi, 7, ws, wsz, ctx->stream)) {
+                (void)qmoe_stream_synchronize(ctx->stream);
+                return failed("grouped matmul of the min term");
+            }
+            k++;
+        }
+        if (qmoe_stream_synchronize(ctx->stream)) return failed("running the min term");
+        for (size_t i = 0; i < fR * (size_t)Np; i++) y[i] += ym[i] + 64.0f * yh[i];
+    }
     rows_on_threads(ctx, scatter_share, &m, ny);
     return GGML_STATUS_SUCCESS;
 }

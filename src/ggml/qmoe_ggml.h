@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "ggml-backend-impl.h"
 #include "ggml-backend.h"
@@ -19,37 +20,79 @@
 #include "qmoe/weights.h"
 
 #define QG_NAME "QMOE"
-#define QG_QK 32            /* values per block of q8_0 and q4_0: one qmoe scale group */
-#define QG_Q8_0_BYTES 34    /* fp16 d + 32 int8 */
-#define QG_Q4_0_BYTES 18    /* fp16 d + 16 bytes of two nibbles */
 #define QG_MAX_EXPERTS 1024 /* qmoe's E limit: more matrices are split into chunks */
 #define QG_MAX_COLS 10240   /* qmoe's N limit for prepacked weights: wider ones are split */
 #define QG_PLANS 4          /* plans kept per weight chunk (one per row count seen last) */
 
 /* ---- weight decoding (convert.c): the exact integer and scale of every value ---- */
 
-/* 1 for the weight types the backend takes (q8_0, q4_0). */
+/* A weight type the backend takes: ggml blocks of `blk` values in `bytes` bytes, as qmoe
+ * integers (int4 or int8) with one float scale per group of `gs` values; `side` bytes per block
+ * hold the rest (scales, mins) verbatim. c > 0: the unsigned K-quants (see qg_decode_row). */
+typedef struct qg_format {
+    enum ggml_type type;
+    int blk, bytes, gs, int4, side, c;
+} qg_format;
+
+/* NULL for the types the backend does not take (q8_0, q4_0, mxfp4, q6_K, q4_K, q5_K). */
+const qg_format *qg_format_of(enum ggml_type type);
 int qg_type_supported(enum ggml_type type);
 
-/* Decodes one row of K values (K % 32 == 0) of a q8_0 or q4_0 row: q[k] the integer (q8_0 as
- * stored, q4_0 as nibble - 8) and d[k / 32] the block's scale, so value k is exactly q[k] * d. */
-void qg_decode_row(enum ggml_type type, const void *row, int64_t K, int8_t *q, float *d);
+/* Decodes one row of K values (K % blk == 0): q[k] the integer and s[k / gs] its group's scale,
+ * side (NULL: not wanted) the blocks' side bytes [K / blk][side]. Value k is exactly q[k] * s
+ * for c == 0; for q4_K / q5_K it is s_j (q[k] + c) - dmin m_j (sub-block j = k / 32), that is
+ * s_j q[k] + (c s_j - dmin m_j), the second term added by the matmul from activation sums. */
+void qg_decode_row(enum ggml_type type, const void *row, int64_t K, int8_t *q, float *s, uint8_t *side);
+/* The inverse: the row's bytes from its integers and side bytes. */
+void qg_encode_row(enum ggml_type type, const int8_t *q, const uint8_t *side, int64_t K, void *row);
+/* 1 when an mxfp4 row holds the code -0 (which decodes to the integer 0, as +0 does). */
+int qg_row_has_negative_zero(enum ggml_type type, const void *row, int64_t K);
+/* q4_K / q5_K: the 8 six-bit scales and mins of a super-block's 12 bytes, and back. */
+void qg_kq_unpack(const uint8_t *q12, uint8_t *sc, uint8_t *m);
+void qg_kq_pack(const uint8_t *sc, const uint8_t *m, uint8_t *q12);
+/* fp16 bits to float, exactly as ggml_fp16_to_fp32 (inline: the min term's loop reads two per
+ * super-block and column) */
+static inline float qg_half(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, em = h & 0x7fffu, bits;
+    float f;
+    if (em >= 0x7c00u) { /* inf / NaN: payload kept */
+        bits = sign | 0x7f800000u | (em & 0x3ffu) << 13;
+        memcpy(&f, &bits, sizeof f);
+        return f;
+    }
+    bits = em << 13; /* normal and subnormal halves alike: rescale the exponent by 2^112 */
+    memcpy(&f, &bits, sizeof f);
+    f *= 0x1p112f;
+    memcpy(&bits, &f, sizeof f);
+    bits |= sign;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
 
 /* ---- prepacked weights (weights.c) ---- */
 
-/* One piece of a weight: experts [e0, e0 + ne) and columns [n0, n0 + nc) as a qmoe prepacked
- * object of nc + pad columns (pad 1 when nc is odd: qmoe's N is even; the extra column is zero),
- * with the grouped-matmul plans made for it, by row count. */
-typedef struct qg_chunk {
-    int64_t e0, ne, n0, nc, pad;
-    qmoe_weights *w;
-    qmoe_tensor *view;
+/* Grouped-matmul plans of one prepacked object, by row count (the last QG_PLANS seen). */
+typedef struct qg_plans {
     struct {
         int64_t rows;
         int threads;
         qmoe_op *op;
-    } plans[QG_PLANS];
-    int next_plan;
+    } p[QG_PLANS];
+    int next;
+} qg_plans;
+
+/* One piece of a weight: experts [e0, e0 + ne) and columns [n0, n0 + nc) as a qmoe prepacked
+ * object of nc + pad columns (pad 1 when nc is odd: qmoe's N is even; the extra column is zero),
+ * with the grouped-matmul plans made for it. q4_K / q5_K also have the min object: their 6-bit
+ * scales and mins as an int8 weight [ne, 2 K/32, ncp] (rows j: sc_j, rows K/32 + j: m_j) in
+ * groups of 8 (one super-block) with scales c d and -dmin, which multiplies each row's int8
+ * group sums (matmul.c). */
+typedef struct qg_chunk {
+    int64_t e0, ne, n0, nc, pad;
+    qmoe_weights *w, *mw;
+    qmoe_tensor *view, *mview;
+    qg_plans plans, mplans;
 } qg_chunk;
 
 /* A weight as one op reads it: where its bytes are, its layout, and its chunks. */
@@ -57,9 +100,18 @@ typedef struct qg_weight {
     const uint8_t *data; /* tensor->data of the viewed bytes */
     size_t lo, hi;       /* byte range inside the buffer it was made from */
     enum ggml_type type;
+    const qg_format *fmt;
     int64_t ne[4];
     size_t nb[4];
     int64_t K, N, E;     /* E = ne[2] * ne[3] matrices, matrix e = (e % ne[2], e / ne[2]) */
+    int64_t G;           /* qmoe scale groups per column: K / fmt->gs */
+    /* what the prepacked integers do not hold, to give ggml's bytes back (get_tensor):
+     * side: the blocks' side bytes [E][N][K / blk][fmt->side] (all but q4_K / q5_K);
+     * q4_K / q5_K: fp16 d, dmin [E][K / 256][N] (their 6-bit codes are in the min objects) */
+    uint8_t *side;
+    uint16_t *kd, *kdmin;
+    int keep_bytes;      /* ggml's bytes must stay: mxfp4 rows with the code -0 */
+    int released;        /* the buffer's whole pages inside [lo, hi) were given back (buffer.c) */
     qg_chunk *chunks;
     int nchunks;
     struct qg_weight *next;
@@ -69,14 +121,21 @@ typedef struct qg_weight {
  * qmoe's message in qmoe_last_error() (qmoe_error_set for the backend's own failures). */
 qg_weight *qg_weight_build(const struct ggml_tensor *t, size_t lo, size_t hi);
 void qg_weight_free(qg_weight *w);
+/* 1 when the weight's rows are its bytes [lo, hi) back to back (a whole tensor, no view). */
+int qg_weight_contiguous(const qg_weight *w);
+/* ggml's bytes of buffer range [a, z) that belong to the (contiguous) weight, regenerated from the
+ * prepacked integers and the side arrays, into out (out[0] is buffer offset a); bytes outside the
+ * weight are not written. QMOE_ERR_INNER when out of memory. */
+qmoe_status qg_weight_encode(const qg_weight *w, size_t a, size_t z, uint8_t *out);
 
 /* ---- the buffer type and buffers (buffer.c) ---- */
 
 typedef struct qg_buffer {
-    uint8_t *base;
-    size_t size;
+    uint8_t *base;      /* anonymous pages, `mapped` bytes */
+    size_t size, mapped;
     pthread_mutex_t lock;
     qg_weight *weights; /* converted weights living in this buffer */
+    void *pending;      /* weights whose bytes are arriving in pieces (buffer.c) */
 } qg_buffer;
 
 ggml_backend_buffer_type_t qg_buffer_type(void);
@@ -97,6 +156,9 @@ enum {
     QG_S_ROWS,   /* per routed row: matrix, source row, destination row (int64 x 3) */
     QG_S_PERM,   /* routed rows sorted by matrix [R] */
     QG_S_COUNTS, /* rows per matrix and their starts, int64 [2 E + 1] */
+    QG_S_MIN,    /* q4_K / q5_K min term: the rows' group sums, low and high parts, int8 [2, R, 2 K/32] */
+    QG_S_MINY,   /* and the min objects' outputs, float [2, R, Np] */
+    QG_S_SLOTS
 };
 
 typedef struct qg_pool qg_pool;
@@ -108,8 +170,8 @@ typedef struct qg_context {
     qg_pool *pool;         /* the backend's own threads, when not on OpenMP's (pool.c) */
     qmoe_stream *stream;
     /* scratch, grown as needed (QG_S_*) */
-    void *scratch[8];
-    size_t cap[8];
+    void *scratch[QG_S_SLOTS];
+    size_t cap[QG_S_SLOTS];
     struct {
         int64_t rows, K;
         int threads;

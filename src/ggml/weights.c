@@ -1,7 +1,8 @@
-/* A ggml weight tensor (q8_0 / q4_0, [K, N, ne2, ne3]) as qmoe prepacked weights: each matrix
- * e = (i2, i3) is one qmoe expert with W[e][k][n] = the integer of value (k, n) and
- * scale[e][k / 32][n] = its block's fp16 scale (A8W8 per group for q8_0, A8W4 per group for
- * q4_0). Matrices past qmoe's expert limit and columns past its N limit go to further chunks. */
+/* A ggml weight tensor ([K, N, ne2, ne3] of a type convert.c decodes) as qmoe prepacked weights:
+ * each matrix e = (i2, i3) is one qmoe expert with W[e][k][n] = the integer of value (k, n) and
+ * scale[e][k / gs][n] = its group's scale (A8W4 per group for q4_0 / q4_K, A8W8 per group for
+ * the others), and beside it what the integers do not hold (qg_weight's side arrays). Matrices
+ * past qmoe's expert limit and columns past its N limit go to further chunks. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,49 +25,82 @@ static qmoe_status tensor3(const int64_t *shape, int ndim, qmoe_dtype dt, void *
 }
 
 /* Integers and scales of the chunk's matrices and columns, laid out [ne, K, ncp] and
- * [ne, K/32, ncp] (the pad column stays zero). */
-static void gather(const qg_weight *w, const qg_chunk *c, int8_t *vals, float *scales,
-                   int8_t *rowq, float *rowd)
+ * [ne, G, ncp] (the pad column stays zero; vals zeroed); int4 ones packed straight away (two a
+ * byte, low nibble first, as qmoe_layout_int4_pack), so no int8 copy of an int4 weight is made;
+ * the side bytes go to the weight's arrays. */
+static void gather(qg_weight *w, const qg_chunk *c, uint8_t *vals, float *scales,
+                   int8_t *rowq, float *rowd, uint8_t *rows, int8_t *mvals, float *mscales)
 {
-    const int64_t K = w->K, G = K / QG_QK, ncp = c->nc + c->pad;
+    const qg_format *f = w->fmt;
+    const int64_t K = w->K, G = w->G, ncp = c->nc + c->pad, nb = K / f->blk, N = w->N;
     for (int64_t e = 0; e < c->ne; e++) {
         int64_t m = c->e0 + e, i2 = m % w->ne[2], i3 = m / w->ne[2];
         for (int64_t n = 0; n < c->nc; n++) {
-            const uint8_t *row = w->data + (size_t)(c->n0 + n) * w->nb[1] + (size_t)i2 * w->nb[2] +
+            int64_t gn = c->n0 + n;
+            const uint8_t *row = w->data + (size_t)gn * w->nb[1] + (size_t)i2 * w->nb[2] +
                                  (size_t)i3 * w->nb[3];
-            qg_decode_row(w->type, row, K, rowq, rowd);
-            int8_t *v = vals + (size_t)e * (size_t)K * (size_t)ncp + (size_t)n;
-            for (int64_t k = 0; k < K; k++) v[(size_t)k * (size_t)ncp] = rowq[k];
+            uint8_t *side = w->side ? w->side + ((size_t)m * (size_t)N + (size_t)gn) * (size_t)(nb * f->side)
+                                    : rows;
+            qg_decode_row(w->type, row, K, rowq, rowd, side);
+            if (qg_row_has_negative_zero(w->type, row, K)) w->keep_bytes = 1;
+            size_t v = (size_t)e * (size_t)K * (size_t)ncp + (size_t)n;
+            if (f->int4)
+                for (int64_t k = 0; k < K; k++, v += (size_t)ncp)
+                    vals[v / 2] |= (uint8_t)((rowq[k] & 0xF) << (v % 2 ? 4 : 0));
+            else
+                for (int64_t k = 0; k < K; k++, v += (size_t)ncp) vals[v] = (uint8_t)rowq[k];
             float *s = scales + (size_t)e * (size_t)G * (size_t)ncp + (size_t)n;
             for (int64_t g = 0; g < G; g++) s[(size_t)g * (size_t)ncp] = rowd[g];
+            if (w->side) continue;
+            const size_t J = (size_t)nb * 8, col = (size_t)ncp;
+            for (int64_t b = 0; b < nb; b++) { /* q4_K / q5_K: d, dmin, 12 bytes of codes */
+                const uint8_t *sb = rows + b * 16;
+                size_t at = ((size_t)m * (size_t)nb + (size_t)b) * (size_t)N + (size_t)gn;
+                memcpy(&w->kd[at], sb, 2);
+                memcpy(&w->kdmin[at], sb + 2, 2);
+                uint8_t sc[8], mn[8];
+                qg_kq_unpack(sb + 4, sc, mn);
+                int8_t *mv = mvals + (size_t)e * 2 * J * col + (size_t)n;
+                for (int j = 0; j < 8; j++) {
+                    mv[((size_t)b * 8 + (size_t)j) * col] = (int8_t)sc[j];
+                    mv[(J + (size_t)b * 8 + (size_t)j) * col] = (int8_t)mn[j];
+                }
+                float *ms = mscales + (size_t)e * 2 * (size_t)nb * col + (size_t)n;
+                ms[(size_t)b * col] = (float)f->c * qg_half(w->kd[at]); /* exact: times 8 or 16 */
+                ms[((size_t)nb + (size_t)b) * col] = -qg_half(w->kdmin[at]);
+            }
         }
     }
 }
 
-static qmoe_status build_chunk(const qg_weight *w, qg_chunk *c)
+static qmoe_status build_chunk(qg_weight *w, qg_chunk *c)
 {
-    const int64_t K = w->K, G = K / QG_QK, ncp = c->nc + c->pad;
-    const int a8w4 = w->type == GGML_TYPE_Q4_0;
-    size_t nv, ns, nbias;
-    if (!mul3(c->ne, K, ncp, &nv) || !mul3(c->ne, G, ncp, &ns) || !mul3(c->ne, 1, ncp, &nbias))
+    const int64_t K = w->K, G = w->G, ncp = c->nc + c->pad;
+    const int a8w4 = w->fmt->int4, mins = w->fmt->c != 0;
+    const int64_t J = K / 32, nb = K / 256;
+    size_t nv, ns, nbias, nmv = 0, nms = 0;
+    if (!mul3(c->ne, K, ncp, &nv) || !mul3(c->ne, G, ncp, &ns) || !mul3(c->ne, 1, ncp, &nbias) ||
+        !mul3(c->ne, 2 * J, ncp, &nmv) || !mul3(c->ne, 2 * nb, ncp, &nms))
         return qmoe_error_set(QMOE_ERR_PARAM_INVALID, QMOE_RULE_LIMIT, "weight",
                               "ggml-qmoe: the weight's size overflows");
-    int8_t *vals = calloc(nv ? nv : 1, 1), *rowq = malloc((size_t)K);
+    uint8_t *vals = calloc(a8w4 ? nv / 2 + 1 : nv ? nv : 1, 1);
+    int8_t *rowq = malloc((size_t)K);
     float *scales = calloc(ns ? ns : 1, sizeof(float)), *rowd = malloc((size_t)G * sizeof(float));
+    uint8_t *rows = malloc((size_t)(K / w->fmt->blk * w->fmt->side));
     float *bias = a8w4 ? calloc(nbias ? nbias : 1, sizeof(float)) : NULL;
-    uint8_t *packed = a8w4 ? malloc(nv / 2 + 1) : NULL;
+    int8_t *mvals = mins ? calloc(nmv ? nmv : 1, 1) : NULL;
+    float *mscales = mins ? calloc(nms ? nms : 1, sizeof(float)) : NULL;
     qmoe_tensor *tw = NULL, *ts = NULL, *tb = NULL;
     qmoe_status st = QMOE_OK;
-    if (!vals || !rowq || !scales || !rowd || (a8w4 && (!bias || !packed))) {
+    if (!vals || !rowq || !scales || !rowd || !rows || (a8w4 && !bias) || (mins && (!mvals || !mscales))) {
         st = qmoe_error_set(QMOE_ERR_INNER, QMOE_RULE_NONE, "weight",
                             "ggml-qmoe: out of memory converting a weight");
         goto done;
     }
-    gather(w, c, vals, scales, rowq, rowd);
+    gather(w, c, vals, scales, rowq, rowd, rows, mvals, mscales);
     int64_t wshape[3] = {c->ne, K, ncp}, sshape[3] = {c->ne, G, ncp}, bshape[2] = {c->ne, ncp};
     if (a8w4) {
-        st = qmoe_layout_int4_pack(vals, (int64_t)nv, packed);
-        if (!st) st = tensor3(wshape, 3, QMOE_DTYPE_INT4, packed, &tw);
+        st = tensor3(wshape, 3, QMOE_DTYPE_INT4, vals, &tw);
         /* GroupedMatmul reads no assist matrix; the prepacked object wants one: zero */
         if (!st) st = tensor3(bshape, 2, QMOE_DTYPE_FLOAT32, bias, &tb);
     } else {
@@ -76,6 +110,16 @@ static qmoe_status build_chunk(const qg_weight *w, qg_chunk *c)
     qmoe_weights_options wo = QMOE_WEIGHTS_OPTIONS_INIT;
     if (!st) st = qmoe_weights_prepack(tw, ts, tb, &wo, &c->w);
     if (!st) st = qmoe_weights_tensor(c->w, &c->view);
+    if (!st && mins) {
+        qmoe_tensor_destroy(tw);
+        qmoe_tensor_destroy(ts);
+        tw = ts = NULL;
+        int64_t mshape[3] = {c->ne, 2 * J, ncp}, msshape[3] = {c->ne, 2 * nb, ncp};
+        st = tensor3(mshape, 3, QMOE_DTYPE_INT8, mvals, &tw);
+        if (!st) st = tensor3(msshape, 3, QMOE_DTYPE_FLOAT32, mscales, &ts);
+        if (!st) st = qmoe_weights_prepack(tw, ts, NULL, &wo, &c->mw);
+        if (!st) st = qmoe_weights_tensor(c->mw, &c->mview);
+    }
 done:
     qmoe_tensor_destroy(tw);
     qmoe_tensor_destroy(ts);
@@ -84,16 +128,35 @@ done:
     free(rowq);
     free(scales);
     free(rowd);
+    free(rows);
     free(bias);
-    free(packed);
+    free(mvals);
+    free(mscales);
     return st;
+}
+
+/* The side arrays: ggml's sizes bound E * N * (K / blk) * side by the tensor's own bytes. */
+static int alloc_side(qg_weight *w)
+{
+    const qg_format *f = w->fmt;
+    size_t cols = (size_t)w->E * (size_t)w->N, nb = (size_t)(w->K / f->blk);
+    if (f->c == 0) {
+        w->side = malloc(cols * nb * (size_t)f->side + 1);
+    } else {
+        w->kd = malloc(cols * nb * sizeof(uint16_t) + 1);
+        w->kdmin = malloc(cols * nb * sizeof(uint16_t) + 1);
+    }
+    if (f->c == 0 ? !!w->side : (w->kd && w->kdmin)) return 1;
+    qmoe_error_set(QMOE_ERR_INNER, QMOE_RULE_NONE, "weight", "ggml-qmoe: out of memory");
+    return 0;
 }
 
 qg_weight *qg_weight_build(const struct ggml_tensor *t, size_t lo, size_t hi)
 {
-    if (!qg_type_supported(t->type) || t->ne[0] % QG_QK) {
+    const qg_format *f = qg_format_of(t->type);
+    if (!f || t->ne[0] % f->blk) {
         qmoe_error_set(QMOE_ERR_PARAM_INVALID, QMOE_RULE_DTYPE, "weight",
-                       "ggml-qmoe: the weight is not q8_0 / q4_0 with whole blocks");
+                       "ggml-qmoe: the weight's type is not taken or its rows are not whole blocks");
         return NULL;
     }
     qg_weight *w = calloc(1, sizeof *w);
@@ -105,6 +168,7 @@ qg_weight *qg_weight_build(const struct ggml_tensor *t, size_t lo, size_t hi)
     w->lo = lo;
     w->hi = hi;
     w->type = t->type;
+    w->fmt = f;
     for (int i = 0; i < 4; i++) {
         w->ne[i] = t->ne[i];
         w->nb[i] = t->nb[i];
@@ -112,12 +176,17 @@ qg_weight *qg_weight_build(const struct ggml_tensor *t, size_t lo, size_t hi)
     w->K = t->ne[0];
     w->N = t->ne[1];
     w->E = t->ne[2] * t->ne[3]; /* ggml's sizes: their product fits in int64 */
+    w->G = w->K / f->gs;
+    if (!alloc_side(w)) {
+        qg_weight_free(w);
+        return NULL;
+    }
     int64_t ec = (w->E + QG_MAX_EXPERTS - 1) / QG_MAX_EXPERTS;
     int64_t nc = (w->N + QG_MAX_COLS - 1) / QG_MAX_COLS;
-    w->nchunks = (int)(ec * nc);
-    w->chunks = calloc((size_t)(w->nchunks ? w->nchunks : 1), sizeof *w->chunks);
+    w->chunks = calloc((size_t)(ec * nc > 0 ? ec * nc : 1), sizeof *w->chunks);
+    w->nchunks = w->chunks ? (int)(ec * nc) : 0;
     if (!w->chunks) {
-        free(w);
+        qg_weight_free(w);
         qmoe_error_set(QMOE_ERR_INNER, QMOE_RULE_NONE, "weight", "ggml-qmoe: out of memory");
         return NULL;
     }
@@ -144,10 +213,98 @@ void qg_weight_free(qg_weight *w)
     if (!w) return;
     for (int i = 0; i < w->nchunks; i++) {
         qg_chunk *c = &w->chunks[i];
-        for (int p = 0; p < QG_PLANS; p++) qmoe_op_destroy(c->plans[p].op);
+        for (int p = 0; p < QG_PLANS; p++) {
+            qmoe_op_destroy(c->plans.p[p].op);
+            qmoe_op_destroy(c->mplans.p[p].op);
+        }
         qmoe_tensor_destroy(c->view);
+        qmoe_tensor_destroy(c->mview);
         qmoe_weights_destroy(c->w);
+        qmoe_weights_destroy(c->mw);
     }
     free(w->chunks);
+    free(w->side);
+    free(w->kd);
+    free(w->kdmin);
     free(w);
+}
+
+int qg_weight_contiguous(const qg_weight *w)
+{
+    size_t row = (size_t)(w->K / w->fmt->blk) * (size_t)w->fmt->bytes;
+    return w->nb[1] == row && w->nb[2] == row * (size_t)w->ne[1] &&
+           w->nb[3] == w->nb[2] * (size_t)w->ne[2] && w->hi - w->lo == w->nb[3] * (size_t)w->ne[3];
+}
+
+/* Side bytes of row (m, n): the kept ones, or q4_K / q5_K's rebuilt from d, dmin and the codes
+ * of the min object, unpacked in mv [2 K/32, ncp] (this row's at column cn). */
+static void row_side(const qg_weight *w, int64_t m, int64_t n, const int8_t *mv, int64_t ncp,
+                     int64_t cn, uint8_t *out)
+{
+    const int64_t nb = w->K / w->fmt->blk, N = w->N, J = nb * 8;
+    if (w->side) {
+        size_t sz = (size_t)(nb * w->fmt->side);
+        memcpy(out, w->side + ((size_t)m * (size_t)N + (size_t)n) * sz, sz);
+        return;
+    }
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t *sb = out + b * 16, sc[8], mn[8];
+        size_t at = ((size_t)m * (size_t)nb + (size_t)b) * (size_t)N + (size_t)n;
+        memcpy(sb, &w->kd[at], 2);
+        memcpy(sb + 2, &w->kdmin[at], 2);
+        for (int j = 0; j < 8; j++) {
+            sc[j] = (uint8_t)mv[(size_t)(b * 8 + j) * (size_t)ncp + (size_t)cn];
+            mn[j] = (uint8_t)mv[(size_t)(J + b * 8 + j) * (size_t)ncp + (size_t)cn];
+        }
+        qg_kq_pack(sc, mn, sb + 4);
+    }
+}
+
+qmoe_status qg_weight_encode(const qg_weight *w, size_t a, size_t z, uint8_t *out)
+{
+    const size_t rowb = w->nb[1];
+    const int64_t K = w->K, N = w->N;
+    size_t lo = a > w->lo ? a : w->lo, hi = z < w->hi ? z : w->hi;
+    if (lo >= hi) return QMOE_OK;
+    int64_t r0 = (int64_t)((lo - w->lo) / rowb), r1 = (int64_t)((hi - w->lo - 1) / rowb) + 1;
+    int8_t *vals = NULL, *mv = NULL, *rowq = malloc((size_t)K);
+    uint8_t *side = malloc((size_t)(K / w->fmt->blk * w->fmt->side)), *row = malloc(rowb);
+    qmoe_status st = rowq && side && row ? QMOE_OK
+                                          : qmoe_error_set(QMOE_ERR_INNER, QMOE_RULE_NONE, "weight",
+                                                           "ggml-qmoe: out of memory reading a weight back");
+    /* rows r0 .. r1 - 1, row r = matrix r / N, column r % N; a chunk's expert unpacked once */
+    for (int i = 0; !st && i < w->nchunks; i++) {
+        const qg_chunk *c = &w->chunks[i];
+        const int64_t ncp = c->nc + c->pad;
+        for (int64_t m = c->e0; !st && m < c->e0 + c->ne; m++) {
+            int64_t n0 = m * N + c->n0, n1 = n0 + c->nc; /* this chunk's rows of matrix m */
+            if (n1 <= r0 || n0 >= r1) continue;
+            if (!vals) { /* K * ncp bytes: at most the chunk's own int8 weight of one expert */
+                vals = malloc((size_t)K * (size_t)ncp + 1);
+                mv = c->mw ? malloc((size_t)(K / 16) * (size_t)ncp + 1) : NULL;
+                if (!vals || (c->mw && !mv)) {
+                    st = qmoe_error_set(QMOE_ERR_INNER, QMOE_RULE_NONE, "weight",
+                                        "ggml-qmoe: out of memory reading a weight back");
+                    break;
+                }
+            }
+            if ((st = qmoe_weights_unpack(c->w, m - c->e0, vals))) break;
+            if (c->mw && (st = qmoe_weights_unpack(c->mw, m - c->e0, mv))) break;
+            for (int64_t r = n0 > r0 ? n0 : r0; r < (n1 < r1 ? n1 : r1); r++) {
+                int64_t n = r - m * N;
+                for (int64_t k = 0; k < K; k++) rowq[k] = vals[(size_t)k * (size_t)ncp + (size_t)(n - c->n0)];
+                row_side(w, m, n, mv, ncp, n - c->n0, side);
+                qg_encode_row(w->type, rowq, side, K, row);
+                size_t ra = w->lo + (size_t)r * rowb, s = ra > lo ? ra : lo, e = ra + rowb < hi ? ra + rowb : hi;
+                memcpy(out + (s - a), row + (s - ra), e - s);
+            }
+        }
+        free(vals); /* chunks differ in width */
+        free(mv);
+        vals = mv = NULL;
+    }
+    free(rowq);
+    free(side);
+    free(row);
+    return st;
 }

@@ -6,7 +6,7 @@
 # Usage: run-backend-ops.sh TEST_BACKEND_OPS LIBGGML_QMOE LOG_DIR
 set -u
 tbo=$1 lib=$2 logs=$3
-types='q8_0|q4_0'
+types='q8_0|q4_0|mxfp4|q6_K|q4_K|q5_K'
 mkdir -p "$logs"
 for f in "$tbo" "$lib"; do
   [ -e "$f" ] || { echo "qmoe: ggml: $f is missing" >&2; exit 1; }

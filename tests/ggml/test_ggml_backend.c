@@ -1,9 +1,13 @@
 /* libggml-qmoe.so through ggml's own API, as llama.cpp uses it: loaded with ggml_backend_load,
- * one ACCEL device QMOE; q8_0 / q4_0 decoding equals ggml's dequantization exactly; MUL_MAT_ID and
+ * one ACCEL device QMOE; decoding of every taken type (q8_0, q4_0, mxfp4, q6_K, q4_K, q5_K) equals
+ * ggml's dequantization exactly and encodes back to the same bytes; MUL_MAT_ID and
  * MUL_MAT on the device equal an independent double-precision reference of the documented
  * numerics (per-token int8 activations, exact integer dots, the blocks' scales); the weight bytes
  * read back are the ones set; a bad expert id fails the graph with dst untouched. */
+#define _DEFAULT_SOURCE /* mincore */
 #include <dlfcn.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,38 +20,98 @@
 
 static qt_rng rng = {20261201};
 
-/* Random blocks: a scale in +-[0.001, 0.1] and random integers (all 256 byte values). */
+static const enum ggml_type taken[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_MXFP4,
+                                       GGML_TYPE_Q6_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K};
+#define NTAKEN ((int)(sizeof taken / sizeof taken[0]))
+
+static void put_half(uint8_t *p, float v)
+{
+    ggml_fp16_t h = ggml_fp32_to_fp16(v);
+    memcpy(p, &h, 2);
+}
+
+/* Random blocks: all bytes random (every integer code, every 6-bit scale and min) but the
+ * scales: fp16 ones in +-[0.001, 0.1] (dmin positive, as ggml writes it), e8m0 ones near 2^-5. */
 static void random_blocks(enum ggml_type type, uint8_t *p, int64_t nblocks)
 {
     size_t bs = ggml_type_size(type);
     for (int64_t i = 0; i < nblocks; i++, p += bs) {
+        for (size_t j = 0; j < bs; j++) p[j] = (uint8_t)qt_range(&rng, 0, 255);
         float d = qt_uniform(&rng, 0.001f, 0.1f) * (qt_range(&rng, 0, 1) ? 1.0f : -1.0f);
-        ggml_fp16_t h = ggml_fp32_to_fp16(d);
-        memcpy(p, &h, 2);
-        for (size_t j = 2; j < bs; j++) p[j] = (uint8_t)qt_range(&rng, 0, 255);
+        switch (type) {
+        case GGML_TYPE_MXFP4: p[0] = (uint8_t)qt_range(&rng, 118, 126); break;
+        case GGML_TYPE_Q6_K: put_half(p + 208, d); break;
+        case GGML_TYPE_Q4_K:
+        case GGML_TYPE_Q5_K:
+            put_half(p, fabsf(d) / 16);
+            put_half(p + 2, qt_uniform(&rng, 0.001f, 0.1f) / 16);
+            break;
+        default: put_half(p, d); break;
+        }
     }
 }
 
+/* The value of element k as the backend decodes it, in double: q s for the formats without a
+ * min, s_j (q + c) - dmin m_j for q4_K / q5_K (sub-block j), with side bytes for dmin and m_j. */
+static double decoded(const qg_format *f, const int8_t *q, const float *s, const uint8_t *side, int64_t k)
+{
+    double v = (double)q[k] * s[k / f->gs];
+    if (f->c) {
+        const uint8_t *sb = side + (k / 256) * 16;
+        uint8_t sc[8], m[8];
+        uint16_t dmin;
+        memcpy(&dmin, sb + 2, 2);
+        qg_kq_unpack(sb + 4, sc, m);
+        v += (double)f->c * s[k / f->gs] - (double)qg_half(dmin) * m[(k % 256) / 32];
+    }
+    return v;
+}
+
+/* Decoding equals ggml's to_float bit for bit (the formats without a min: q * s exactly; q4_K /
+ * q5_K: ggml's one rounding of d sc q - dmin m); encoding the integers and side bytes gives the
+ * row back; the integers are in the range their qmoe dtype holds. */
 static void test_decode(enum ggml_type type)
 {
-    enum { K = 256 };
-    uint8_t row[K / 32 * 34];
+    enum { K = 512 };
+    const qg_format *f = qg_format_of(type);
+    CHECK(f != NULL);
+    if (!f) return;
+    uint8_t row[K / 32 * 34], back[K / 32 * 34], side[K / 32 * 34];
     int8_t q[K];
-    float d[K / 32], ref[K];
+    float s[K / 16], ref[K];
     const struct ggml_type_traits *tr = ggml_get_type_traits(type);
+    int negzero = 0;
     for (int rep = 0; rep < 50; rep++) {
-        random_blocks(type, row, K / 32);
-        qg_decode_row(type, row, K, q, d);
+        random_blocks(type, row, K / f->blk);
+        qg_decode_row(type, row, K, q, s, side);
         tr->to_float(row, ref, K);
-        int same = 1;
-        for (int k = 0; k < K; k++) same &= (float)q[k] * d[k / 32] == ref[k];
-        CHECK_MSG(same, "%s: decoded value differs from ggml's dequantization", ggml_type_name(type));
-        if (type == GGML_TYPE_Q4_0) {
-            int in = 1;
-            for (int k = 0; k < K; k++) in &= q[k] >= -8 && q[k] <= 7;
-            CHECK(in);
+        int same = 1, in = 1;
+        for (int k = 0; k < K; k++) {
+            same &= (float)decoded(f, q, s, side, k) == ref[k];
+            in &= f->int4 ? q[k] >= -8 && q[k] <= 7 : 1;
         }
+        CHECK_MSG(same, "%s: decoded value differs from ggml's dequantization", ggml_type_name(type));
+        CHECK_MSG(in, "%s: an integer outside int4", ggml_type_name(type));
+        qg_encode_row(type, q, side, K, back);
+        int nz = qg_row_has_negative_zero(type, row, K);
+        negzero += nz;
+        if (!nz)
+            CHECK_MSG(memcmp(row, back, ggml_row_size(type, K)) == 0, "%s: encode(decode(row)) is not the row",
+                      ggml_type_name(type));
     }
+    /* random mxfp4 codes hold -0 (code 8); the others never report it */
+    CHECK(type == GGML_TYPE_MXFP4 ? negzero > 0 : negzero == 0);
+}
+
+/* qg_half equals ggml's fp16 conversion on every non-NaN half (NaN: still a NaN). */
+static void test_half(void)
+{
+    int same = 1;
+    for (uint32_t h = 0; h < 65536; h++) {
+        float a = qg_half((uint16_t)h), b = ggml_fp16_to_fp32((ggml_fp16_t)h);
+        same &= isnan(b) ? isnan(a) : memcmp(&a, &b, sizeof a) == 0;
+    }
+    CHECK_MSG(same, "qg_half differs from ggml_fp16_to_fp32");
 }
 
 /* qmoe's per-token quantization, in double: scale = max|x| / 127, q = round half even. */
@@ -59,21 +123,20 @@ static void quant_row(const float *x, int64_t K, double *q, double *s)
     for (int64_t k = 0; k < K; k++) q[k] = m == 0 ? 0 : nearbyint((double)(x[k] / (m / 127.0f)));
 }
 
-/* out = sum over blocks of (sum q_w q_x) * d_block * s_x, in double. */
+/* out = s_x * sum_k q_x[k] * value[k], in double, the value as decoded (exact). */
 static double ref_dot(enum ggml_type type, const uint8_t *wrow, const float *x, int64_t K)
 {
+    const qg_format *f = qg_format_of(type);
     int8_t *q = malloc((size_t)K);
-    float *d = malloc((size_t)K / 32 * sizeof(float));
+    float *sc = malloc((size_t)K / 16 * sizeof(float));
+    uint8_t *side = malloc((size_t)K / 16 * 18);
     double *qx = malloc((size_t)K * sizeof(double)), s, acc = 0;
-    qg_decode_row(type, wrow, K, q, d);
+    qg_decode_row(type, wrow, K, q, sc, side);
     quant_row(x, K, qx, &s);
-    for (int64_t g = 0; g < K / 32; g++) {
-        double a = 0;
-        for (int64_t k = g * 32; k < g * 32 + 32; k++) a += q[k] * qx[k];
-        acc += a * d[g];
-    }
+    for (int64_t k = 0; k < K; k++) acc += qx[k] * decoded(f, q, sc, side, k);
     free(q);
-    free(d);
+    free(sc);
+    free(side);
     free(qx);
     return acc * s;
 }
@@ -201,8 +264,81 @@ static void run_case(ggml_backend_t be, ggml_backend_buffer_type_t buft, enum gg
     free_graph(&g);
 }
 
+/* Whole pages of [p, p + n) resident in memory, and how many whole pages there are. */
+static int resident_pages(const void *p, size_t n, int *pages)
+{
+    size_t ps = (size_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = ((uintptr_t)p + ps - 1) / ps * ps, z = ((uintptr_t)p + n) / ps * ps;
+    *pages = z > a ? (int)((z - a) / ps) : 0;
+    if (z <= a) return 0;
+    unsigned char *v = malloc((z - a) / ps);
+    int r = 0;
+    if (v && mincore((void *)a, z - a, v) == 0)
+        for (size_t i = 0; i < (z - a) / ps; i++) r += v[i] & 1;
+    free(v);
+    return r;
+}
+
+/* The buffer keeps one copy: a weight loaded in pieces (out of order) is converted when its last
+ * piece arrives and its pages are given back (none resident); get_tensor still returns its
+ * bytes, regenerated; a later partial write keeps the bytes it does not cover; an mxfp4 weight
+ * holding the code -0 (which its integers cannot tell from +0) keeps its bytes. */
+static void test_one_copy(ggml_backend_buffer_type_t buft, enum ggml_type type, int negzero)
+{
+    struct ggml_init_params ip = {ggml_tensor_overhead() * 4, NULL, true};
+    struct ggml_context *ctx = ggml_init(ip);
+    struct ggml_tensor *t = ggml_new_tensor_3d(ctx, type, 512, 64, 8);
+    ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors_from_buft(ctx, buft);
+    CHECK(buf != NULL);
+    if (!buf) {
+        ggml_free(ctx);
+        return;
+    }
+    ggml_backend_buffer_set_usage(buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+    size_t n = ggml_nbytes(t), a = n / 3 + 7, m = 2 * n / 3 + 1;
+    uint8_t *w = malloc(n), *back = malloc(n), *fresh = malloc(300);
+    random_blocks(type, w, (int64_t)(n / ggml_type_size(type)));
+    if (type == GGML_TYPE_MXFP4) /* codes 8 (-0) become 0, but one when asked for */
+        for (size_t i = 0; i < n; i += 17)
+            for (int j = 1; j < 17; j++) {
+                if ((w[i + j] & 0x0F) == 8) w[i + j] &= 0xF0;
+                if ((w[i + j] >> 4) == 8) w[i + j] &= 0x0F;
+            }
+    if (negzero) w[17 * 40 + 5] = 0x38;
+    int pages, res;
+    ggml_backend_tensor_set(t, w + m, m, n - m);
+    ggml_backend_tensor_set(t, w, 0, a);
+    res = resident_pages(t->data, n, &pages);
+    CHECK_MSG(pages > 10 && res > pages / 2, "%s: pieces written but not resident (%d of %d)",
+              ggml_type_name(type), res, pages);
+    ggml_backend_tensor_set(t, w + a, a, m - a);
+    res = resident_pages(t->data, n, &pages);
+    if (negzero)
+        CHECK_MSG(res == pages, "%s with -0: %d of %d pages resident", ggml_type_name(type), res, pages);
+    else
+        CHECK_MSG(res == 0, "%s: converted, but %d of %d pages still resident", ggml_type_name(type), res, pages);
+    memset(back, 0, n);
+    ggml_backend_tensor_get(t, back, 0, n);
+    CHECK_MSG(memcmp(w, back, n) == 0, "%s: get_tensor after conversion differs", ggml_type_name(type));
+    memset(back, 0, n);
+    ggml_backend_tensor_get(t, back, a, 1000); /* a range that starts inside a row */
+    CHECK_MSG(memcmp(w + a, back, 1000) == 0, "%s: get_tensor of a part differs", ggml_type_name(type));
+    /* a write over part of it: the weight goes, its other bytes stay */
+    random_blocks(type, fresh, 1);
+    memcpy(w + a, fresh, 10);
+    ggml_backend_tensor_set(t, fresh, a, 10);
+    memset(back, 0, n);
+    ggml_backend_tensor_get(t, back, 0, n);
+    CHECK_MSG(memcmp(w, back, n) == 0, "%s: bytes lost by a partial write", ggml_type_name(type));
+    free(w);
+    free(back);
+    free(fresh);
+    ggml_backend_buffer_free(buf);
+    ggml_free(ctx);
+}
+
 /* supports_op as llama.cpp's loader asks it: a fake MUL_MAT_ID whose weight sits in a zero-byte
- * buffer of the type. Yes for q8_0 / q4_0 in a QMOE buffer whatever the batch; no for a weight in
+ * buffer of the type. Yes for q8_0 / q4_K in a QMOE buffer whatever the batch; no for a weight in
  * another buffer (the CPU's) or of a type the backend does not convert. */
 static void test_supports(ggml_backend_dev_t dev, ggml_backend_buffer_type_t buft)
 {
@@ -213,7 +349,7 @@ static void test_supports(ggml_backend_dev_t dev, ggml_backend_buffer_type_t buf
     ggml_backend_buffer_t cpu_buf = cpu ? ggml_backend_buft_alloc_buffer(ggml_backend_dev_buffer_type(cpu), 0) : NULL;
     CHECK(probe != NULL);
     CHECK(cpu_buf != NULL);
-    const enum ggml_type types[3] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K};
+    const enum ggml_type types[3] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_0};
     for (int t = 0; t < 3; t++) {
         for (int64_t T = 1; T <= 4096; T *= 64) {
             struct ggml_tensor *as = ggml_new_tensor_3d(ctx, types[t], 256, 64, 8);
@@ -250,8 +386,8 @@ int main(int argc, char **argv)
         CHECK(ggml_backend_load(argv[2]) == NULL);
         return qt_finish("ggml_backend_refused");
     }
-    test_decode(GGML_TYPE_Q8_0);
-    test_decode(GGML_TYPE_Q4_0);
+    test_half();
+    for (int t = 0; t < NTAKEN; t++) test_decode(taken[t]);
 
     ggml_backend_reg_t reg = ggml_backend_load(argv[1]);
     CHECK_MSG(reg != NULL, "ggml_backend_load(%s) failed", argv[1]);
@@ -273,15 +409,17 @@ int main(int argc, char **argv)
     CHECK(!ggml_backend_buft_is_host(buft));
     test_supports(dev, buft);
 
-    for (int t = 0; t < 2; t++) {
-        enum ggml_type type = t ? GGML_TYPE_Q4_0 : GGML_TYPE_Q8_0;
-        enum ggml_type f32 = GGML_TYPE_F32;
-        run_case(be, buft, GGML_OP_MUL_MAT_ID, type, f32, 128, 64, 8, 2, 13, 2, 0); /* routed rows */
-        run_case(be, buft, GGML_OP_MUL_MAT_ID, type, f32, 96, 5, 4, 1, 7, 3, 0);   /* odd N, broadcast b */
-        run_case(be, buft, GGML_OP_MUL_MAT, type, f32, 64, 3, 1100, 2, 0, 0, 0);   /* > 1024 matrices */
-        run_case(be, buft, GGML_OP_MUL_MAT, type, GGML_TYPE_F16, 64, 8, 3, 4, 0, 0, 0); /* f16 b */
-        run_case(be, buft, GGML_OP_MUL_MAT_ID, type, GGML_TYPE_BF16, 64, 8, 4, 2, 5, 2, 0); /* bf16 */
-        run_case(be, buft, GGML_OP_MUL_MAT_ID, type, f32, 64, 16, 4, 2, 3, 2, 1);  /* a bad id */
+    for (int t = 0; t < NTAKEN; t++) test_one_copy(buft, taken[t], 0);
+    test_one_copy(buft, GGML_TYPE_MXFP4, 1);
+    for (int t = 0; t < NTAKEN; t++) {
+        enum ggml_type type = taken[t], f32 = GGML_TYPE_F32;
+        int64_t k = qg_format_of(type)->blk == 256 ? 256 : 32; /* K in whole blocks */
+        run_case(be, buft, GGML_OP_MUL_MAT_ID, type, f32, 4 * k, 64, 8, 2, 13, 2, 0); /* routed rows */
+        run_case(be, buft, GGML_OP_MUL_MAT_ID, type, f32, 3 * k, 5, 4, 1, 7, 3, 0);   /* odd N, broadcast b */
+        run_case(be, buft, GGML_OP_MUL_MAT, type, f32, 2 * k, 3, 1100, 2, 0, 0, 0);   /* > 1024 matrices */
+        run_case(be, buft, GGML_OP_MUL_MAT, type, GGML_TYPE_F16, 2 * k, 8, 3, 4, 0, 0, 0); /* f16 b */
+        run_case(be, buft, GGML_OP_MUL_MAT_ID, type, GGML_TYPE_BF16, 2 * k, 8, 4, 2, 5, 2, 0); /* bf16 */
+        run_case(be, buft, GGML_OP_MUL_MAT_ID, type, f32, 2 * k, 16, 4, 2, 3, 2, 1);  /* a bad id */
     }
     ggml_backend_free(be);
     return qt_finish("ggml_backend");

@@ -1,0 +1,63 @@
+/*
+ * Reading the integers back out of prepacked weights (qmoe_weights_unpack, qmoe/weights.h): a
+ * program that keeps only the prepacked object (not the raw weights beside it) can still give
+ * the weights back, e.g. a ggml buffer's get_tensor. The inverse of the record layout of
+ * core/prepack.h, common to every kernel: byte (c, t) of a unit step is W[4q + t][c] + off.
+ */
+#include <stddef.h>
+
+#include "core/gmm_params.h"
+#include "core/prepack.h"
+#include "core/status.h"
+#include "kernels/gmm_fast.h"
+#include "qmoe/weights.h"
+
+#define INVALID(rule, arg, ...) qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_##rule, arg, __VA_ARGS__)
+#define NULLPTR(arg, ...) qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, arg, __VA_ARGS__)
+
+qmoe_status qmoe_weights_unpack(const qmoe_weights *weights, int64_t expert, int8_t *values)
+{
+    const struct qmoe_weights *pp = weights;
+    if (!pp) return NULLPTR("weights", "unpack: weights is a null pointer");
+    if (!values) return NULLPTR("values", "unpack: values is a null pointer");
+    if (pp->magic != QMOE_PP_MAGIC || pp->version != QMOE_PP_VERSION || pp->build != &qmoe_pp_build_tag)
+        return INVALID(UNSUPPORTED, "weights",
+                       "unpack: prepacked weights of another qmoe build or layout version");
+    if (expert < 0 || expert >= pp->E)
+        return INVALID(VALUE, "expert", "unpack: expert %lld is outside [0, %lld)", (long long)expert,
+                       (long long)pp->E);
+    const int int4 = pp->mode == QMOE_MODE_A8W4;
+    const int off = int4 ? 8 : 128;
+    const int64_t steps = pp->Kp / 4, N = pp->N;
+    for (int64_t i = 0; i < pp->panels; i++) {
+        const uint8_t *rec = pp->w + (uint64_t)expert * pp->expert_wbytes + (uint64_t)i * pp->panel_wbytes;
+        const int64_t jc = i * QMOE_PP_COLS, nu = qmoe_pp_units(pp, i);
+        const int64_t nc = pp->N2 - jc < QMOE_PP_COLS ? pp->N2 - jc : QMOE_PP_COLS;
+        for (int64_t h = 0; h < 2; h++)
+            for (int64_t q = 0; q < steps; q++)
+                for (int64_t u = 0; u < nu; u++) {
+                    /* the step's index in the record: halves, then steps, then units */
+                    const int64_t s = (h * steps + q) * nu + u;
+                    for (int t = 0; t < 4; t++) {
+                        const int64_t pos = 4 * q + t, g = pos / pp->gkp, kk = pos % pp->gkp;
+                        if (kk >= pp->gk) continue; /* group padding */
+                        const int64_t k = g * pp->gk + kk;
+                        for (int c = 0; c < QMOE_PK_UNIT; c++) {
+                            const int64_t col = u * QMOE_PK_UNIT + c;
+                            if (col >= nc) break;
+                            const int b = 4 * c + t;
+                            int v;
+                            if (int4) { /* 32 bytes a step: byte b holds v[b] | v[b + 32] << 4 */
+                                uint8_t x = rec[s * 32 + (b & 31)];
+                                v = b < 32 ? x & 0xF : x >> 4;
+                            } else {
+                                v = rec[s * QMOE_PK_STEP + b];
+                            }
+                            values[k * N + h * pp->N2 + jc + col] = (int8_t)(v - off);
+                        }
+                    }
+                }
+    }
+    qmoe_clear_error();
+    return QMOE_OK;
+}
