@@ -176,7 +176,7 @@ def run_llama_bench(a, model, config, logpath):
     env = dict(os.environ)
     env.pop("GGML_BACKEND_PATH", None)
     # One policy for every configuration: QMOE needs passive (docs/ggml.md), and llama.cpp's own
-    # spinning threads lose far more than that on a loaded machine (measured: tg32 1.6-47 t/s
+    # spinning threads lose far more than that on a loaded machine (measured: tg32 1.4-47 t/s
     # active against QMOE's passive 105-114 on Q4_K_M, whose experts QMOE does not even take).
     if a.omp_wait_policy != "default":
         env["OMP_WAIT_POLICY"] = a.omp_wait_policy
