@@ -4,18 +4,21 @@
 # sha256 recorded here (the digest of the file PyPI served on 2026-12-01), unpacked under
 # $(GGML_DIR). Only the targets the backend needs are built, CPU only, Release, shared libraries
 # (so libggml-qmoe.so and the tools share one libggml-base.so).
-#   make ggml-llama   download + build llama.cpp's ggml, llama, test-backend-ops and llama-bench
+#   make ggml-llama   download + build llama.cpp's ggml, llama, test-backend-ops, llama-bench,
+#                     llama-quantize and llama-perplexity
 #   make ggml-backend build $(BUILD)/src/ggml/libggml-qmoe.so against that tree
 #   make test-ggml    the backend's unit tests, the layering check again with the backend's objects
 #                     built (no cycle in src/ggml either), test-backend-ops -b QMOE -o MUL_MAT_ID / MUL_MAT in
-#                     test mode, and llama-bench on small Qwen3-MoE-shaped models (part of make test)
+#                     test mode, llama-bench on small Qwen3-MoE-shaped models, and the end-to-end
+#                     KL check (tests/ggml/kl_check.py); each part timed (part of make test)
+#   make bench-ggml   scripts/bench_ggml.py: QMOE against llama.cpp's CPU, side by side (not in make test)
 # Without the package index the suite is reported as NOT RUN with the reason, and make test goes on.
 GGML_DIR            ?= $(BUILD)/ggml
 GGML_PYPI_VERSION   := 0.3.36
 GGML_SDIST_SHA256   := 832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
 GGML_LLAMA_SRC      := $(GGML_DIR)/llama_cpp_python-$(GGML_PYPI_VERSION)/vendor/llama.cpp
 GGML_LLAMA_BUILD    ?= $(GGML_DIR)/llama-build
-GGML_LLAMA_TARGETS  ?= ggml llama test-backend-ops llama-bench
+GGML_LLAMA_TARGETS  ?= ggml llama test-backend-ops llama-bench llama-quantize llama-perplexity
 GGML_BACKEND_LIB    := $(BUILD)/src/ggml/libggml-qmoe.so
 GGML_RESULT         := $(GGML_DIR)/test-ggml.result
 GGML_VENV           ?= $(GGML_DIR)/venv
@@ -23,7 +26,7 @@ GGML_LLAMA_CMAKE_ARGS ?= -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DGGM
   -DGGML_NATIVE=ON -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=ON -DLLAMA_BUILD_TOOLS=ON \
   -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF
 
-.PHONY: ggml-fetch ggml-llama ggml-backend test-ggml
+.PHONY: ggml-fetch ggml-llama ggml-backend test-ggml bench-ggml
 test: test-ggml
 
 # Exit 3 from the fetch script means "the index cannot be reached": the callers below turn it
@@ -47,7 +50,8 @@ ggml-backend: ggml-llama $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS) --target ggml-qmoe test_ggml_backend
 
 # One shell: a NOT RUN (no index) ends the suite there with the reason, written to
-# $(GGML_RESULT) and printed, and make test goes on; any other failure fails it.
+# $(GGML_RESULT) and printed, and make test goes on; any other failure fails it. `lap` adds the
+# seconds since the previous part to the times line (the last line of the result).
 test-ggml:
 	@rm -f $(GGML_RESULT); mkdir -p $(GGML_DIR); \
 	src/ggml/fetch-llama-cpp.sh $(GGML_DIR) $(GGML_PYPI_VERSION) $(GGML_SDIST_SHA256) \
@@ -56,18 +60,34 @@ test-ggml:
 	  reason=$$(tail -n 1 $(GGML_DIR)/fetch.err); echo "NOT RUN: $$reason" >$(GGML_RESULT); \
 	  echo "qmoe: ggml suite NOT RUN (not passed): $$reason" >&2; exit 0; fi; \
 	if [ $$rc != 0 ]; then cat $(GGML_DIR)/fetch.err >&2; exit $$rc; fi; \
-	start=$$(date +%s); \
-	$(MAKE) --no-print-directory ggml-backend && \
+	start=$$(date +%s); t=$$start; times=""; \
+	lap() { now=$$(date +%s); times="$$times, $$1 $$((now - t)) s"; t=$$now; }; \
+	$(MAKE) --no-print-directory ggml-llama && lap "llama.cpp build" && \
+	$(MAKE) --no-print-directory ggml-backend && lap "backend build" && \
 	ctest --test-dir $(BUILD) -L ggml --output-on-failure && \
-	ctest --test-dir $(BUILD) -R '^layers$$' --output-on-failure && \
+	ctest --test-dir $(BUILD) -R '^layers$$' --output-on-failure && lap "unit tests" && \
 	tests/ggml/run-backend-ops.sh $(GGML_LLAMA_BUILD)/bin/test-backend-ops $(GGML_BACKEND_LIB) \
-	  $(GGML_DIR)/logs >$(GGML_RESULT); rc=$$?; \
+	  $(GGML_DIR)/logs >$(GGML_RESULT); rc=$$?; lap "test-backend-ops"; \
 	if [ -f $(GGML_RESULT) ] && ! scripts/venv.sh $(GGML_VENV) tests/ggml/requirements.txt >/dev/null; then \
-	  echo "qmoe: ggml: llama-bench smoke NOT RUN: numpy / PyYAML cannot be installed into $(GGML_VENV)" \
+	  echo "qmoe: ggml: llama-bench smoke and KL check NOT RUN: numpy / PyYAML cannot be installed into $(GGML_VENV)" \
 	    >>$(GGML_RESULT); \
-	elif [ -f $(GGML_RESULT) ]; then \
+	elif [ -f $(GGML_RESULT) ]; then lap "venv"; \
 	  tests/ggml/run-llama-smoke.sh $(GGML_LLAMA_BUILD)/bin $(GGML_BACKEND_LIB) $(GGML_LLAMA_SRC) \
-	    $(GGML_VENV)/bin/python $(GGML_DIR)/smoke >>$(GGML_RESULT) || rc=1; fi; \
+	    $(GGML_VENV)/bin/python $(GGML_DIR)/smoke >>$(GGML_RESULT) || rc=1; lap "llama-bench smoke"; \
+	  PYTHONPATH=$(abspath $(GGML_LLAMA_SRC))/gguf-py $(GGML_VENV)/bin/python tests/ggml/kl_check.py \
+	    $(GGML_LLAMA_BUILD)/bin $(GGML_BACKEND_LIB) $(GGML_DIR)/kl >>$(GGML_RESULT) || rc=1; \
+	  lap "KL check"; fi; \
+	[ -f $(GGML_RESULT) ] && echo "qmoe: ggml: times: total $$(( $$(date +%s) - start )) s$$times" \
+	  >>$(GGML_RESULT); \
 	cat $(GGML_RESULT) 2>/dev/null; \
 	echo "qmoe: ggml suite: $$(( $$(date +%s) - start )) s (with the llama.cpp build when it was not built yet)"; \
 	exit $$rc
+
+# Side by side with llama.cpp's CPU backend (scripts/bench_ggml.py; the models are cached under
+# $(GGML_DIR)/bench-models). Not part of make test: it takes minutes and wants a quiet machine.
+BENCH_GGML_ARGS ?=
+bench-ggml: ggml-backend
+	@scripts/venv.sh $(GGML_VENV) tests/ggml/requirements.txt >/dev/null
+	PYTHONPATH=$(abspath $(GGML_LLAMA_SRC))/gguf-py $(GGML_VENV)/bin/python scripts/bench_ggml.py \
+	  --bin $(GGML_LLAMA_BUILD)/bin --lib $(GGML_BACKEND_LIB) --models $(GGML_DIR)/bench-models \
+	  --out $(GGML_DIR)/bench $(BENCH_GGML_ARGS)
