@@ -29,6 +29,13 @@ static const struct ggml_tensor *weight_home(const struct ggml_tensor *t)
     return t->view_src ? t->view_src : t;
 }
 
+int qg_take_dense(void)
+{
+    /* asked only while a model's weights are placed, so nothing depends on it changing later */
+    const char *v = getenv("QMOE_GGML_DENSE");
+    return v && v[0] == '1' && v[1] == 0;
+}
+
 int qg_supports_matmul(const struct ggml_tensor *op)
 {
     if (op->op != GGML_OP_MUL_MAT && op->op != GGML_OP_MUL_MAT_ID) return 0;
@@ -52,7 +59,14 @@ int qg_supports_matmul(const struct ggml_tensor *op)
     /* Weights are converted once from their bytes: only those in this backend's buffers, whose
      * every write is seen (a weight elsewhere, or none yet: the loader's probe, says no buffer) */
     ggml_backend_buffer_t wb = weight_home(a)->buffer;
-    return !wb || qg_buffer_is_ours(wb);
+    if (wb && !qg_buffer_is_ours(wb)) return 0;
+    /* llama.cpp's loader asks with a zero-byte buffer of ours (docs/ggml.md, "Which weights"):
+     * a dense 2-D weight is declined there unless QMOE_GGML_DENSE=1, because each dense matmul
+     * taken is a graph split of its own, and at decode the switches cost more than qmoe's
+     * matmul gains (measured: tg32 0.5x the CPU with them). A weight already in our buffer is
+     * never declined. */
+    if (op->op == GGML_OP_MUL_MAT && wb && !qg_buffer_holds_data(wb)) return qg_take_dense();
+    return 1;
 }
 
 static void *grow(qg_context *ctx, int slot, size_t bytes)

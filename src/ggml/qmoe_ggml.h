@@ -180,6 +180,8 @@ typedef struct qg_context {
     int next_quant;
 } qg_context;
 
+/* 1 when dense 2-D weights go to the backend at load (QMOE_GGML_DENSE=1; default 0). */
+int qg_take_dense(void);
 /* 1 when the backend computes this node (MUL_MAT / MUL_MAT_ID of a taken weight type). */
 int qg_supports_matmul(const struct ggml_tensor *op);
 /* Runs one MUL_MAT or MUL_MAT_ID node; GGML_STATUS_FAILED with the reason logged on error,

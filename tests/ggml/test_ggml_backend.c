@@ -363,6 +363,24 @@ static void test_supports(ggml_backend_dev_t dev, ggml_backend_buffer_type_t buf
             CHECK(!ggml_backend_dev_supports_op(dev, op));
         }
     }
+    /* a dense weight: declined at the loader's probe unless QMOE_GGML_DENSE=1, taken when it
+     * has no buffer yet or lives in a QMOE buffer with data (never declined there) */
+    for (int dense = 0; dense < 2; dense++) {
+        if (dense) setenv("QMOE_GGML_DENSE", "1", 1);
+        else unsetenv("QMOE_GGML_DENSE");
+        struct ggml_tensor *a = ggml_new_tensor_2d(ctx, GGML_TYPE_Q8_0, 256, 64);
+        struct ggml_tensor *b = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 256, 4);
+        struct ggml_tensor *op = ggml_mul_mat(ctx, a, b);
+        CHECK(ggml_backend_dev_supports_op(dev, op));
+        a->buffer = probe;
+        CHECK_MSG(ggml_backend_dev_supports_op(dev, op) == (dense == 1), "QMOE_GGML_DENSE=%d", dense);
+        ggml_backend_buffer_t held = ggml_backend_buft_alloc_buffer(buft, 64 * 272);
+        CHECK(held != NULL);
+        a->buffer = held;
+        if (held) CHECK(ggml_backend_dev_supports_op(dev, op));
+        if (held) ggml_backend_buffer_free(held);
+    }
+    unsetenv("QMOE_GGML_DENSE");
     ggml_backend_buffer_free(probe);
     if (cpu_buf) ggml_backend_buffer_free(cpu_buf);
     ggml_free(ctx);
