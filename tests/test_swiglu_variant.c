@@ -129,9 +129,13 @@ static void variant_case(const char *name, int a8w4, float limit, float alpha, c
     double sworst = 0;
     for (int i = 0; i < M * I; i++) {
         int d = abs(ref[i] - want[i]);
-        off += d != 0, worst = d > worst ? d : worst;
+        off += d != 0;
+        if (d > worst) worst = d;
     }
-    for (int m = 0; m < M; m++) sworst = fmax(sworst, fabs(rscale[m] - wscale[m]) / wscale[m]);
+    for (int m = 0; m < M; m++) {
+        double e = fabs(rscale[m] - wscale[m]) / wscale[m];
+        if (e > sworst) sworst = e;
+    }
     printf("%-34s vs float64: %d of %d int8 values off (at most %d), scale rel error %.3g\n", name, off, M * I,
            worst, sworst);
     CHECK_MSG(worst <= 1 && off <= M * I / 50, "%s: %d values off the float64 formula (worst %d)", name, off, worst);
@@ -145,7 +149,8 @@ static void variant_case(const char *name, int a8w4, float limit, float alpha, c
     off = worst = 0;
     for (int i = 0; i < M * I; i++) {
         int d = abs(base[i] - want[i]);
-        off += d != 0, worst = d > worst ? d : worst;
+        off += d != 0;
+        if (d > worst) worst = d;
     }
     CHECK_MSG(worst <= 1 && off <= M * I / 50, "%s: portable: %d values off the float64 formula", name, off);
     if (!a8w4) CHECK_MSG(memcmp(base, ref, sizeof base) == 0, "%s: portable differs from the reference", name);
