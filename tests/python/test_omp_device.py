@@ -134,3 +134,29 @@ def test_parts_run_on_openmp_threads():
     assert after_omp == team, out.stdout  # later calls reuse that team
     # the default device starts its own n - 1 workers: none of them ran the calls above
     assert after_default >= after_omp + n - 1, out.stdout
+
+
+_SHORT_TEAM_SCRIPT = textwrap.dedent("""
+    import numpy as np, qmoe
+    E, H, I, K = 16, 256, 128, 4
+    rng = np.random.default_rng(0)
+    g, u = (rng.standard_normal((E, I, H), dtype=np.float32) for _ in range(2))
+    d = rng.standard_normal((E, H, I), dtype=np.float32)
+    layer = qmoe.MoELayer.from_float(g, u, d, top_k=K, threads=2)
+    layer.device = qmoe.omp_device(2)
+    x = np.ones((8, H), np.float32)
+    try:
+        layer(x, np.ones((8, E), np.float32))
+        print("ran")
+    except qmoe.QmoeError as err:
+        print(err.code, qmoe._omp.omp_short_teams())
+""")
+
+
+def test_short_team_fails_clearly():
+    """OMP_THREAD_LIMIT=1: OpenMP gives a team of 1 where 2 were asked; no part runs twice or
+    alone (they would wait for each other): the call fails with 361001."""
+    out = subprocess.run([sys.executable, "-c", _SHORT_TEAM_SCRIPT], check=True, timeout=120,
+                         capture_output=True, text=True, env=dict(os.environ, OMP_THREAD_LIMIT="1"))
+    code, short = map(int, out.stdout.split())
+    assert code == qmoe.ERR_RUNTIME and short >= 1, out.stdout
