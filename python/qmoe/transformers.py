@@ -461,7 +461,8 @@ def patch(model: torch.nn.Module, mode: str = "a8w8", group_size: Optional[int] 
     OpenMP team). ``omp`` (None: where it can): the layers run on torch's own OpenMP team
     (:func:`qmoe.omp_device`) when torch's OpenMP is GNU libgomp and libqmoe_omp loads, so
     qmoe's parts and torch's ops take turns on the same threads instead of competing for the
-    cores; False: on qmoe's own worker threads; True: refuse when it cannot. The report's
+    cores (on a machine whose cores other processes share, False can be faster: OpenMP's
+    barriers spin); False: on qmoe's own worker threads; True: refuse when it cannot. The report's
     ``device`` says which. Returns a :class:`PatchReport`: the
     blocks replaced and, for those left as they are, the reason. Bad options raise
     :class:`qmoe.QmoeError` before anything is replaced.
