@@ -32,6 +32,7 @@ from ._quantize import QuantizedExperts, quantize_experts
 from ._checkpoint import load_experts
 from ._prepack import PrepackedWeights, prepack
 from ._moe_layer import MoELayer
+from ._omp import OmpDevice, omp_available, omp_device
 
 __version__ = _lib.package_version()
 
@@ -53,6 +54,9 @@ def library_path() -> str:
 
 __all__ = [
     "MoELayer",
+    "OmpDevice",
+    "omp_device",
+    "omp_available",
     "QmoeError",
     "ERR_PARAM_NULLPTR",
     "ERR_PARAM_INVALID",

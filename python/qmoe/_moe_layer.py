@@ -4,16 +4,18 @@ the C library (the GIL is released while it runs: ctypes drops it around the cal
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import threading
 from ctypes import POINTER, c_double, c_float, c_int, c_int64, c_uint32, c_uint64, c_void_p
-from typing import Any, Optional, Tuple
+from typing import Any, Iterator, Optional, Tuple
 
 import numpy as np
 
 from . import _lib
 from ._arrays import Tensors, invalid, is_torch, torch_bfloat16_bits
 from ._errors import QmoeError
+from ._omp import OmpDevice
 from ._quantize import _float_ready, _float_view, _pointers
 
 ArrayLike = Any
@@ -228,6 +230,18 @@ def _wrap(out: np.ndarray, wrap: Any) -> Any:
     return t.view(torch.bfloat16) if wrap == "torch-bf16" else t
 
 
+@contextlib.contextmanager
+def _device_stream(device: Any) -> Iterator[Optional[c_void_p]]:
+    """The calling thread's stream on `device` (held open for the block), None for none."""
+    if device is None:
+        yield None
+        return
+    if not isinstance(device, OmpDevice):
+        raise invalid(f"device: {type(device).__name__}; expected None or a qmoe.omp_device()")
+    with device._use() as dev:
+        yield device._stream(dev)
+
+
 class MoELayer(_lib.Owned):
     """A MoE expert layer: E SwiGLU experts quantized (A8W8 or A8W4) and prepacked once.
 
@@ -248,6 +262,8 @@ class MoELayer(_lib.Owned):
         self.top_k = int(config.top_k)
         self._bias = bias
         self._workspaces = threading.local()
+        # None: the layer's own device (config threads); a qmoe.omp_device(): its OpenMP team
+        self.device: Any = None
 
     @classmethod
     def from_float(cls, gate: ArrayLike, up: ArrayLike, down: ArrayLike, *, top_k: int,
@@ -405,7 +421,8 @@ class MoELayer(_lib.Owned):
             raise _lib_oom(f"an output of {list(x.shape)}") from exc
         # Held from the first call to the last: close() on another thread waits for this call,
         # and a call after close() raises QmoeError instead of using a freed layer.
-        with self._use() as handle, Tensors() as ts:
+        device = self.device
+        with self._use() as handle, Tensors() as ts, _device_stream(device) as stream:
             size = c_uint64()
             _lib.check(_lib.lib.qmoe_moe_layer_workspace_size(handle, T, code, ctypes.byref(size)))
             ws = self._workspace(size.value)
@@ -416,11 +433,13 @@ class MoELayer(_lib.Owned):
                 ids, wts = route
                 ti, tw = ts.create(ids, _lib.DTYPE_INT32), ts.create(wts, _lib.DTYPE_FLOAT32)
                 _lib.check(_lib.lib.qmoe_moe_layer_forward_routed(handle, th, ti, tw, to, wsp,
-                                                                  size.value, None))
+                                                                  size.value, stream))
             else:
                 tl = ts.create(route, _lib.DTYPE_FLOAT32)
                 _lib.check(_lib.lib.qmoe_moe_layer_forward(handle, th, tl, to, wsp, size.value,
-                                                           None))
+                                                           stream))
+            if stream is not None:  # runs the queued chain here, its parts on the device
+                _lib.check(_lib.lib.qmoe_stream_synchronize(stream))
         return _wrap(out, wrap)
 
     def _workspace(self, size: int) -> np.ndarray:

@@ -22,6 +22,7 @@ from . import _lib
 from ._arrays import invalid
 from ._errors import QmoeError
 from ._moe_layer import MoELayer
+from ._omp import OmpDevice, omp_available, openmp_runtimes
 
 __all__ = ["patch", "PatchReport", "PatchedBlock", "ReplacedBlock", "SkippedBlock",
            "QmoeMoEBlock", "QmoeExperts"]
@@ -59,10 +60,12 @@ class PatchReport:
     mode: str
     replaced: List[ReplacedBlock] = dataclasses.field(default_factory=list)
     skipped: List[SkippedBlock] = dataclasses.field(default_factory=list)
+    # which device runs the layers: "openmp (N threads, <runtime>)" or "qmoe (...: why)"
+    device: str = "qmoe"
 
     def __str__(self) -> str:
         lines = [f"qmoe.transformers.patch ({self.mode}): {len(self.replaced)} block(s) replaced, "
-                 f"{len(self.skipped)} left as they are"]
+                 f"{len(self.skipped)} left as they are; device {self.device}"]
         for r in self.replaced:
             lines.append(f"  replaced {r.name} ({r.block}, {r.kind}): E {r.num_experts} top-"
                          f"{r.top_k} H {r.hidden_size} I {r.intermediate_size}, routing "
@@ -422,12 +425,45 @@ def _set_child(model: torch.nn.Module, name: str, module: torch.nn.Module) -> No
     setattr(parent, child, module)
 
 
+def _torch_gomp() -> Optional[str]:
+    """torch's OpenMP runtime when it is GNU libgomp and libqmoe_omp shares it (one runtime
+    mapped after loading it), else None."""
+    if "OpenMP" not in torch.__config__.parallel_info():
+        return None
+    ok, _ = omp_available()
+    runtimes = openmp_runtimes()
+    if not ok or len(runtimes) != 1 or "libgomp" not in runtimes[0]:
+        return None
+    return runtimes[0]
+
+
+def _device(omp: Optional[bool], threads: Optional[int]) -> Tuple[Optional[OmpDevice], str]:
+    """(the device the layers run on, its line in the report)."""
+    if omp is False:
+        return None, "qmoe (its own worker threads: omp=False)"
+    runtime = _torch_gomp()
+    if runtime is None:
+        why = "torch's OpenMP is not a GNU libgomp libqmoe_omp can share"
+        if omp:
+            raise invalid(f"omp=True: {why} ({omp_available()[1]}; {openmp_runtimes()})")
+        return None, f"qmoe (its own worker threads: {why})"
+    n = threads or torch.get_num_threads()
+    return OmpDevice(n), f"openmp ({n} threads of torch's team, {runtime})"
+
+
 def patch(model: torch.nn.Module, mode: str = "a8w8", group_size: Optional[int] = None,
-          clip_search: bool = False, threads: Optional[int] = None) -> PatchReport:
+          clip_search: bool = False, threads: Optional[int] = None,
+          omp: Optional[bool] = None) -> PatchReport:
     """Replace, in place, every MoE block of a loaded transformers model with a module that
     runs a :class:`qmoe.MoELayer` quantized (``mode`` "a8w8" or "a8w4", ``group_size``,
     ``clip_search``: :meth:`qmoe.MoELayer.from_float`) from the block's own weights; ``threads``
-    the layer's worker threads (None: every online core). Returns a :class:`PatchReport`: the
+    the layer's worker threads (None: every online core, or torch.get_num_threads() on torch's
+    OpenMP team). ``omp`` (None: where it can): the layers run on torch's own OpenMP team
+    (:func:`qmoe.omp_device`) when torch's OpenMP is GNU libgomp and libqmoe_omp loads, so
+    qmoe's parts and torch's ops take turns on the same threads instead of competing for the
+    cores (on a machine whose cores other processes share, False can be faster: OpenMP's
+    barriers spin); False: on qmoe's own worker threads; True: refuse when it cannot. The report's
+    ``device`` says which. Returns a :class:`PatchReport`: the
     blocks replaced and, for those left as they are, the reason. Bad options raise
     :class:`qmoe.QmoeError` before anything is replaced.
 
@@ -436,7 +472,10 @@ def patch(model: torch.nn.Module, mode: str = "a8w8", group_size: Optional[int] 
     is transformers' fused SwiGLU experts has only its experts replaced (:class:`QmoeExperts`).
     The float expert weights are released with the modules they belonged to."""
     opts = _layer_options(mode, group_size, clip_search, threads)
-    report = PatchReport(mode=mode)
+    if omp not in (None, True, False):
+        raise invalid(f"omp = {omp!r}: expected None, True or False")
+    device, where = _device(omp, threads)
+    report = PatchReport(mode=mode, device=where)
     found = []
     for name, mod in model.named_modules():
         if isinstance(mod, PatchedBlock):
@@ -468,5 +507,8 @@ def patch(model: torch.nn.Module, mode: str = "a8w8", group_size: Optional[int] 
                 # a shape or option the layer's rules refuse (a group_size not dividing H)
                 report.skipped.append(SkippedBlock(name, cls, f"qmoe refused it: {err.message}"))
                 continue
+            layer = getattr(new, "qmoe_layer", None)
+            if layer is not None:
+                layer.device = device
             report.replaced.append(ReplacedBlock(name=name, block=cls, **fields))
     return report

@@ -430,3 +430,34 @@ def test_a_block_given_alone_is_left_with_the_reason():
     assert report.replaced == [] and len(report.skipped) == 1
     assert report.skipped[0].name == "" and "contains it" in report.skipped[0].reason
     assert model.model.layers[0].mlp is block
+
+
+@pytest.mark.parametrize("arch", ["qwen3_moe", "gpt_oss", "deepseek_v3"])
+def test_openmp_device_bits_equal_own_threads(arch):
+    """patch() runs the layers on torch's OpenMP team where it can (torch's PyPI wheel ships
+    GNU libgomp); the bits equal the layers on qmoe's own threads, and the report says which."""
+    ok, why = qmoe.omp_available()
+    if not ok:
+        pytest.skip(f"libqmoe_omp is not available: {why}")
+    model = _model(arch)
+    plain = copy.deepcopy(model)
+    on_omp = qt.patch(model, mode="a8w4", group_size=64, threads=2)
+    on_own = qt.patch(plain, mode="a8w4", group_size=64, threads=2, omp=False)
+    assert on_omp.device.startswith("openmp (2 threads"), on_omp.device
+    assert "libgomp" in on_omp.device and on_own.device.startswith("qmoe")
+    assert str(on_omp).splitlines()[0].endswith(on_omp.device)
+    prompt = torch.randint(0, 128, (2, 9), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        got, want = model(prompt).logits, plain(prompt).logits
+    assert torch.equal(got, want)
+    layers = [[m.qmoe_layer for m in mod.modules() if isinstance(m, qt.PatchedBlock)]
+              for mod in (model, plain)]
+    assert layers[0] and all(layer.device is not None for layer in layers[0])
+    assert layers[1] and all(layer.device is None for layer in layers[1])
+
+
+def test_omp_option_checked():
+    model = _model("qwen3_moe")
+    with pytest.raises(qmoe.QmoeError, match="omp"):
+        qt.patch(model, omp="yes")
+    assert not any(isinstance(m, qt.PatchedBlock) for m in model.modules())
