@@ -16,7 +16,7 @@ Reads every file under src/ (its #includes) and the library's object files in th
                    header (anything under src/) other than INTERNAL_BENCH_HEADER
 
 Layers, lowest first: core <- runtime <- kernels <- ops (and host) <- layer, faces (compat, mpi,
-ggml); Python and the CLI sit above, over public headers. Public headers (include/) and the test
+ggml, omp); Python and the CLI sit above, over public headers. Public headers (include/) and the test
 hooks' declarations (src/testing.h) belong to no layer.
 
 Known violations are listed in scripts/layers_allow.txt, one per line with a reason. The check
@@ -41,12 +41,13 @@ LAYERS = {
     "compat": 4,
     "mpi": 4,
     "ggml": 4,
+    "omp": 4,
 }
 NEUTRAL_SRC = {"testing.h", "bench.h"}  # the test hooks (defined in several layers); the benchmarks' header
 # The one library-internal header the benchmarks may include (src/-relative), once it exists.
 INTERNAL_BENCH_HEADER = "bench.h"
 APP_DIRS = ("tools", "bench")  # programs over the public headers
-FACES = ("compat", "mpi", "ggml")  # libraries over the public headers (their own folder's aside)
+FACES = ("compat", "mpi", "ggml", "omp")  # libraries over the public headers (their own folder's aside)
 
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]', re.M)
 ISA_HEADERS = re.compile(r"^(?:\w*intrin\.h|arm_neon\.h|arm_sve\.h|arm_acle\.h|cpuid\.h)$")
