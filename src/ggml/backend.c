@@ -41,13 +41,21 @@ static enum ggml_status be_compute(ggml_backend_t backend, struct ggml_cgraph *g
     for (int i = 0; i < ggml_graph_n_nodes(graph); i++) {
         struct ggml_tensor *node = ggml_graph_node(graph, i);
         if (is_layout_only(node) || ggml_is_empty(node)) continue;
-        if (node->op != GGML_OP_MUL_MAT && node->op != GGML_OP_MUL_MAT_ID) {
+        enum ggml_status st = GGML_STATUS_SUCCESS;
+        int taken = node->op == GGML_OP_MUL_MAT_ID ? qg_compute_moe_ffn(ctx, graph, i, &st) : 0;
+        if (taken) {
+            if (st != GGML_STATUS_SUCCESS) return st;
+            i += taken - 1;
+            continue;
+        }
+        if (node->op == GGML_OP_MUL_MAT || node->op == GGML_OP_MUL_MAT_ID) st = qg_compute_matmul(ctx, node);
+        else if (node->op == GGML_OP_GLU) st = qg_compute_glu(ctx, node);
+        else {
             qmoe_error_set(QMOE_ERR_PARAM_INVALID, QMOE_RULE_UNSUPPORTED, "graph",
                            "the node's op is not one the backend takes");
             qg_log_error(ggml_op_desc(node));
             return GGML_STATUS_FAILED;
         }
-        enum ggml_status st = qg_compute_matmul(ctx, node);
         if (st != GGML_STATUS_SUCCESS) return st;
     }
     return GGML_STATUS_SUCCESS;
@@ -172,7 +180,7 @@ static bool dev_supports_op(ggml_backend_dev_t dev, const struct ggml_tensor *op
 {
     (void)dev;
     if (is_layout_only(op)) return true;
-    return qg_supports_matmul(op) != 0;
+    return qg_supports_matmul(op) || qg_supports_glu(op);
 }
 
 static bool dev_supports_buft(ggml_backend_dev_t dev, ggml_backend_buffer_type_t buft)

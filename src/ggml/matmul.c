@@ -12,12 +12,6 @@
 #include "qmoe/runtime.h"
 #include "qmoe_ggml.h"
 
-typedef struct qg_row {
-    int64_t mat;
-    const uint8_t *src;
-    uint8_t *dst;
-} qg_row;
-
 static int fail(const char *arg, const char *msg)
 {
     qmoe_error_set(QMOE_ERR_PARAM_INVALID, QMOE_RULE_VALUE, arg, msg);
@@ -34,6 +28,12 @@ int qg_take_dense(void)
     /* asked only while a model's weights are placed, so nothing depends on it changing later */
     const char *v = getenv("QMOE_GGML_DENSE");
     return v && v[0] == '1' && v[1] == 0;
+}
+
+int qg_fuse_moe(void)
+{
+    const char *v = getenv("QMOE_GGML_FUSE");
+    return !(v && v[0] == '0' && v[1] == 0);
 }
 
 int qg_supports_matmul(const struct ggml_tensor *op)
@@ -69,7 +69,7 @@ int qg_supports_matmul(const struct ggml_tensor *op)
     return 1;
 }
 
-static void *grow(qg_context *ctx, int slot, size_t bytes)
+void *qg_scratch(qg_context *ctx, int slot, size_t bytes)
 {
     if (bytes <= ctx->cap[slot] && ctx->scratch[slot]) return ctx->scratch[slot];
     size_t n = bytes < 64 ? 64 : bytes;
@@ -85,8 +85,8 @@ static void *grow(qg_context *ctx, int slot, size_t bytes)
 
 void qg_context_release(qg_context *ctx)
 {
-    for (int i = 0; i < QG_PLANS; i++) qmoe_op_destroy(ctx->quant[i].op);
-    memset(ctx->quant, 0, sizeof ctx->quant);
+    for (int i = 0; i < 2 * QG_PLANS; i++) qmoe_op_destroy(ctx->small[i].op);
+    memset(ctx->small, 0, sizeof ctx->small);
     qmoe_stream_destroy(ctx->stream);
     qmoe_device_destroy(ctx->device);
     ctx->stream = NULL;
@@ -123,41 +123,53 @@ static qmoe_status desc(qmoe_tensor **t, qmoe_dtype dt, int ndim, int64_t d0, in
     return qmoe_tensor_desc_create(shape, ndim, strides, dt, QMOE_FORMAT_ND, t);
 }
 
-static qmoe_op *quant_plan(qg_context *ctx, int64_t R, int64_t K, int threads)
+/* The plan of a small row-wise operator over R rows: kind 0 the dynamic quant of [R, K] floats
+ * (ld apart) into int8 [R, K] + scales [R]; kind 1 the SwiGLU of [R, 2 K] (ld apart: gate columns
+ * [0, K), up [K, 2 K)) into floats [R, K]. Kept by shape (the last 2 QG_PLANS). */
+qmoe_op *qg_small_plan(qg_context *ctx, int kind, int64_t R, int64_t K, int64_t ld, int threads)
 {
-    for (int i = 0; i < QG_PLANS; i++)
-        if (ctx->quant[i].op && ctx->quant[i].rows == R && ctx->quant[i].K == K &&
-            ctx->quant[i].threads == threads)
-            return ctx->quant[i].op;
+    for (int i = 0; i < 2 * QG_PLANS; i++)
+        if (ctx->small[i].op && ctx->small[i].kind == kind && ctx->small[i].rows == R &&
+            ctx->small[i].K == K && ctx->small[i].ld == ld && ctx->small[i].threads == threads)
+            return ctx->small[i].op;
     qmoe_tensor *x = NULL, *y = NULL, *s = NULL;
     qmoe_op *op = NULL;
     qmoe_moe_options mo = QMOE_MOE_OPTIONS_INIT;
     mo.threads = threads;
-    if (!desc(&x, QMOE_DTYPE_FLOAT32, 2, R, K, NULL) && !desc(&y, QMOE_DTYPE_INT8, 2, R, K, NULL) &&
-        !desc(&s, QMOE_DTYPE_FLOAT32, 1, R, 0, NULL))
-        (void)qmoe_op_create_dynamic_quant(x, NULL, y, s, &mo, &op);
+    int64_t xstr[2] = {ld, 1};
+    if (kind == 0) {
+        if (!desc(&x, QMOE_DTYPE_FLOAT32, 2, R, K, xstr) && !desc(&y, QMOE_DTYPE_INT8, 2, R, K, NULL) &&
+            !desc(&s, QMOE_DTYPE_FLOAT32, 1, R, 0, NULL))
+            (void)qmoe_op_create_dynamic_quant(x, NULL, y, s, &mo, &op);
+    } else if (!desc(&x, QMOE_DTYPE_FLOAT32, 2, R, 2 * K, xstr) &&
+               !desc(&y, QMOE_DTYPE_FLOAT32, 2, R, K, NULL)) {
+        (void)qmoe_op_create_swiglu(x, -1, y, &mo, &op);
+    }
     qmoe_tensor_destroy(x);
     qmoe_tensor_destroy(y);
     qmoe_tensor_destroy(s);
     if (!op) return NULL;
-    int i = ctx->next_quant;
-    ctx->next_quant = (i + 1) % QG_PLANS;
-    qmoe_op_destroy(ctx->quant[i].op);
-    ctx->quant[i].op = op;
-    ctx->quant[i].rows = R;
-    ctx->quant[i].K = K;
-    ctx->quant[i].threads = threads;
+    int i = ctx->next_small;
+    ctx->next_small = (i + 1) % (2 * QG_PLANS);
+    qmoe_op_destroy(ctx->small[i].op);
+    ctx->small[i].op = op;
+    ctx->small[i].kind = kind;
+    ctx->small[i].rows = R;
+    ctx->small[i].K = K;
+    ctx->small[i].ld = ld;
+    ctx->small[i].threads = threads;
     return op;
 }
 
 /* The grouped matmul of object `view` (chunk c's weight or min object, K rows) over Rc rows,
- * writing columns [n0, n0 + nc + pad) of rows Np floats apart; plans kept in `pl`. */
+ * writing columns [n0, n0 + nc + pad) of rows ld floats apart; plans kept in `pl`. */
 static qmoe_op *gmm_plan(const qg_chunk *c, qmoe_tensor *view, qg_plans *pl, int64_t K, int64_t Rc,
-                         int64_t Np, int threads)
+                         int64_t ld, int threads)
 {
     for (int i = 0; i < QG_PLANS; i++)
-        if (pl->p[i].op && pl->p[i].rows == Rc && pl->p[i].threads == threads) return pl->p[i].op;
-    int64_t ostr[2] = {Np, 1};
+        if (pl->p[i].op && pl->p[i].rows == Rc && pl->p[i].ld == ld && pl->p[i].threads == threads)
+            return pl->p[i].op;
+    int64_t ostr[2] = {ld, 1};
     qmoe_tensor *x = NULL, *pts = NULL, *gl = NULL, *out = NULL;
     qmoe_op *op = NULL;
     qmoe_grouped_matmul_options go = QMOE_GROUPED_MATMUL_OPTIONS_INIT;
@@ -177,6 +189,7 @@ static qmoe_op *gmm_plan(const qg_chunk *c, qmoe_tensor *view, qg_plans *pl, int
     qmoe_op_destroy(pl->p[i].op);
     pl->p[i].op = op;
     pl->p[i].rows = Rc;
+    pl->p[i].ld = ld;
     pl->p[i].threads = threads;
     return op;
 }
@@ -276,7 +289,7 @@ static int64_t routed_rows(const struct ggml_tensor *node)
 }
 
 /* a * b * c bytes, 0 when that does not fit in a size_t */
-static int bytes3(int64_t a, int64_t b, size_t c, size_t *out)
+int qg_bytes3(int64_t a, int64_t b, size_t c, size_t *out)
 {
     if (a < 0 || b < 0) return 0;
     uint64_t ab = (uint64_t)a * (uint64_t)b; /* both below 2^63 and a tensor's extent */
@@ -308,71 +321,120 @@ static void min_sums(const int8_t *xq, int64_t R, int64_t K, int8_t *xl, int8_t 
     }
 }
 
-static enum ggml_status failed(const char *what)
+enum ggml_status qg_failed(const char *what)
 {
     qg_log_error(what);
     return GGML_STATUS_FAILED;
 }
 
-enum ggml_status qg_compute_matmul(qg_context *ctx, struct ggml_tensor *node)
+int qg_context_ready(qg_context *ctx)
 {
-    const struct ggml_tensor *a = node->src[0], *b = node->src[1];
+    int threads = ctx->n_threads > 0 ? ctx->n_threads : qmoe_device_online_cores();
+    return ensure_device(ctx, threads) ? threads : 0;
+}
+
+qg_weight *qg_node_weight(const struct ggml_tensor *node)
+{
+    const struct ggml_tensor *a = node->src[0];
     if (!qg_supports_matmul(node) || !qg_buffer_holds_data(a->buffer)) {
         qmoe_error_set(QMOE_ERR_PARAM_INVALID, QMOE_RULE_UNSUPPORTED, "weight",
                        "the node's weight is not a tensor of a taken type in a QMOE buffer");
-        return failed(ggml_op_desc(node));
+        return NULL;
     }
-    int threads = ctx->n_threads > 0 ? ctx->n_threads : qmoe_device_online_cores();
-    if (!ensure_device(ctx, threads)) return failed("making the qmoe device");
-    qg_weight *w = qg_buffer_weight(a->buffer, a);
-    if (!w) return failed("converting the weight");
-    const int64_t K = w->K, N = w->N, E = w->E, R = routed_rows(node), Np = N + N % 2;
-    if (R == 0) return GGML_STATUS_SUCCESS;
-    size_t fR = (size_t)R, fK = (size_t)K, nx, ny;
-    /* R rows of K (or Np) floats: broadcast activations may make R * K exceed any tensor's size;
+    return qg_buffer_weight(a->buffer, a);
+}
+
+int qg_small_threads(const qg_context *ctx, int64_t R, int64_t K)
+{
+    /* a few rows take microseconds: a parallel region would cost more than the work */
+    return (uint64_t)R * (uint64_t)K < QG_SMALL_QUANT ? 1 : ctx->dev_threads;
+}
+
+int qg_run(qg_context *ctx, qmoe_op *op, void **args, int nargs)
+{
+    uint64_t wsz = qmoe_op_workspace_size(op);
+    void *ws = wsz ? qg_scratch(ctx, QG_S_WS, (size_t)wsz) : NULL;
+    if (wsz && !ws) {
+        qmoe_error_set(QMOE_ERR_INNER, QMOE_RULE_NONE, "workspace", "out of memory for the workspace");
+        return 0;
+    }
+    if (qmoe_op_execute(op, args, nargs, ws, wsz, ctx->stream)) {
+        (void)qmoe_stream_synchronize(ctx->stream);
+        return 0;
+    }
+    return qmoe_stream_synchronize(ctx->stream) == 0;
+}
+
+int qg_acts_prepare(qg_context *ctx, const struct ggml_tensor *node, const qg_weight *w, qg_acts *a)
+{
+    const struct ggml_tensor *b = node->src[1];
+    const int64_t K = w->K, E = w->E, R = routed_rows(node);
+    memset(a, 0, sizeof *a);
+    a->R = R;
+    a->K = K;
+    if (R == 0) return 1;
+    size_t fR = (size_t)R, nx;
+    /* R rows of K floats: broadcast activations may make R * K exceed any tensor's size;
      * K >= 32 makes R * K * 4 the bound of the per-row arrays below too */
-    if (!bytes3(R, K, sizeof(float), &nx) || !bytes3(R, Np, sizeof(float), &ny)) {
+    if (!qg_bytes3(R, K, sizeof(float), &nx)) {
         qmoe_error_set(QMOE_ERR_PARAM_INVALID, QMOE_RULE_LIMIT, "", "the activations' size overflows");
-        return failed(ggml_op_desc(node));
+        return 0;
     }
-    qg_row *rows = grow(ctx, QG_S_ROWS, fR * sizeof(qg_row));
-    int64_t *perm = grow(ctx, QG_S_PERM, fR * sizeof(int64_t));
-    int64_t *counts = grow(ctx, QG_S_COUNTS, (2 * (size_t)E + 1) * sizeof(int64_t));
-    float *x = grow(ctx, QG_S_X, nx);
-    int8_t *xq = grow(ctx, QG_S_XQ, nx / sizeof(float));
-    float *xs = grow(ctx, QG_S_XS, fR * sizeof(float));
-    float *y = grow(ctx, QG_S_Y, ny);
+    a->rows = qg_scratch(ctx, QG_S_ROWS, fR * sizeof(qg_row));
+    a->perm = qg_scratch(ctx, QG_S_PERM, fR * sizeof(int64_t));
+    a->counts = qg_scratch(ctx, QG_S_COUNTS, (2 * (size_t)E + 1) * sizeof(int64_t));
+    float *x = qg_scratch(ctx, QG_S_X, nx);
+    a->xq = qg_scratch(ctx, QG_S_XQ, nx / sizeof(float));
+    a->xs = qg_scratch(ctx, QG_S_XS, fR * sizeof(float));
+    if (!a->rows || !a->perm || !a->counts || !x || !a->xq || !a->xs) {
+        qmoe_error_set(QMOE_ERR_INNER, QMOE_RULE_NONE, "", "out of memory for the activations");
+        return 0;
+    }
+    if (!route(node, E, a->rows)) return 0;
+    /* counting sort by matrix: counts[e] rows of matrix e, starting at start[e] */
+    int64_t *counts = a->counts, *start = counts + E, *perm = a->perm;
+    a->start = start;
+    memset(counts, 0, (size_t)E * sizeof(int64_t));
+    for (int64_t r = 0; r < R; r++) counts[a->rows[r].mat]++;
+    start[0] = 0;
+    for (int64_t e = 0; e < E; e++) start[e + 1] = start[e] + counts[e];
+    for (int64_t r = 0; r < R; r++) perm[start[a->rows[r].mat]++] = r;
+    for (int64_t e = E; e > 0; e--) start[e] = start[e - 1];
+    start[0] = 0;
+    moved m = {b, a->rows, perm, x, NULL, K, 0, 0, R};
+    rows_on_threads(ctx, gather_share, &m, nx);
+    qmoe_op *qop = qg_small_plan(ctx, 0, R, K, K, qg_small_threads(ctx, R, K));
+    if (!qop) return 0;
+    void *qargs[4] = {x, NULL, a->xq, a->xs};
+    return qg_run(ctx, qop, qargs, 4);
+}
+
+int qg_weight_run(qg_context *ctx, qg_weight *w, const qg_acts *a, const int8_t *xq, const float *xs,
+                  float *y, int64_t ld)
+{
+    const int threads = ctx->dev_threads;
+    const int64_t K = w->K, N = w->N, Np = N + N % 2, R = a->R;
+    const size_t fR = (size_t)R, fK = (size_t)K;
+    const int64_t *start = a->start, *counts = a->counts;
     /* the min term's sums: 2 x R x K/16 bytes (below R * K floats) and outputs 2 x R x Np floats */
     const int mins = w->fmt->c != 0;
     const int64_t K2 = K / 16;
-    int8_t *xl = mins ? grow(ctx, QG_S_MIN, 2 * fR * (size_t)K2) : NULL, *xh = xl ? xl + fR * (size_t)K2 : NULL;
-    float *ym = mins && ny <= SIZE_MAX / 2 ? grow(ctx, QG_S_MINY, 2 * ny) : NULL;
-    float *yh = ym ? ym + fR * (size_t)Np : NULL;
-    if (!rows || !perm || !counts || !x || !xq || !xs || !y || (mins && (!xl || !ym))) {
-        qmoe_error_set(QMOE_ERR_INNER, QMOE_RULE_NONE, "", "out of memory for the activations");
-        return failed(ggml_op_desc(node));
+    size_t ny = 0;
+    int8_t *xl = NULL, *xh = NULL;
+    float *ym = NULL, *yh = NULL;
+    if (mins) {
+        xl = qg_scratch(ctx, QG_S_MIN, 2 * fR * (size_t)K2);
+        ym = qg_bytes3(R, Np, 2 * sizeof(float), &ny) ? qg_scratch(ctx, QG_S_MINY, ny) : NULL;
+        if (!xl || !ym) {
+            qmoe_error_set(QMOE_ERR_INNER, QMOE_RULE_NONE, "", "out of memory for the min term");
+            return 0;
+        }
+        xh = xl + fR * (size_t)K2;
+        yh = ym + fR * (size_t)Np;
     }
-    if (!route(node, E, rows)) return failed(ggml_op_desc(node));
-    /* counting sort by matrix: counts[e] rows of matrix e, starting at start[e] */
-    int64_t *start = counts + E;
-    memset(counts, 0, (size_t)E * sizeof(int64_t));
-    for (int64_t r = 0; r < R; r++) counts[rows[r].mat]++;
-    start[0] = 0;
-    for (int64_t e = 0; e < E; e++) start[e + 1] = start[e] + counts[e];
-    for (int64_t r = 0; r < R; r++) perm[start[rows[r].mat]++] = r;
-    for (int64_t e = E; e > 0; e--) start[e] = start[e - 1];
-    start[0] = 0;
-    moved m = {b, rows, perm, x, y, K, N, Np, R};
-    rows_on_threads(ctx, gather_share, &m, nx);
-
-    /* plans first (they fix the workspace), then the run: quant, then every chunk's matmul */
-    /* a few rows' quant takes microseconds: one thread, without waking ggml's (a parallel region
-     * would cost more than the work) */
-    int qthreads = (uint64_t)R * (uint64_t)K < QG_SMALL_QUANT ? 1 : threads;
-    qmoe_op *qop = quant_plan(ctx, R, K, qthreads);
-    if (!qop) return failed("planning the activations' dynamic quant");
-    uint64_t wsz = qmoe_op_workspace_size(qop);
+    /* plans first (they fix the workspace), then the run: every chunk's matmul */
     qmoe_op *ops[64], *mops[64];
+    uint64_t wsz = 0;
     int nops = 0;
     for (int i = 0; i < w->nchunks; i++) {
         qg_chunk *c = &w->chunks[i];
@@ -380,58 +442,83 @@ enum ggml_status qg_compute_matmul(qg_context *ctx, struct ggml_tensor *node)
         if (Rc == 0) continue;
         if (nops == 64) {
             qmoe_error_set(QMOE_ERR_PARAM_INVALID, QMOE_RULE_LIMIT, "weight", "more than 64 weight chunks");
-            return failed(ggml_op_desc(node));
+            return 0;
         }
-        qmoe_op *op = gmm_plan(c, c->view, &c->plans, K, Rc, Np, threads);
+        qmoe_op *op = gmm_plan(c, c->view, &c->plans, K, Rc, ld, threads);
         qmoe_op *mop = mins ? gmm_plan(c, c->mview, &c->mplans, K2, Rc, Np, threads) : NULL;
-        if (!op || (mins && !mop)) return failed("planning the grouped matmul");
+        if (!op || (mins && !mop)) return 0;
         mops[nops] = mop;
         ops[nops++] = op;
         if (qmoe_op_workspace_size(op) > wsz) wsz = qmoe_op_workspace_size(op);
         if (mop && qmoe_op_workspace_size(mop) > wsz) wsz = qmoe_op_workspace_size(mop);
     }
-    void *ws = wsz ? grow(ctx, QG_S_WS, (size_t)wsz) : NULL;
+    void *ws = wsz ? qg_scratch(ctx, QG_S_WS, (size_t)wsz) : NULL;
     if (wsz && !ws) {
         qmoe_error_set(QMOE_ERR_INNER, QMOE_RULE_NONE, "workspace", "out of memory for the workspace");
-        return failed(ggml_op_desc(node));
+        return 0;
     }
-    void *qargs[4] = {x, NULL, xq, xs};
-    if (qmoe_op_execute(qop, qargs, 4, ws, wsz, ctx->stream)) return failed("dynamic quant");
-    /* one stream runs its operators in order: the matmuls read what the quant wrote, and share
-     * the workspace one after another */
+    /* one stream runs its operators in order, sharing the workspace one after another */
     int k = 0;
     for (int i = 0; i < w->nchunks; i++) {
         qg_chunk *c = &w->chunks[i];
         int64_t rb = start[c->e0], Rc = start[c->e0 + c->ne] - rb;
         if (Rc == 0) continue;
-        void *args[7] = {xq + (size_t)rb * fK, NULL, NULL, NULL, xs + rb, counts + c->e0,
-                         y + (size_t)rb * (size_t)Np + (size_t)c->n0};
+        void *args[7] = {(void *)(xq + (size_t)rb * fK), NULL, NULL, NULL, (void *)(xs + rb),
+                         (void *)(counts + c->e0), y + (size_t)rb * (size_t)ld + (size_t)c->n0};
         if (qmoe_op_execute(ops[k++], args, 7, ws, wsz, ctx->stream)) {
             (void)qmoe_stream_synchronize(ctx->stream);
-            return failed("grouped matmul");
+            return 0;
         }
     }
-    if (qmoe_stream_synchronize(ctx->stream)) return failed("running the grouped matmul");
-    if (mins) {
-        min_sums(xq, R, K, xl, xh);
-        k = 0;
-        for (int i = 0; i < w->nchunks; i++) {
-            qg_chunk *c = &w->chunks[i];
-            int64_t rb = start[c->e0], Rc = start[c->e0 + c->ne] - rb;
-            if (Rc == 0) continue;
-            size_t yo = (size_t)rb * (size_t)Np + (size_t)c->n0, xo = (size_t)rb * (size_t)K2;
-            void *lo[7] = {xl + xo, NULL, NULL, NULL, xs + rb, counts + c->e0, ym + yo};
-            void *hi[7] = {xh + xo, NULL, NULL, NULL, xs + rb, counts + c->e0, yh + yo};
-            if (qmoe_op_execute(mops[k], lo, 7, ws, wsz, ctx->stream) ||
-                qmoe_op_execute(mops[k], hi, 7, ws, wsz, ctx->stream)) {
-                (void)qmoe_stream_synchronize(ctx->stream);
-                return failed("grouped matmul of the min term");
-            }
-            k++;
+    if (qmoe_stream_synchronize(ctx->stream)) return 0;
+    if (!mins) return 1;
+    min_sums(xq, R, K, xl, xh);
+    k = 0;
+    for (int i = 0; i < w->nchunks; i++) {
+        qg_chunk *c = &w->chunks[i];
+        int64_t rb = start[c->e0], Rc = start[c->e0 + c->ne] - rb;
+        if (Rc == 0) continue;
+        size_t yo = (size_t)rb * (size_t)Np + (size_t)c->n0, xo = (size_t)rb * (size_t)K2;
+        void *lo[7] = {xl + xo, NULL, NULL, NULL, (void *)(xs + rb), (void *)(counts + c->e0), ym + yo};
+        void *hi[7] = {xh + xo, NULL, NULL, NULL, (void *)(xs + rb), (void *)(counts + c->e0), yh + yo};
+        if (qmoe_op_execute(mops[k], lo, 7, ws, wsz, ctx->stream) ||
+            qmoe_op_execute(mops[k], hi, 7, ws, wsz, ctx->stream)) {
+            (void)qmoe_stream_synchronize(ctx->stream);
+            return 0;
         }
-        if (qmoe_stream_synchronize(ctx->stream)) return failed("running the min term");
-        for (size_t i = 0; i < fR * (size_t)Np; i++) y[i] += ym[i] + 64.0f * yh[i];
+        k++;
     }
+    if (qmoe_stream_synchronize(ctx->stream)) return 0;
+    for (size_t r = 0; r < fR; r++)
+        for (size_t n = 0; n < (size_t)N; n++)
+            y[r * (size_t)ld + n] += ym[r * (size_t)Np + n] + 64.0f * yh[r * (size_t)Np + n];
+    return 1;
+}
+
+void qg_scatter(qg_context *ctx, const qg_acts *a, const float *y, int64_t ld, int64_t N)
+{
+    size_t ny = (size_t)a->R * (size_t)ld * sizeof(float); /* below the checked R * ld floats */
+    moved m = {NULL, a->rows, a->perm, NULL, y, 0, N, ld, a->R};
     rows_on_threads(ctx, scatter_share, &m, ny);
+}
+
+enum ggml_status qg_compute_matmul(qg_context *ctx, struct ggml_tensor *node)
+{
+    int threads = qg_context_ready(ctx);
+    if (!threads) return qg_failed("making the qmoe device");
+    qg_weight *w = qg_node_weight(node);
+    if (!w) return qg_failed(ggml_op_desc(node));
+    const int64_t N = w->N, Np = N + N % 2;
+    qg_acts a;
+    if (!qg_acts_prepare(ctx, node, w, &a)) return qg_failed(ggml_op_desc(node));
+    if (a.R == 0) return GGML_STATUS_SUCCESS;
+    size_t ny;
+    float *y = qg_bytes3(a.R, Np, sizeof(float), &ny) ? qg_scratch(ctx, QG_S_Y, ny) : NULL;
+    if (!y) {
+        qmoe_error_set(QMOE_ERR_INNER, QMOE_RULE_NONE, "", "out of memory for the outputs");
+        return qg_failed(ggml_op_desc(node));
+    }
+    if (!qg_weight_run(ctx, w, &a, a.xq, a.xs, y, Np)) return qg_failed("grouped matmul");
+    qg_scatter(ctx, &a, y, Np, N);
     return GGML_STATUS_SUCCESS;
 }

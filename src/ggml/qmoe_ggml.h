@@ -75,7 +75,7 @@ static inline float qg_half(uint16_t h)
 /* Grouped-matmul plans of one prepacked object, by row count (the last QG_PLANS seen). */
 typedef struct qg_plans {
     struct {
-        int64_t rows;
+        int64_t rows, ld; /* row count, and output row stride in floats */
         int threads;
         qmoe_op *op;
     } p[QG_PLANS];
@@ -158,6 +158,10 @@ enum {
     QG_S_COUNTS, /* rows per matrix and their starts, int64 [2 E + 1] */
     QG_S_MIN,    /* q4_K / q5_K min term: the rows' group sums, low and high parts, int8 [2, R, 2 K/32] */
     QG_S_MINY,   /* and the min objects' outputs, float [2, R, Np] */
+    QG_S_GU,     /* the SwiGLU pattern (moe_ffn.c): gate | up outputs, float [R, 2 Np] */
+    QG_S_H,      /* its SwiGLU, float [R, I] */
+    QG_S_HQ,     /* that, quantized per row: int8 [R, I] */
+    QG_S_HS,     /* and its scales [R] */
     QG_S_SLOTS
 };
 
@@ -172,13 +176,75 @@ typedef struct qg_context {
     /* scratch, grown as needed (QG_S_*) */
     void *scratch[QG_S_SLOTS];
     size_t cap[QG_S_SLOTS];
+    /* the plans of the small row-wise operators (dynamic quant, SwiGLU), by shape */
     struct {
-        int64_t rows, K;
+        int kind;
+        int64_t rows, K, ld;
         int threads;
         qmoe_op *op;
-    } quant[QG_PLANS];
-    int next_quant;
+    } small[2 * QG_PLANS];
+    int next_small;
 } qg_context;
+
+/* One routed row: which matrix, which row of b it reads, which row of dst it writes. */
+typedef struct qg_row {
+    int64_t mat;
+    const uint8_t *src;
+    uint8_t *dst;
+} qg_row;
+
+/* The routed rows of one MUL_MAT_ID / MUL_MAT node, sorted by matrix (perm[s]: the row at sorted
+ * place s; counts[e] rows of matrix e from start[e]), gathered and quantized per row once:
+ * xq int8 [R, K], xs [R]. Every array is the context's scratch, valid until the next node. */
+typedef struct qg_acts {
+    int64_t R, K;
+    qg_row *rows;
+    int64_t *perm, *counts, *start;
+    int8_t *xq;
+    float *xs;
+} qg_acts;
+
+/* Makes the context's qmoe device for its thread count; the threads it runs on. 0 on failure. */
+int qg_context_ready(qg_context *ctx);
+/* The converted weight of a node whose weight the backend takes; NULL (qmoe's error set) if not. */
+qg_weight *qg_node_weight(const struct ggml_tensor *node);
+/* Routes, sorts, gathers and quantizes the node's activations into a (R = 0: nothing to do). */
+int qg_acts_prepare(qg_context *ctx, const struct ggml_tensor *node, const qg_weight *w, qg_acts *a);
+/* The grouped matmul of rows xq / xs (sorted as a, K = w->K) by w: row s of y (ld floats apart)
+ * gets w->N (+ pad) columns from column 0; q4_K / q5_K's min term included. */
+int qg_weight_run(qg_context *ctx, qg_weight *w, const qg_acts *a, const int8_t *xq, const float *xs,
+                  float *y, int64_t ld);
+/* Row s of y (ld floats apart, N columns) to rows[perm[s]].dst. */
+void qg_scatter(qg_context *ctx, const qg_acts *a, const float *y, int64_t ld, int64_t N);
+/* Plans of the small row-wise operators (matmul.c): kind 0 the dynamic quant of floats [R, K]
+ * (ld apart) into int8 [R, K] + scales [R]; kind 1 the SwiGLU of [R, 2 K] (ld apart, gate columns
+ * first) into floats [R, K]. NULL (qmoe's error set) on failure. */
+qmoe_op *qg_small_plan(qg_context *ctx, int kind, int64_t R, int64_t K, int64_t ld, int threads);
+/* The threads a row-wise operator over R x K values runs on (few values: one, without waking
+ * ggml's threads). */
+int qg_small_threads(const qg_context *ctx, int64_t R, int64_t K);
+/* Runs one planned operator with its args on the context's stream and waits for it; 0 on failure. */
+int qg_run(qg_context *ctx, qmoe_op *op, void **args, int nargs);
+/* The context's scratch slot grown to at least `bytes` (contents lost when it grows); NULL when
+ * out of memory. */
+void *qg_scratch(qg_context *ctx, int slot, size_t bytes);
+/* a * b * c bytes in *out; 0 when that does not fit in a size_t. */
+int qg_bytes3(int64_t a, int64_t b, size_t c, size_t *out);
+/* Logs what failed with qmoe's message; GGML_STATUS_FAILED. */
+enum ggml_status qg_failed(const char *what);
+
+/* ---- GLU and the MoE FFN pattern (moe_ffn.c) ---- */
+
+/* 0 when QMOE_GGML_FUSE=0: the MoE FFN's nodes then run one by one (for comparison; default 1). */
+int qg_fuse_moe(void);
+/* 1 when the backend computes this GLU node (SwiGLU, float32 rows). */
+int qg_supports_glu(const struct ggml_tensor *op);
+/* Runs one GLU node alone. */
+enum ggml_status qg_compute_glu(qg_context *ctx, struct ggml_tensor *node);
+/* At node i of the graph: the nodes of llama.cpp's MoE FFN {gate MUL_MAT_ID, up MUL_MAT_ID, GLU
+ * swiglu[, down MUL_MAT_ID]} run as one, returning how many nodes it took (0: no pattern here).
+ * *st is the status when it took some. */
+int qg_compute_moe_ffn(qg_context *ctx, struct ggml_cgraph *graph, int i, enum ggml_status *st);
 
 /* 1 when dense 2-D weights go to the backend at load (QMOE_GGML_DENSE=1; default 0). */
 int qg_take_dense(void);

@@ -386,6 +386,95 @@ static void test_supports(ggml_backend_dev_t dev, ggml_backend_buffer_type_t buf
     ggml_free(ctx);
 }
 
+/* llama.cpp's MoE FFN {gate, up MUL_MAT_ID; GLU swiglu; down MUL_MAT_ID} on the device against
+ * the documented numerics in double: x per-token int8, gate and up exact, h = silu(g) u, h per-row
+ * int8 for the down projection. mode 0: the four nodes run as one and the three intermediates
+ * are not written; 1: h is a graph output, so it is written (and checked) and the down node runs
+ * on its own; 2: QMOE_GGML_FUSE=0, every node on its own. */
+static void test_moe_ffn(ggml_backend_t be, ggml_backend_buffer_type_t buft, enum ggml_type type, int mode)
+{
+    const int64_t K = 256, I = qg_format_of(type)->blk == 256 ? 256 : 96, H = 48, E = 8, T = 5, U = 2;
+    struct ggml_init_params ip = {ggml_tensor_overhead() * 16 + ggml_graph_overhead(), NULL, true};
+    struct ggml_context *ctx = ggml_init(ip);
+    struct ggml_tensor *wg = ggml_new_tensor_3d(ctx, type, K, I, E), *wu = ggml_new_tensor_3d(ctx, type, K, I, E);
+    struct ggml_tensor *wd = ggml_new_tensor_3d(ctx, type, I, H, E);
+    struct ggml_tensor *b = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, K, 1, T);
+    struct ggml_tensor *ids = ggml_new_tensor_2d(ctx, GGML_TYPE_I32, U, T);
+    struct ggml_tensor *up = ggml_mul_mat_id(ctx, wu, b, ids), *gate = ggml_mul_mat_id(ctx, wg, b, ids);
+    struct ggml_tensor *h = ggml_swiglu_split(ctx, gate, up), *out = ggml_mul_mat_id(ctx, wd, h, ids);
+    if (mode == 1) ggml_set_output(h);
+    struct ggml_cgraph *gf = ggml_new_graph(ctx);
+    ggml_build_forward_expand(gf, out);
+    ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors_from_buft(ctx, buft);
+    CHECK(buf != NULL);
+    if (!buf) {
+        ggml_free(ctx);
+        return;
+    }
+    ggml_backend_buffer_set_usage(buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+    struct ggml_tensor *ws[3] = {wg, wu, wd};
+    uint8_t *wv[3];
+    for (int j = 0; j < 3; j++) {
+        wv[j] = malloc(ggml_nbytes(ws[j]));
+        random_blocks(type, wv[j], (int64_t)(ggml_nbytes(ws[j]) / ggml_type_size(type)));
+        ggml_backend_tensor_set(ws[j], wv[j], 0, ggml_nbytes(ws[j]));
+    }
+    float x[5 * 256], y[5 * 2 * 48], hv[5 * 2 * 256], sent[5 * 2 * 256];
+    int32_t idv[5 * 2];
+    for (int64_t k = 0; k < T * K; k++) x[k] = qt_uniform(&rng, -1.0f, 1.0f);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t i = 0; i < U; i++) idv[t * U + i] = (int32_t)((t * 5 + i * 3) % E);
+    ggml_backend_tensor_set(b, x, 0, sizeof(float) * (size_t)(T * K));
+    ggml_backend_tensor_set(ids, idv, 0, sizeof idv);
+    for (size_t k = 0; k < sizeof sent / sizeof sent[0]; k++) sent[k] = -12345.0f;
+    struct ggml_tensor *mids[3] = {gate, up, h};
+    for (int j = 0; j < 3; j++) ggml_backend_tensor_set(mids[j], sent, 0, ggml_nbytes(mids[j]));
+    if (mode == 2) setenv("QMOE_GGML_FUSE", "0", 1);
+    enum ggml_status st = ggml_backend_graph_compute(be, gf);
+    unsetenv("QMOE_GGML_FUSE");
+    CHECK_MSG(st == GGML_STATUS_SUCCESS, "MoE FFN %s mode %d: status %d", ggml_type_name(type), mode, (int)st);
+    ggml_backend_tensor_get(out, y, 0, ggml_nbytes(out));
+    ggml_backend_tensor_get(h, hv, 0, ggml_nbytes(h));
+    for (int j = 0; j < 2 && mode < 2; j++) { /* fused: gate and up never written */
+        float g[5 * 2 * 256];
+        ggml_backend_tensor_get(mids[j], g, 0, ggml_nbytes(mids[j]));
+        CHECK_MSG(memcmp(g, sent, ggml_nbytes(mids[j])) == 0, "MoE FFN %s mode %d: %s was written",
+                  ggml_type_name(type), mode, j ? "up" : "gate");
+    }
+    if (mode == 0)
+        CHECK_MSG(memcmp(hv, sent, ggml_nbytes(h)) == 0, "MoE FFN %s: h was written", ggml_type_name(type));
+    size_t rk = ggml_row_size(type, K), ri = ggml_row_size(type, I);
+    double eh = 0, nh = 0, eo = 0, no = 0;
+    for (int64_t r = 0; r < U * T; r++) {
+        int64_t e = idv[r], t = r / U;
+        float hr[256];
+        for (int64_t n = 0; n < I; n++) {
+            double gv = ref_dot(type, wv[0] + (size_t)(e * I + n) * rk, x + t * K, K);
+            double uv = ref_dot(type, wv[1] + (size_t)(e * I + n) * rk, x + t * K, K);
+            double hd = gv / (1.0 + exp(-gv)) * uv;
+            hr[n] = (float)hd;
+            if (mode) {
+                eh += (hv[r * I + n] - hd) * (hv[r * I + n] - hd);
+                nh += hd * hd;
+            }
+        }
+        for (int64_t n = 0; n < H; n++) {
+            double ov = ref_dot(type, wv[2] + (size_t)(e * H + n) * ri, hr, I);
+            eo += (y[r * H + n] - ov) * (y[r * H + n] - ov);
+            no += ov * ov;
+        }
+    }
+    /* h: float32 rounding only; out: h's int8 rows may round a value the other way (a few units
+     * of 1/127 of a row's largest value), so a looser bound */
+    CHECK_MSG(!mode || eh <= 1e-10 * nh, "MoE FFN %s mode %d: h relative error %g", ggml_type_name(type),
+              mode, sqrt(eh / (nh > 0 ? nh : 1)));
+    CHECK_MSG(eo <= 1e-6 * no, "MoE FFN %s mode %d: out relative error %g", ggml_type_name(type), mode,
+              sqrt(eo / (no > 0 ? no : 1)));
+    for (int j = 0; j < 3; j++) free(wv[j]);
+    ggml_backend_buffer_free(buf);
+    ggml_free(ctx);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -438,6 +527,7 @@ int main(int argc, char **argv)
         run_case(be, buft, GGML_OP_MUL_MAT, type, GGML_TYPE_F16, 2 * k, 8, 3, 4, 0, 0, 0); /* f16 b */
         run_case(be, buft, GGML_OP_MUL_MAT_ID, type, GGML_TYPE_BF16, 2 * k, 8, 4, 2, 5, 2, 0); /* bf16 */
         run_case(be, buft, GGML_OP_MUL_MAT_ID, type, f32, 2 * k, 16, 4, 2, 3, 2, 1);  /* a bad id */
+        for (int mode = 0; mode < 3; mode++) test_moe_ffn(be, buft, type, mode);
     }
     ggml_backend_free(be);
     return qt_finish("ggml_backend");

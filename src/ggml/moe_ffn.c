@@ -1,0 +1,173 @@
+/* GLU (SwiGLU) nodes, and llama.cpp's MoE FFN run as one: its graph builds, per layer,
+ *   up = MUL_MAT_ID(up_exps, x, ids), gate = MUL_MAT_ID(gate_exps, x, ids),
+ *   h = GLU swiglu(gate, up), out = MUL_MAT_ID(down_exps, h, ids)
+ * (src/llama-graph.cpp, build_moe_ffn). Taken together, the routed rows are gathered, sorted and
+ * quantized once for gate and up, both grouped matmuls write one [R, gate | up] block in the
+ * sorted order, qmoe's SwiGLU and dynamic quant make the int8 rows the down projection reads
+ * directly, and only the last node's output is written: the three intermediate tensors are not
+ * (each has exactly one use, inside the pattern, which ggml's use counts say). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ggml-impl.h" /* ggml_node_has_n_uses: the graph's use counts, as ggml's own fusions read them */
+#include "qmoe_ggml.h"
+
+static int f32_rows(const struct ggml_tensor *t)
+{
+    return t && t->type == GGML_TYPE_F32 && ggml_is_contiguous_1(t);
+}
+
+int qg_supports_glu(const struct ggml_tensor *op)
+{
+    if (op->op != GGML_OP_GLU || ggml_get_glu_op(op) != GGML_GLU_OP_SWIGLU) return 0;
+    const struct ggml_tensor *a = op->src[0], *b = op->src[1];
+    if (!f32_rows(a) || !f32_rows(op) || (b && !f32_rows(b))) return 0;
+    int64_t nc = b ? a->ne[0] : a->ne[0] / 2;
+    if (op->ne[0] != nc || ggml_nrows(op) != ggml_nrows(a)) return 0; /* odd: the last value unread, as ggml */
+    return !b || (b->ne[0] == nc && ggml_nrows(b) == ggml_nrows(a));
+}
+
+/* ---- a GLU node alone: dst = silu(g) * u per row, as ggml's CPU backend computes it ---- */
+
+typedef struct glu_job {
+    const struct ggml_tensor *node;
+    int64_t nr, nc;
+} glu_job;
+
+static void glu_share(void *arg, int t, int n)
+{
+    const glu_job *j = arg;
+    const struct ggml_tensor *d = j->node, *a = d->src[0], *b = d->src[1];
+    const int swapped = b ? 0 : ((const int32_t *)d->op_params)[1];
+    for (int64_t r = j->nr * t / n; r < j->nr * (t + 1) / n; r++) {
+        const float *g = (const float *)((const char *)a->data + r * a->nb[1]);
+        const float *u = b ? (const float *)((const char *)b->data + r * b->nb[1]) : g;
+        if (!b) {
+            g += swapped ? j->nc : 0;
+            u += swapped ? 0 : j->nc;
+        }
+        float *y = (float *)((char *)d->data + r * d->nb[1]);
+        for (int64_t k = 0; k < j->nc; k++) y[k] = g[k] / (1.0f + expf(-g[k])) * u[k];
+    }
+}
+
+enum ggml_status qg_compute_glu(qg_context *ctx, struct ggml_tensor *node)
+{
+    if (!qg_supports_glu(node)) {
+        qmoe_error_set(QMOE_ERR_PARAM_INVALID, QMOE_RULE_UNSUPPORTED, "graph", "a GLU the backend does not take");
+        return qg_failed(ggml_op_desc(node));
+    }
+    if (!qg_context_ready(ctx)) return qg_failed("making the qmoe device");
+    glu_job j = {node, ggml_nrows(node), node->ne[0]};
+    if ((uint64_t)j.nr * (uint64_t)j.nc < (1u << 16)) glu_share(&j, 0, 1);
+    else qg_parallel(ctx, glu_share, &j);
+    return GGML_STATUS_SUCCESS;
+}
+
+/* ---- the pattern ---- */
+
+static int taken_once(const struct ggml_cgraph *g, int i)
+{
+    return (g->nodes[i]->flags & GGML_TENSOR_FLAG_COMPUTE) && ggml_node_has_n_uses(g, i, 1);
+}
+
+/* The gate and up nodes of GLU node i (at i - 2, i - 1 in either order), NULL when not the pattern. */
+static int match(const struct ggml_cgraph *g, int i, struct ggml_tensor **gate, struct ggml_tensor **up)
+{
+    if (i + 2 >= g->n_nodes) return 0;
+    struct ggml_tensor *n0 = g->nodes[i], *n1 = g->nodes[i + 1], *h = g->nodes[i + 2];
+    if (h->op != GGML_OP_GLU || !qg_supports_glu(h) || !h->src[1]) return 0;
+    *gate = h->src[0];
+    *up = h->src[1];
+    if (!((*gate == n0 && *up == n1) || (*gate == n1 && *up == n0))) return 0;
+    const struct ggml_tensor *ga = (*gate)->src[0], *ua = (*up)->src[0];
+    return (*gate)->op == GGML_OP_MUL_MAT_ID && (*up)->op == GGML_OP_MUL_MAT_ID &&
+           (*gate)->src[1] == (*up)->src[1] && (*gate)->src[2] == (*up)->src[2] &&
+           ga->ne[1] == ua->ne[1] && ga->ne[2] == ua->ne[2] && ggml_are_same_shape(*gate, h) &&
+           f32_rows(*gate) && f32_rows(*up) && qg_supports_matmul(*gate) && qg_supports_matmul(*up) &&
+           taken_once(g, i) && taken_once(g, i + 1) && (h->flags & GGML_TENSOR_FLAG_COMPUTE);
+}
+
+/* The down node at i + 3 when it reads h with the same ids and experts, h used only there. */
+static struct ggml_tensor *match_down(const struct ggml_cgraph *g, int i, const struct ggml_tensor *gate)
+{
+    if (i + 3 >= g->n_nodes) return NULL;
+    struct ggml_tensor *d = g->nodes[i + 3], *h = g->nodes[i + 2];
+    if (d->op != GGML_OP_MUL_MAT_ID || d->src[1] != h || d->src[2] != gate->src[2] ||
+        d->src[0]->ne[0] != h->ne[0] || d->src[0]->ne[2] != gate->src[0]->ne[2] ||
+        !qg_supports_matmul(d) || !taken_once(g, i + 2) || !(d->flags & GGML_TENSOR_FLAG_COMPUTE))
+        return NULL;
+    return d;
+}
+
+/* Row r = i + n_used t of the routed rows writes row (i, t) of dst. */
+static void retarget(qg_acts *a, const struct ggml_tensor *dst, int64_t n_used)
+{
+    for (int64_t r = 0; r < a->R; r++)
+        a->rows[r].dst = (uint8_t *)dst->data + (r % n_used) * dst->nb[1] + (r / n_used) * dst->nb[2];
+}
+
+int qg_compute_moe_ffn(qg_context *ctx, struct ggml_cgraph *graph, int i, enum ggml_status *st)
+{
+    struct ggml_tensor *gate, *up;
+    if (!qg_fuse_moe() || !match(graph, i, &gate, &up)) return 0;
+    struct ggml_tensor *h = graph->nodes[i + 2], *down = match_down(graph, i, gate);
+    const int taken = down ? 4 : 3;
+    *st = GGML_STATUS_FAILED;
+    if (!qg_context_ready(ctx)) {
+        (void)qg_failed("making the qmoe device");
+        return taken;
+    }
+    qg_weight *wg = qg_node_weight(gate), *wu = wg ? qg_node_weight(up) : NULL;
+    qg_weight *wd = wu && down ? qg_node_weight(down) : NULL;
+    qg_acts a;
+    if (!wu || (down && !wd) || !qg_acts_prepare(ctx, gate, wg, &a)) {
+        (void)qg_failed(ggml_op_desc(gate));
+        return taken;
+    }
+    *st = GGML_STATUS_SUCCESS;
+    if (a.R == 0) return taken;
+    const int64_t I = wg->N, ld = 2 * (I + I % 2), R = a.R, n_used = gate->src[2]->ne[0];
+    size_t ngu, nh;
+    float *gu = qg_bytes3(R, ld, sizeof(float), &ngu) ? qg_scratch(ctx, QG_S_GU, ngu) : NULL;
+    float *hv = qg_bytes3(R, I, sizeof(float), &nh) ? qg_scratch(ctx, QG_S_H, nh) : NULL;
+    int8_t *hq = down && hv ? qg_scratch(ctx, QG_S_HQ, nh / sizeof(float)) : NULL;
+    float *hs = hq ? qg_scratch(ctx, QG_S_HS, (size_t)R * sizeof(float)) : NULL;
+    if (!gu || !hv || (down && (!hq || !hs))) {
+        qmoe_error_set(QMOE_ERR_INNER, QMOE_RULE_NONE, "", "out of memory for the MoE FFN's rows");
+        *st = qg_failed(ggml_op_desc(h));
+        return taken;
+    }
+    /* gate into columns [0, I), then up into [I, 2 I): an odd I's zero pad column of the gate
+     * (column I) is overwritten by up's first */
+    if (!qg_weight_run(ctx, wg, &a, a.xq, a.xs, gu, ld) ||
+        !qg_weight_run(ctx, wu, &a, a.xq, a.xs, gu + I, ld)) {
+        *st = qg_failed("grouped matmul (gate, up)");
+        return taken;
+    }
+    qmoe_op *sw = qg_small_plan(ctx, 1, R, I, ld, qg_small_threads(ctx, R, I));
+    void *sargs[2] = {gu, hv};
+    if (!sw || !qg_run(ctx, sw, sargs, 2)) {
+        *st = qg_failed("SwiGLU");
+        return taken;
+    }
+    if (!down) {
+        retarget(&a, h, n_used);
+        qg_scatter(ctx, &a, hv, I, I);
+        return taken;
+    }
+    const int64_t Nd = wd->N, Npd = Nd + Nd % 2;
+    size_t ny;
+    qmoe_op *qop = qg_small_plan(ctx, 0, R, I, I, qg_small_threads(ctx, R, I));
+    void *qargs[4] = {hv, NULL, hq, hs};
+    float *y = qg_bytes3(R, Npd, sizeof(float), &ny) ? qg_scratch(ctx, QG_S_Y, ny) : NULL;
+    if (!y) qmoe_error_set(QMOE_ERR_INNER, QMOE_RULE_NONE, "", "out of memory for the outputs");
+    if (!y || !qop || !qg_run(ctx, qop, qargs, 4) || !qg_weight_run(ctx, wd, &a, hq, hs, y, Npd)) {
+        *st = qg_failed("the down projection");
+        return taken;
+    }
+    retarget(&a, down, n_used);
+    qg_scatter(ctx, &a, y, Npd, Nd);
+    return taken;
+}
