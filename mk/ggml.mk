@@ -7,6 +7,7 @@
 #   make ggml-llama   download + build llama.cpp's ggml, llama, test-backend-ops, llama-bench,
 #                     llama-quantize and llama-perplexity
 #   make ggml-backend build $(BUILD)/src/ggml/libggml-qmoe.so against that tree
+#   make ggml-tsan    the backend's unit tests under ThreadSanitizer (part of test-ggml)
 #   make test-ggml    the backend's unit tests, the layering check again with the backend's objects
 #                     built (no cycle in src/ggml either), test-backend-ops -b QMOE -o MUL_MAT_ID / MUL_MAT in
 #                     test mode, llama-bench on small Qwen3-MoE-shaped models, and the end-to-end
@@ -26,7 +27,7 @@ GGML_LLAMA_CMAKE_ARGS ?= -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DGGM
   -DGGML_NATIVE=ON -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=ON -DLLAMA_BUILD_TOOLS=ON \
   -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF
 
-.PHONY: ggml-fetch ggml-llama ggml-backend test-ggml bench-ggml
+.PHONY: ggml-fetch ggml-llama ggml-backend ggml-tsan test-ggml bench-ggml
 test: test-ggml
 
 # Exit 3 from the fetch script means "the index cannot be reached": the callers below turn it
@@ -49,6 +50,20 @@ ggml-backend: ggml-llama $(BUILD)/CMakeCache.txt
 	  -DQMOE_LLAMA_CPP_BUILD_DIR=$(abspath $(GGML_LLAMA_BUILD)) >/dev/null
 	cmake --build $(BUILD) -j $(JOBS) --target ggml-qmoe test_ggml_backend
 
+# The backend's unit tests under ThreadSanitizer (two llama.cpp contexts on one weight at once,
+# tests/ggml/test_ggml_backend.c): built with gcc, whose TSan runtime is a shared library that a
+# dlopen'ed module can use (clang links its runtime into executables only, out of reach of a
+# module linked with --no-undefined), on the backend's own pool (libgomp is not instrumented: its
+# barriers would read as races).
+GGML_TSAN_BUILD ?= $(GGML_DIR)/tsan-build
+ggml-tsan: ggml-llama
+	@cmake -S . -B $(GGML_TSAN_BUILD) -DCMAKE_C_COMPILER=cc -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DQMOE_SANITIZE=thread -DQMOE_GGML_OPENMP=OFF -DQMOE_LLAMA_CPP_DIR=$(abspath $(GGML_LLAMA_SRC)) \
+	  -DQMOE_LLAMA_CPP_BUILD_DIR=$(abspath $(GGML_LLAMA_BUILD)) $(CMAKE_ARGS) >/dev/null
+	cmake --build $(GGML_TSAN_BUILD) -j $(JOBS) --target ggml-qmoe test_ggml_backend
+	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 $(GGML_TSAN_BUILD)/tests/ggml/test_ggml_backend \
+	  $(GGML_TSAN_BUILD)/src/ggml/libggml-qmoe.so
+
 # One shell: a NOT RUN (no index) ends the suite there with the reason, written to
 # $(GGML_RESULT) and printed, and make test goes on; any other failure fails it. `lap` adds the
 # seconds since the previous part to the times line (the last line of the result).
@@ -66,6 +81,7 @@ test-ggml:
 	$(MAKE) --no-print-directory ggml-backend && lap "backend build" && \
 	ctest --test-dir $(BUILD) -L ggml --output-on-failure && \
 	ctest --test-dir $(BUILD) -R '^layers$$' --output-on-failure && lap "unit tests" && \
+	$(MAKE) --no-print-directory ggml-tsan && lap "unit tests under TSan" && \
 	tests/ggml/run-backend-ops.sh $(GGML_LLAMA_BUILD)/bin/test-backend-ops $(GGML_BACKEND_LIB) \
 	  $(GGML_DIR)/logs >$(GGML_RESULT); rc=$$?; lap "test-backend-ops"; \
 	if [ -f $(GGML_RESULT) ] && ! scripts/venv.sh $(GGML_VENV) tests/ggml/requirements.txt >/dev/null; then \

@@ -409,8 +409,8 @@ int qg_acts_prepare(qg_context *ctx, const struct ggml_tensor *node, const qg_we
     return qg_run(ctx, qop, qargs, 4);
 }
 
-int qg_weight_run(qg_context *ctx, qg_weight *w, const qg_acts *a, const int8_t *xq, const float *xs,
-                  float *y, int64_t ld)
+static int weight_run(qg_context *ctx, qg_weight *w, const qg_acts *a, const int8_t *xq,
+                      const float *xs, float *y, int64_t ld)
 {
     const int threads = ctx->dev_threads;
     const int64_t K = w->K, N = w->N, Np = N + N % 2, R = a->R;
@@ -493,6 +493,15 @@ int qg_weight_run(qg_context *ctx, qg_weight *w, const qg_acts *a, const int8_t 
         for (size_t n = 0; n < (size_t)N; n++)
             y[r * (size_t)ld + n] += ym[r * (size_t)Np + n] + 64.0f * yh[r * (size_t)Np + n];
     return 1;
+}
+
+int qg_weight_run(qg_context *ctx, qg_weight *w, const qg_acts *a, const int8_t *xq, const float *xs,
+                  float *y, int64_t ld)
+{
+    pthread_mutex_lock(&w->run);
+    int ok = weight_run(ctx, w, a, xq, xs, y, ld);
+    pthread_mutex_unlock(&w->run);
+    return ok;
 }
 
 void qg_scatter(qg_context *ctx, const qg_acts *a, const float *y, int64_t ld, int64_t N)

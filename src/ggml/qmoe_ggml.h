@@ -114,6 +114,11 @@ typedef struct qg_weight {
     int released;        /* the buffer's whole pages inside [lo, hi) were given back (buffer.c) */
     qg_chunk *chunks;
     int nchunks;
+    /* held while one context plans and runs this weight: the chunks' plan caches are shared by
+     * every backend context (llama.cpp contexts on one model), and a plan evicted by one must not
+     * be running in another */
+    pthread_mutex_t run;
+    int run_ready;
     struct qg_weight *next;
 } qg_weight;
 

@@ -164,6 +164,12 @@ qg_weight *qg_weight_build(const struct ggml_tensor *t, size_t lo, size_t hi)
         qmoe_error_set(QMOE_ERR_INNER, QMOE_RULE_NONE, "weight", "ggml-qmoe: out of memory");
         return NULL;
     }
+    if (pthread_mutex_init(&w->run, NULL)) {
+        free(w);
+        qmoe_error_set(QMOE_ERR_INNER, QMOE_RULE_NONE, "weight", "ggml-qmoe: no mutex");
+        return NULL;
+    }
+    w->run_ready = 1;
     w->data = t->data;
     w->lo = lo;
     w->hi = hi;
@@ -226,6 +232,7 @@ void qg_weight_free(qg_weight *w)
     free(w->side);
     free(w->kd);
     free(w->kdmin);
+    if (w->run_ready) pthread_mutex_destroy(&w->run);
     free(w);
 }
 

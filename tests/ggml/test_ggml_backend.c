@@ -6,6 +6,7 @@
  * read back are the ones set; a bad expert id fails the graph with dst untouched. */
 #define _DEFAULT_SOURCE /* mincore */
 #include <dlfcn.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <unistd.h>
 #include <math.h>
@@ -475,6 +476,105 @@ static void test_moe_ffn(ggml_backend_t be, ggml_backend_buffer_type_t buft, enu
     ggml_free(ctx);
 }
 
+/* Two backend contexts (two llama.cpp contexts on one model) run MUL_MAT_ID on the same weight
+ * at once, each cycling through more row counts than a weight keeps plans for: every result
+ * equals the one computed alone (the weight's plan cache is shared; one context evicting a plan
+ * must not pull it from under the other: AddressSanitizer reports that use after free). */
+#define CC_T 6
+typedef struct cc_side {
+    ggml_backend_t be;
+    struct ggml_context *ctx;
+    ggml_backend_buffer_t buf;
+    struct ggml_cgraph *gf[CC_T];
+    struct ggml_tensor *out[CC_T];
+    float *want[CC_T];
+    int bad;
+} cc_side;
+
+static void *cc_loop(void *arg)
+{
+    cc_side *c = arg;
+    for (int it = 0; it < 40; it++)
+        for (int j = 0; j < CC_T; j++) {
+            size_t n = ggml_nbytes(c->out[j]);
+            float *y = malloc(n);
+            if (ggml_backend_graph_compute(c->be, c->gf[j]) != GGML_STATUS_SUCCESS) c->bad++;
+            ggml_backend_tensor_get(c->out[j], y, 0, n);
+            c->bad += memcmp(y, c->want[j], n) != 0;
+            free(y);
+        }
+    return NULL;
+}
+
+static void test_two_contexts(ggml_backend_dev_t dev, ggml_backend_buffer_type_t buft)
+{
+    const int64_t K = 256, N = 256, E = 16, U = 4;
+    struct ggml_init_params wp = {ggml_tensor_overhead(), NULL, true};
+    struct ggml_context *wctx = ggml_init(wp);
+    struct ggml_tensor *w = ggml_new_tensor_3d(wctx, GGML_TYPE_Q8_0, K, N, E);
+    ggml_backend_buffer_t wbuf = ggml_backend_alloc_ctx_tensors_from_buft(wctx, buft);
+    CHECK(wbuf != NULL);
+    if (!wbuf) return;
+    ggml_backend_buffer_set_usage(wbuf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+    uint8_t *wv = malloc(ggml_nbytes(w));
+    random_blocks(GGML_TYPE_Q8_0, wv, (int64_t)(ggml_nbytes(w) / ggml_type_size(GGML_TYPE_Q8_0)));
+    ggml_backend_tensor_set(w, wv, 0, ggml_nbytes(w));
+    cc_side side[2];
+    for (int s = 0; s < 2; s++) {
+        cc_side *c = &side[s];
+        memset(c, 0, sizeof *c);
+        c->be = ggml_backend_dev_init(dev, NULL);
+        CHECK(c->be != NULL);
+        struct ggml_init_params ip = {ggml_tensor_overhead() * 4 * CC_T + ggml_graph_overhead() * CC_T, NULL, true};
+        c->ctx = ggml_init(ip);
+        for (int j = 0; j < CC_T; j++) {
+            /* one side long runs, the other many short ones: the short side makes and evicts
+             * several plans while one long run executes */
+            int64_t T = s ? 1 + j : 400 + j;
+            struct ggml_tensor *b = ggml_new_tensor_3d(c->ctx, GGML_TYPE_F32, K, 1, T);
+            struct ggml_tensor *ids = ggml_new_tensor_2d(c->ctx, GGML_TYPE_I32, U, T);
+            ggml_set_name(b, "b");
+            ggml_set_name(ids, "ids");
+            c->out[j] = ggml_mul_mat_id(c->ctx, w, b, ids);
+            c->gf[j] = ggml_new_graph(c->ctx);
+            ggml_build_forward_expand(c->gf[j], c->out[j]);
+        }
+        c->buf = ggml_backend_alloc_ctx_tensors_from_buft(c->ctx, buft);
+        CHECK(c->buf != NULL);
+        for (int j = 0; j < CC_T && c->buf && c->be; j++) {
+            struct ggml_tensor *b = c->out[j]->src[1], *ids = c->out[j]->src[2];
+            int64_t T = b->ne[2];
+            float *x = malloc((size_t)(K * T) * sizeof(float));
+            int32_t *iv = malloc((size_t)(U * T) * sizeof(int32_t));
+            for (int64_t k = 0; k < K * T; k++) x[k] = qt_uniform(&rng, -1.0f, 1.0f);
+            for (int64_t k = 0; k < U * T; k++) iv[k] = (int32_t)((k * 5 + k / U) % E);
+            ggml_backend_tensor_set(b, x, 0, (size_t)(K * T) * sizeof(float));
+            ggml_backend_tensor_set(ids, iv, 0, (size_t)(U * T) * sizeof(int32_t));
+            CHECK(ggml_backend_graph_compute(c->be, c->gf[j]) == GGML_STATUS_SUCCESS);
+            c->want[j] = malloc(ggml_nbytes(c->out[j]));
+            ggml_backend_tensor_get(c->out[j], c->want[j], 0, ggml_nbytes(c->out[j]));
+            free(x);
+            free(iv);
+        }
+    }
+    if (side[0].buf && side[1].buf && side[0].be && side[1].be) {
+        pthread_t th[2];
+        for (int s = 0; s < 2; s++) CHECK(pthread_create(&th[s], NULL, cc_loop, &side[s]) == 0);
+        for (int s = 0; s < 2; s++) pthread_join(th[s], NULL);
+        CHECK_MSG(side[0].bad + side[1].bad == 0, "two contexts at once: %d results differ from alone",
+                  side[0].bad + side[1].bad);
+    }
+    for (int s = 0; s < 2; s++) {
+        for (int j = 0; j < CC_T; j++) free(side[s].want[j]);
+        ggml_backend_buffer_free(side[s].buf);
+        ggml_free(side[s].ctx);
+        ggml_backend_free(side[s].be);
+    }
+    ggml_backend_buffer_free(wbuf);
+    ggml_free(wctx);
+    free(wv);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -529,6 +629,7 @@ int main(int argc, char **argv)
         run_case(be, buft, GGML_OP_MUL_MAT_ID, type, f32, 2 * k, 16, 4, 2, 3, 2, 1);  /* a bad id */
         for (int mode = 0; mode < 3; mode++) test_moe_ffn(be, buft, type, mode);
     }
+    test_two_contexts(dev, buft);
     ggml_backend_free(be);
     return qt_finish("ggml_backend");
 }
