@@ -11,6 +11,7 @@
 
 #include "core/options.h"
 #include "core/status.h"
+#include "runtime/cmdq.h"
 #include "runtime/device.h"
 #include "runtime/thread_state.h"
 
@@ -31,10 +32,7 @@ typedef struct cpu_device {
     qmoe_workq *wq;
     /* command queue, run in order by the command thread */
     pthread_t cmd_thread;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    qmoe_cmd *head, *tail;
-    int stop;
+    qmoe_cmdq q;
     /* liveness, for peers waiting at a fence: bumped as commands start and finish and as work
      * parts complete; with the CPU time of the device's threads it is the device's progress */
     atomic_ullong progress;
@@ -109,34 +107,11 @@ static void *command_main(void *arg)
     cpu_device *dev = arg;
     if (dev->ncpus > 0) qmoe_pin_self(dev->cpus[0]);
     publish_clock(dev, 0); /* the command thread is thread 0 */
-    pthread_mutex_lock(&dev->mu);
-    for (;;) {
-        while (!dev->head && !dev->stop) pthread_cond_wait(&dev->cv, &dev->mu);
-        if (!dev->head) break; /* stop, and the queue is drained */
-        qmoe_cmd *cmd = dev->head;
-        dev->head = cmd->next;
-        if (!dev->head) dev->tail = NULL;
-        pthread_mutex_unlock(&dev->mu);
-        atomic_fetch_add_explicit(&dev->progress, 1, memory_order_relaxed);
-        cmd->exec(cmd, &dev->base);
-        atomic_fetch_add_explicit(&dev->progress, 1, memory_order_relaxed);
-        pthread_mutex_lock(&dev->mu);
-    }
-    pthread_mutex_unlock(&dev->mu);
+    qmoe_cmdq_serve(&dev->q);
     return NULL;
 }
 
-static void cpu_submit(qmoe_device *d, qmoe_cmd *cmd)
-{
-    cpu_device *dev = cpu(d);
-    cmd->next = NULL;
-    pthread_mutex_lock(&dev->mu);
-    if (dev->tail) dev->tail->next = cmd;
-    else dev->head = cmd;
-    dev->tail = cmd;
-    pthread_cond_broadcast(&dev->cv);
-    pthread_mutex_unlock(&dev->mu);
-}
+static void cpu_submit(qmoe_device *d, qmoe_cmd *cmd) { qmoe_cmdq_push(&cpu(d)->q, cmd); }
 
 static qmoe_status cpu_fence(qmoe_device *d, qmoe_fence_slot *slots, int self, int count,
                              uint32_t seq, qmoe_status status, const qmoe_fence_watch *watch)
@@ -175,18 +150,14 @@ static void free_device(cpu_device *dev)
     qmoe_thread_state_free(&dev->ts);
     free(dev->cpus);
     free(dev->clocks);
-    pthread_mutex_destroy(&dev->mu);
-    pthread_cond_destroy(&dev->cv);
+    qmoe_cmdq_destroy(&dev->q);
     free(dev);
 }
 
 static void cpu_destroy(qmoe_device *d)
 {
     cpu_device *dev = cpu(d);
-    pthread_mutex_lock(&dev->mu);
-    dev->stop = 1;
-    pthread_cond_broadcast(&dev->cv);
-    pthread_mutex_unlock(&dev->mu);
+    qmoe_cmdq_stop(&dev->q);
     pthread_join(dev->cmd_thread, NULL);
     free_device(dev);
 }
@@ -249,8 +220,7 @@ qmoe_status qmoe_device_create(const qmoe_device_options *options, qmoe_device *
     dev->ncpus = o->ncpus;
     dev->clocks = calloc((size_t)dev->threads, sizeof *dev->clocks);
     dev->cpus = o->ncpus ? malloc((size_t)o->ncpus * sizeof *dev->cpus) : NULL;
-    pthread_mutex_init(&dev->mu, NULL);
-    pthread_cond_init(&dev->cv, NULL);
+    qmoe_cmdq_init(&dev->q, &dev->base, &dev->progress);
     if (!dev->clocks || (o->ncpus && !dev->cpus)) {
         st = qmoe_fail(QMOE_ERR_INNER, "out of memory for a device");
         goto fail;

@@ -11,7 +11,7 @@
  *   1. src/runtime/<kind>_device.c: a struct whose first member is `qmoe_device base`, a static
  *      const qmoe_device_ops table, and a create function that calls qmoe_device_init and fills
  *      the struct; its command thread (or queue) calls cmd->exec(cmd, dev) for each command in
- *      submission order and bumps progress as commands start and end.
+ *      submission order and bumps progress as commands start and end (runtime/cmdq.h does both).
  *   2. A public create function for it in include/qmoe/runtime.h.
  * Streams, groups, fences, the test hooks and the public accessors are the runtime's and work
  * for any device unchanged.

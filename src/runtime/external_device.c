@@ -2,12 +2,12 @@
  * caller drains it (synchronize, destroy), and each operator's parts run through the caller's
  * parallel function (an external work queue). Nothing of qmoe runs or waits while the caller is
  * not in one of those calls, so an engine's thread pool keeps its cores to itself. */
-#include <pthread.h>
 #include <stddef.h>
 #include <stdlib.h>
 
 #include "core/options.h"
 #include "core/status.h"
+#include "runtime/cmdq.h"
 #include "runtime/device.h"
 #include "runtime/thread_state.h"
 
@@ -17,51 +17,18 @@ typedef struct ext_device {
     qmoe_device base; /* first: a qmoe_device * is an ext_device * */
     qmoe_thread_state ts;
     qmoe_workq *wq; /* external: runs through the caller's parallel function */
-    pthread_mutex_t mu;
-    qmoe_cmd *head, *tail; /* under mu */
-    int draining;          /* a thread is running the queue (under mu) */
+    qmoe_cmdq q; /* drained on the caller's thread */
     atomic_ullong progress; /* commands and parts done */
 } ext_device;
 
 static ext_device *ext(qmoe_device *dev) { return (ext_device *)dev; }
 static const ext_device *cext(const qmoe_device *dev) { return (const ext_device *)dev; }
 
-static void ext_submit(qmoe_device *d, qmoe_cmd *cmd)
-{
-    ext_device *dev = ext(d);
-    cmd->next = NULL;
-    pthread_mutex_lock(&dev->mu);
-    if (dev->tail) dev->tail->next = cmd;
-    else dev->head = cmd;
-    dev->tail = cmd;
-    pthread_mutex_unlock(&dev->mu);
-}
+static void ext_submit(qmoe_device *d, qmoe_cmd *cmd) { qmoe_cmdq_push(&ext(d)->q, cmd); }
 
-/* One thread at a time runs the queue, in order; a second caller leaves it to the first (which
- * runs what the second queued too: it stops only when it finds the queue empty, under mu) and
- * waits for its stream as for any device. */
-static void ext_drain(qmoe_device *d)
-{
-    ext_device *dev = ext(d);
-    pthread_mutex_lock(&dev->mu);
-    if (dev->draining) {
-        pthread_mutex_unlock(&dev->mu);
-        return;
-    }
-    dev->draining = 1;
-    while (dev->head) {
-        qmoe_cmd *cmd = dev->head;
-        dev->head = cmd->next;
-        if (!dev->head) dev->tail = NULL;
-        pthread_mutex_unlock(&dev->mu);
-        atomic_fetch_add_explicit(&dev->progress, 1, memory_order_relaxed);
-        cmd->exec(cmd, d);
-        atomic_fetch_add_explicit(&dev->progress, 1, memory_order_relaxed);
-        pthread_mutex_lock(&dev->mu);
-    }
-    dev->draining = 0;
-    pthread_mutex_unlock(&dev->mu);
-}
+/* One thread at a time runs the queue (cmdq.c); a second caller waits for its stream as for any
+ * device. */
+static void ext_drain(qmoe_device *d) { qmoe_cmdq_drain(&ext(d)->q); }
 
 static qmoe_status ext_fence(qmoe_device *d, qmoe_fence_slot *slots, int self, int count,
                              uint32_t seq, qmoe_status status, const qmoe_fence_watch *watch)
@@ -139,7 +106,7 @@ static void free_device(ext_device *dev)
 {
     qmoe_workq_destroy(dev->wq);
     qmoe_thread_state_free(&dev->ts);
-    pthread_mutex_destroy(&dev->mu);
+    qmoe_cmdq_destroy(&dev->q);
     free(dev);
 }
 
@@ -189,7 +156,7 @@ qmoe_status qmoe_device_create_external(const qmoe_device_options *options,
     ext_device *dev = calloc(1, sizeof *dev);
     if (!dev) return qmoe_fail(QMOE_ERR_INNER, "out of memory for a device");
     qmoe_device_init(&dev->base, &ext_ops);
-    pthread_mutex_init(&dev->mu, NULL);
+    qmoe_cmdq_init(&dev->q, &dev->base, &dev->progress);
     int threads = o.threads ? o.threads : qmoe_device_online_cores();
     if ((st = qmoe_thread_state_init(&dev->ts, threads, o.scratch_bytes, dev->base.id)) ||
         (st = qmoe_workq_create_external(threads, dev->ts.ctx, parallel, ctx, &dev->wq))) {
