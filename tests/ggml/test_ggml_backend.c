@@ -176,6 +176,20 @@ static void free_graph(graph *g)
     ggml_free(g->ctx);
 }
 
+/* Every tensor of ctx in one QMOE buffer used for weights (converted at their last write); NULL,
+ * with ctx freed, when that fails. */
+static ggml_backend_buffer_t weights_buffer(struct ggml_context *ctx, ggml_backend_buffer_type_t buft)
+{
+    ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors_from_buft(ctx, buft);
+    CHECK(buf != NULL);
+    if (!buf) {
+        ggml_free(ctx);
+        return NULL;
+    }
+    ggml_backend_buffer_set_usage(buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+    return buf;
+}
+
 /* One MUL_MAT_ID (or MUL_MAT) on the device against the reference; bad_id puts an id out of
  * range, which must fail the graph and leave dst as it was. */
 static void run_case(ggml_backend_t be, ggml_backend_buffer_type_t buft, enum ggml_op op,
@@ -184,13 +198,8 @@ static void run_case(ggml_backend_t be, ggml_backend_buffer_type_t buft, enum gg
 {
     struct ggml_tensor *as, *b, *ids, *out;
     graph g = make_graph(&out, op, type, btype, K, N, E, B1, T, n_used, &as, &b, &ids);
-    g.buf = ggml_backend_alloc_ctx_tensors_from_buft(g.ctx, buft);
-    CHECK(g.buf != NULL);
-    if (!g.buf) {
-        ggml_free(g.ctx);
-        return;
-    }
-    ggml_backend_buffer_set_usage(g.buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+    g.buf = weights_buffer(g.ctx, buft);
+    if (!g.buf) return;
     size_t wbytes = ggml_nbytes(as), bn = (size_t)ggml_nelements(b), on = (size_t)ggml_nelements(out);
     uint8_t *w = malloc(wbytes), *wback = malloc(wbytes);
     float *x = malloc(bn * sizeof(float)), *y = malloc(on * sizeof(float));
@@ -289,13 +298,8 @@ static void test_one_copy(ggml_backend_buffer_type_t buft, enum ggml_type type, 
     struct ggml_init_params ip = {ggml_tensor_overhead() * 4, NULL, true};
     struct ggml_context *ctx = ggml_init(ip);
     struct ggml_tensor *t = ggml_new_tensor_3d(ctx, type, 512, 64, 8);
-    ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors_from_buft(ctx, buft);
-    CHECK(buf != NULL);
-    if (!buf) {
-        ggml_free(ctx);
-        return;
-    }
-    ggml_backend_buffer_set_usage(buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+    ggml_backend_buffer_t buf = weights_buffer(ctx, buft);
+    if (!buf) return;
     size_t n = ggml_nbytes(t), a = n / 3 + 7, m = 2 * n / 3 + 1;
     uint8_t *w = malloc(n), *back = malloc(n), *fresh = malloc(300);
     random_blocks(type, w, (int64_t)(n / ggml_type_size(type)));
@@ -406,13 +410,8 @@ static void test_moe_ffn(ggml_backend_t be, ggml_backend_buffer_type_t buft, enu
     if (mode == 1) ggml_set_output(h);
     struct ggml_cgraph *gf = ggml_new_graph(ctx);
     ggml_build_forward_expand(gf, out);
-    ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors_from_buft(ctx, buft);
-    CHECK(buf != NULL);
-    if (!buf) {
-        ggml_free(ctx);
-        return;
-    }
-    ggml_backend_buffer_set_usage(buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+    ggml_backend_buffer_t buf = weights_buffer(ctx, buft);
+    if (!buf) return;
     struct ggml_tensor *ws[3] = {wg, wu, wd};
     uint8_t *wv[3];
     for (int j = 0; j < 3; j++) {
@@ -512,10 +511,8 @@ static void test_two_contexts(ggml_backend_dev_t dev, ggml_backend_buffer_type_t
     struct ggml_init_params wp = {ggml_tensor_overhead(), NULL, true};
     struct ggml_context *wctx = ggml_init(wp);
     struct ggml_tensor *w = ggml_new_tensor_3d(wctx, GGML_TYPE_Q8_0, K, N, E);
-    ggml_backend_buffer_t wbuf = ggml_backend_alloc_ctx_tensors_from_buft(wctx, buft);
-    CHECK(wbuf != NULL);
+    ggml_backend_buffer_t wbuf = weights_buffer(wctx, buft);
     if (!wbuf) return;
-    ggml_backend_buffer_set_usage(wbuf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
     uint8_t *wv = malloc(ggml_nbytes(w));
     random_blocks(GGML_TYPE_Q8_0, wv, (int64_t)(ggml_nbytes(w) / ggml_type_size(GGML_TYPE_Q8_0)));
     ggml_backend_tensor_set(w, wv, 0, ggml_nbytes(w));
