@@ -23,9 +23,14 @@ GGML_LLAMA_TARGETS  ?= ggml llama test-backend-ops llama-bench llama-quantize ll
 GGML_BACKEND_LIB    := $(BUILD)/src/ggml/libggml-qmoe.so
 GGML_RESULT         := $(GGML_DIR)/test-ggml.result
 GGML_VENV           ?= $(GGML_DIR)/venv
+# -U__AMX_INT8__: the CPU backend's AMX code (ggml-cpu/amx, compiled in by -march=native on a CPU
+# with AMX) crashes this release on such CPUs (SIGILL / SIGSEGV in ggml_backend_amx_mul_mat on
+# ggml's worker threads, CPU backend alone, with or without QMOE; upstream issue 20824, PR 26954):
+# it is compiled out, so the CPU backend there runs its AVX-512 code, as on a CPU without AMX.
 GGML_LLAMA_CMAKE_ARGS ?= -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DGGML_BACKEND_DL=OFF \
   -DGGML_NATIVE=ON -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=ON -DLLAMA_BUILD_TOOLS=ON \
-  -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF
+  -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
+  -DCMAKE_C_FLAGS=-U__AMX_INT8__ -DCMAKE_CXX_FLAGS=-U__AMX_INT8__
 
 .PHONY: ggml-fetch ggml-llama ggml-backend ggml-tsan test-ggml bench-ggml
 test: test-ggml
@@ -37,8 +42,11 @@ ggml-fetch:
 	  $(abspath $(VENV))/bin/python
 
 ggml-llama: ggml-fetch
-	@if [ ! -f $(GGML_LLAMA_BUILD)/CMakeCache.txt ]; then \
-	  cmake -S $(GGML_LLAMA_SRC) -B $(GGML_LLAMA_BUILD) $(GGML_LLAMA_CMAKE_ARGS) >/dev/null; fi
+	@# configured again when the arguments change (the stamp holds the last ones)
+	@if [ ! -f $(GGML_LLAMA_BUILD)/CMakeCache.txt ] || \
+	    [ "$$(cat $(GGML_LLAMA_BUILD)/qmoe-cmake-args 2>/dev/null)" != '$(GGML_LLAMA_CMAKE_ARGS)' ]; then \
+	  cmake -S $(GGML_LLAMA_SRC) -B $(GGML_LLAMA_BUILD) $(GGML_LLAMA_CMAKE_ARGS) >/dev/null && \
+	  echo '$(GGML_LLAMA_CMAKE_ARGS)' >$(GGML_LLAMA_BUILD)/qmoe-cmake-args; fi
 	@start=$$(date +%s); \
 	cmake --build $(GGML_LLAMA_BUILD) -j $(JOBS) --target $(GGML_LLAMA_TARGETS); \
 	echo "qmoe: ggml: llama.cpp targets ($(GGML_LLAMA_TARGETS)) up to date in $$(( $$(date +%s) - start )) s"

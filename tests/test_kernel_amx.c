@@ -70,9 +70,58 @@ static void check_gemm(const qmoe_gemm_isa *isa)
                 }
 }
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#include <stdalign.h>
+
+/* One tiled call (32 rows x 2 units x 64 k) and the kernel's end-of-call release. */
+static void one_tiled_call(const qmoe_gemm_isa *isa)
+{
+    static int8_t x[32 * 64], xt[32 * 64];
+    static uint8_t wp[16 * 2 * QMOE_PK_STEP];
+    static int32_t acc[32 * LDACC];
+    memset(x, 1, sizeof x);
+    memset(wp, 1, sizeof wp);
+    int64_t xt_ld = tile_order(32, 16, x, 64, xt);
+    isa->gemm_xt(32, 2, 16, x, 64, xt, xt_ld, wp, 2 * QMOE_PK_STEP, acc, LDACC, 0);
+    isa->release();
+    CHECK_MSG(acc[0] == 64, "a tiled call: %d, not 64", (int)acc[0]);
+}
+
+/* A thread's own tile configuration survives qmoe's kernel calls: ggml's CPU backend configures
+ * its tiles once per thread (8- and 16-row tiles of 32 and 64 bytes) and never again, and qmoe
+ * runs on ggml's threads; releasing or keeping qmoe's layout made its next tile instruction fault
+ * (SIGILL) or read the wrong shape. A thread without one ends with none. */
+__attribute__((target("amx-tile"))) static void check_caller_config(const qmoe_gemm_isa *isa)
+{
+    alignas(64) uint8_t mine[64], after[64], none[64];
+    isa->release(); /* check_gemm's micro-kernel calls leave qmoe's layout loaded */
+    memset(mine, 0, sizeof mine);
+    memset(none, 0, sizeof none);
+    mine[0] = 1;
+    for (int t = 0; t < 8; t++) {
+        uint16_t colsb = t == 2 || t == 3 ? 32 : 64;
+        memcpy(mine + 16 + 2 * t, &colsb, 2);
+        mine[48 + t] = t < 2 ? 8 : 16;
+    }
+    _tile_loadconfig(mine);
+    one_tiled_call(isa);
+    _tile_storeconfig(after);
+    CHECK_MSG(memcmp(mine, after, sizeof mine) == 0, "the caller's tile configuration was not put back");
+    _tile_release();
+    one_tiled_call(isa);
+    _tile_storeconfig(after);
+    CHECK_MSG(memcmp(none, after, sizeof none) == 0, "tiles left configured after a call");
+}
+#endif
+
 int main(void)
 {
-    if (qmoe_cpu_runs_kernel(QMOE_KERNEL_AMX_INT8))
+    if (qmoe_cpu_runs_kernel(QMOE_KERNEL_AMX_INT8)) {
         check_gemm(qmoe_gemm_isa_for(QMOE_KERNEL_AMX_INT8));
+#if defined(__x86_64__)
+        check_caller_config(qmoe_gemm_isa_for(QMOE_KERNEL_AMX_INT8));
+#endif
+    }
     return kernel_test_main(QMOE_KERNEL_AMX_INT8, "test_kernel_amx", 120);
 }

@@ -167,6 +167,7 @@ static ggml_backend_t dev_init(ggml_backend_dev_t dev, const char *params)
     backend->iface = backend_iface;
     backend->device = dev;
     backend->context = ctx;
+    ctx->fuse = qg_fuse_moe(); /* once: graph_compute never reads the environment */
     return backend;
 }
 

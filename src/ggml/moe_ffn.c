@@ -111,7 +111,7 @@ static void retarget(qg_acts *a, const struct ggml_tensor *dst, int64_t n_used)
 int qg_compute_moe_ffn(qg_context *ctx, struct ggml_cgraph *graph, int i, enum ggml_status *st)
 {
     struct ggml_tensor *gate, *up;
-    if (!qg_fuse_moe() || !match(graph, i, &gate, &up)) return 0;
+    if (!ctx->fuse || !match(graph, i, &gate, &up)) return 0;
     struct ggml_tensor *h = graph->nodes[i + 2], *down = match_down(graph, i, gate);
     const int taken = down ? 4 : 3;
     *st = GGML_STATUS_FAILED;

@@ -174,6 +174,7 @@ typedef struct qg_pool qg_pool;
 
 typedef struct qg_context {
     int n_threads;         /* from ggml_backend_set_n_threads; 0 until set: the online cores */
+    int fuse;              /* run the MoE FFN as one (QMOE_GGML_FUSE, read when the backend is made) */
     int dev_threads;       /* the thread count `device` was made with */
     qmoe_device *device;   /* on ggml's threads (pool.c) */
     qg_pool *pool;         /* the backend's own threads, when not on OpenMP's (pool.c) */

@@ -395,7 +395,7 @@ static void test_supports(ggml_backend_dev_t dev, ggml_backend_buffer_type_t buf
  * the documented numerics in double: x per-token int8, gate and up exact, h = silu(g) u, h per-row
  * int8 for the down projection. mode 0: the four nodes run as one and the three intermediates
  * are not written; 1: h is a graph output, so it is written (and checked) and the down node runs
- * on its own; 2: QMOE_GGML_FUSE=0, every node on its own. */
+ * on its own; 2: QMOE_GGML_FUSE=0 (on a backend made with it set), every node on its own. */
 static void test_moe_ffn(ggml_backend_t be, ggml_backend_buffer_type_t buft, enum ggml_type type, int mode)
 {
     const int64_t K = 256, I = qg_format_of(type)->blk == 256 ? 256 : 96, H = 48, E = 8, T = 5, U = 2;
@@ -429,9 +429,17 @@ static void test_moe_ffn(ggml_backend_t be, ggml_backend_buffer_type_t buft, enu
     for (size_t k = 0; k < sizeof sent / sizeof sent[0]; k++) sent[k] = -12345.0f;
     struct ggml_tensor *mids[3] = {gate, up, h};
     for (int j = 0; j < 3; j++) ggml_backend_tensor_set(mids[j], sent, 0, ggml_nbytes(mids[j]));
-    if (mode == 2) setenv("QMOE_GGML_FUSE", "0", 1);
-    enum ggml_status st = ggml_backend_graph_compute(be, gf);
-    unsetenv("QMOE_GGML_FUSE");
+    /* the variable is read when a backend is made: mode 2 makes one of its own */
+    ggml_backend_t run = be;
+    if (mode == 2) {
+        setenv("QMOE_GGML_FUSE", "0", 1);
+        run = ggml_backend_dev_init(ggml_backend_get_device(be), NULL);
+        unsetenv("QMOE_GGML_FUSE");
+        CHECK_MSG(run != NULL, "a second QMOE backend");
+        if (!run) return;
+    }
+    enum ggml_status st = ggml_backend_graph_compute(run, gf);
+    if (run != be) ggml_backend_free(run);
     CHECK_MSG(st == GGML_STATUS_SUCCESS, "MoE FFN %s mode %d: status %d", ggml_type_name(type), mode, (int)st);
     ggml_backend_tensor_get(out, y, 0, ggml_nbytes(out));
     ggml_backend_tensor_get(h, hv, 0, ggml_nbytes(h));

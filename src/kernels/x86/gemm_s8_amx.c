@@ -12,7 +12,10 @@
  *
  * Tiles are configured lazily per thread (all 8 as 16 rows x 64 bytes) and released by
  * qmoe_amx_release() at the end of a kernel call, so a thread does not keep the 8 KB tile state
- * alive between calls.
+ * alive between calls. A thread that had a tile configuration of its own before the call (another
+ * library's AMX code on the same thread: ggml's CPU backend configures its tiles once per thread
+ * and never again, and qmoe runs on ggml's threads) gets that configuration back instead, or its
+ * next tile instruction would fault on an unconfigured or foreign layout.
  */
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
@@ -34,6 +37,8 @@
 enum { MR = 32 };
 
 static _Thread_local int tiles_ready;
+/* The configuration the thread had when qmoe configured its tiles (all zero: none). */
+static _Thread_local alignas(64) uint8_t caller_cfg[64];
 
 static void tiles_config(void)
 {
@@ -41,6 +46,7 @@ static void tiles_config(void)
     /* The first detection also asks the OS for the tile state (callers reach this table
      * through detection anyway; this keeps a direct caller from faulting). */
     (void)qmoe_cpu_features_get();
+    _tile_storeconfig(caller_cfg); /* 64 zero bytes when the tiles are not configured */
     alignas(64) uint8_t cfg[64];
     memset(cfg, 0, sizeof cfg);
     cfg[0] = 1; /* palette 1 */
@@ -56,7 +62,10 @@ static void tiles_config(void)
 void qmoe_amx_release(void)
 {
     if (!tiles_ready) return;
-    _tile_release();
+    if (caller_cfg[0]) /* palette 0 is the unconfigured state */
+        _tile_loadconfig(caller_cfg);
+    else
+        _tile_release();
     tiles_ready = 0;
 }
 
