@@ -36,6 +36,16 @@
  * tile loads per product instead of 1: 20% slower) did not help. */
 enum { MR = 32 };
 
+/* Palette 1, all 8 tiles 16 rows x 64 bytes. A constant, not built on the stack: gcc may drop
+ * stores to a stack buffer that only ldtilecfg reads (seen in a test loop here, and the cause of
+ * llama.cpp's AMX crash, upstream PR 26954). */
+static const alignas(64) uint8_t qmoe_tiles_16x64[64] = {
+    1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,         /* palette, start row, reserved */
+    64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, /* colsb of tiles 0-7 */
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,         /* colsb of tiles 8-15 (none) */
+    16, 16, 16, 16, 16, 16, 16, 16,                         /* rows of tiles 0-7 */
+};
+
 static _Thread_local int tiles_ready;
 /* The configuration the thread had when qmoe configured its tiles (all zero: none). */
 static _Thread_local alignas(64) uint8_t caller_cfg[64];
@@ -47,15 +57,7 @@ static void tiles_config(void)
      * through detection anyway; this keeps a direct caller from faulting). */
     (void)qmoe_cpu_features_get();
     _tile_storeconfig(caller_cfg); /* 64 zero bytes when the tiles are not configured */
-    alignas(64) uint8_t cfg[64];
-    memset(cfg, 0, sizeof cfg);
-    cfg[0] = 1; /* palette 1 */
-    for (int t = 0; t < 8; t++) {
-        uint16_t colsb = 64;
-        memcpy(cfg + 16 + 2 * t, &colsb, 2);
-        cfg[48 + t] = 16;
-    }
-    _tile_loadconfig(cfg);
+    _tile_loadconfig(qmoe_tiles_16x64);
     tiles_ready = 1;
 }
 
