@@ -4,8 +4,9 @@
  * model is not held twice. It says is_host = false so every write comes through set_tensor /
  * memset / clear (llama.cpp reads a host buffer's weights straight into tensor->data, which a
  * converted copy would never see); a write over a converted weight first puts its bytes back,
- * then drops it. A weight loaded in several set_tensor calls is converted when its whole byte
- * range has arrived. */
+ * then drops it. A weight written whole in one set_tensor call (what llama.cpp's loader does) is
+ * converted from the caller's bytes and never copied in; one loaded in several calls is copied
+ * and converted when its whole byte range has arrived. */
 #define _DEFAULT_SOURCE /* madvise, MAP_ANONYMOUS */
 #include <stdlib.h>
 #include <string.h>
@@ -171,6 +172,31 @@ static int piece_arrived(qg_buffer *b, const struct ggml_tensor *t, size_t lo, s
 
 static qg_weight *weight_locked(ggml_backend_buffer_t buffer, const struct ggml_tensor *t);
 
+/* A whole weight in one write, over bytes no other weight or piece shares: converted straight from
+ * the caller's bytes, so its pages in the buffer are never written (no copy, no page faults, one
+ * tensor less at the load's peak); 1 when done. Bytes qmoe cannot regenerate (mxfp4's -0) are
+ * copied in after all. */
+static int set_converted(qg_buffer *b, const struct ggml_tensor *t, const void *data, size_t at,
+                         size_t size)
+{
+    size_t hi = at + size;
+    for (qg_weight *o = b->weights; o; o = o->next)
+        if (o->lo < hi && at < o->hi) return 0;
+    for (qg_pending *q = b->pending; q; q = q->next)
+        if (q->lo < hi && at < q->hi) return 0;
+    qg_weight *w = qg_weight_build(t, data, at, hi);
+    if (!w) return 0;
+    w->next = b->weights;
+    b->weights = w;
+    if (w->keep_bytes || !qg_weight_contiguous(w)) {
+        memcpy(b->base + at, data, size);
+        return 1;
+    }
+    release(b, w);    /* pages written before this weight arrived, if any */
+    w->released = 1; /* the buffer does not hold the bytes: get_tensor and restore encode them */
+    return 1;
+}
+
 static void buf_set(ggml_backend_buffer_t buffer, struct ggml_tensor *t, const void *data,
                     size_t offset, size_t size)
 {
@@ -178,6 +204,11 @@ static void buf_set(ggml_backend_buffer_t buffer, struct ggml_tensor *t, const v
     size_t at = offset_of(b, t) + offset;
     pthread_mutex_lock(&b->lock);
     drop_range(b, at, at + size);
+    if (buffer->usage == GGML_BACKEND_BUFFER_USAGE_WEIGHTS && whole_weight(t) && offset == 0 &&
+        size == ggml_nbytes(t) && set_converted(b, t, data, at, size)) {
+        pthread_mutex_unlock(&b->lock);
+        return;
+    }
     memcpy(b->base + at, data, size);
     /* A model's weights are converted once, here, when the whole tensor has arrived (llama.cpp
      * may load it in pieces); anything else on first use */
@@ -249,7 +280,7 @@ static qg_weight *weight_locked(ggml_backend_buffer_t buffer, const struct ggml_
     /* converting reads the bytes: those of a converted weight it overlaps (a view) come back */
     for (qg_weight *o = b->weights; o; o = o->next)
         if (o->lo < hi && lo < o->hi) restore(b, o);
-    if ((w = qg_weight_build(t, lo, hi))) {
+    if ((w = qg_weight_build(t, t->data, lo, hi))) {
         w->next = b->weights;
         b->weights = w;
         release(b, w);

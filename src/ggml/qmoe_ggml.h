@@ -122,9 +122,10 @@ typedef struct qg_weight {
     struct qg_weight *next;
 } qg_weight;
 
-/* Builds the prepacked weight of tensor `t` (its data must be readable); NULL on failure with
- * qmoe's message in qmoe_last_error() (qmoe_error_set for the backend's own failures). */
-qg_weight *qg_weight_build(const struct ggml_tensor *t, size_t lo, size_t hi);
+/* Builds the prepacked weight of tensor `t` from `bytes` (t's bytes in ggml's layout: t->data, or
+ * the caller's copy of them in set_tensor); NULL on failure with qmoe's message in
+ * qmoe_last_error() (qmoe_error_set for the backend's own failures). */
+qg_weight *qg_weight_build(const struct ggml_tensor *t, const void *bytes, size_t lo, size_t hi);
 void qg_weight_free(qg_weight *w);
 /* 1 when the weight's rows are its bytes [lo, hi) back to back (a whole tensor, no view). */
 int qg_weight_contiguous(const qg_weight *w);

@@ -151,7 +151,7 @@ static int alloc_side(qg_weight *w)
     return 0;
 }
 
-qg_weight *qg_weight_build(const struct ggml_tensor *t, size_t lo, size_t hi)
+qg_weight *qg_weight_build(const struct ggml_tensor *t, const void *bytes, size_t lo, size_t hi)
 {
     const qg_format *f = qg_format_of(t->type);
     if (!f || t->ne[0] % f->blk) {
@@ -170,7 +170,7 @@ qg_weight *qg_weight_build(const struct ggml_tensor *t, size_t lo, size_t hi)
         return NULL;
     }
     w->run_ready = 1;
-    w->data = t->data;
+    w->data = bytes; /* read by gather */
     w->lo = lo;
     w->hi = hi;
     w->type = t->type;
@@ -211,6 +211,7 @@ qg_weight *qg_weight_build(const struct ggml_tensor *t, size_t lo, size_t hi)
             }
         }
     }
+    w->data = t->data; /* the weight is t's from now on, wherever its bytes were read */
     return w;
 }
 
