@@ -270,7 +270,14 @@ typedef struct panel {
     int64_t ld;         /* 2 * 16 * U */
     int i4;             /* wp holds prepacked int4 steps for the isa's gemm_i4 (32 bytes a unit) */
     int stream;         /* wp is read in place from prepacked weights: gemm_pf when the isa has it */
+    int u4;             /* wp's bytes are all <= 15 (int4 weights): gemm_u4 when the isa has it */
 } panel;
+
+typedef void (*gemm_fn)(int, int, int64_t, const int8_t *, int64_t, const uint8_t *, int64_t,
+                        int32_t *, int64_t, int);
+
+/* The isa's gemm for steps of bytes <= 15 (int4 weights, units of ones). */
+static gemm_fn gemm_narrow(const qmoe_gemm_isa *isa) { return isa->gemm_u4 ? isa->gemm_u4 : isa->gemm; }
 
 static int64_t weight_col(const qmoe_gmm_params *p, const panel *pn, int64_t half, int64_t c)
 {
@@ -284,7 +291,7 @@ static void chunk_colsums(const qmoe_gemm_isa *isa, const panel *pn, const uint8
     for (int64_t h = 0; h < 2; h++)
         for (int64_t u0 = 0; u0 < pn->nu; u0 += isa->nu) {
             int nu = (int)(pn->nu - u0 < isa->nu ? pn->nu - u0 : isa->nu);
-            isa->gemm(1, nu, kq, (const int8_t *)ones, 0,
+            gemm_narrow(isa)(1, nu, kq, (const int8_t *)ones, 0,
                       pn->wp + h * pn->blk + (pos / 4) * pn->wstep + u0 * QMOE_PK_STEP, pn->wstep,
                       cs + h * pn->ld / 2 + u0 * QMOE_PK_UNIT, 0, !first);
         }
@@ -388,8 +395,8 @@ static void row_offsets(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p, cons
     for (int64_t r = 0; r < rows; r += isa->mr) {
         int mr = (int)(rows - r < isa->mr ? rows - r : isa->mr);
         for (int64_t g = 0; g < p->G; g++) {
-            isa->gemm(mr, 1, L->gk / 4, p->x + (m0 + r) * p->x_s[0] + g * L->gk, p->x_s[0], onesw,
-                      0, tmp, QMOE_PK_UNIT, 0);
+            gemm_narrow(isa)(mr, 1, L->gk / 4, p->x + (m0 + r) * p->x_s[0] + g * L->gk, p->x_s[0],
+                             onesw, 0, tmp, QMOE_PK_UNIT, 0);
             for (int i = 0; i < mr; i++) xoff[(r + i) * p->G + g] = off * tmp[i * QMOE_PK_UNIT];
         }
     }
@@ -452,10 +459,10 @@ static void tile_chunk(const qmoe_gemm_isa *isa, const fast_layout *L, const pan
         return;
     }
     int64_t ustep = pn->i4 ? QMOE_PK_STEP / 2 : QMOE_PK_STEP;
-    void (*gemm)(int, int, int64_t, const int8_t *, int64_t, const uint8_t *, int64_t, int32_t *,
-                 int64_t, int) = pn->i4 ? isa->gemm_i4
-                                 : pn->stream && isa->gemm_pf ? isa->gemm_pf
-                                                              : isa->gemm;
+    gemm_fn gemm = pn->i4                       ? isa->gemm_i4
+                   : pn->stream && isa->gemm_pf ? isa->gemm_pf
+                   : pn->u4                     ? gemm_narrow(isa)
+                                                : isa->gemm;
     for (int64_t r = 0; r < rows; r += isa->mr) {
         int mr = (int)(rows - r < isa->mr ? rows - r : isa->mr);
         for (int64_t h = 0; h < 2; h++)
@@ -653,6 +660,7 @@ void qmoe_fast_prepack_expert(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p
     qmoe_copyq_init(&q);
     panel pn;
     pn.i4 = pn.stream = 0;
+    pn.u4 = p->mode == QMOE_MODE_A8W4;
     pn.ld = 2 * QMOE_PK_UNIT * L.U;
     pn.wp = sp + L.wp;
     pn.wsg = (float *)(sp + L.wsg);
@@ -702,6 +710,7 @@ static void run_block(const block_args *A, uint8_t *sp, const fast_layout *L)
 
     panel pn;
     pn.i4 = pn.stream = 0;
+    pn.u4 = p->mode == QMOE_MODE_A8W4;
     pn.ld = 2 * QMOE_PK_UNIT * L->U;
     pn.wp = sp + L->wp;
     pn.wsg = (float *)(sp + L->wsg);

@@ -88,6 +88,12 @@ typedef struct qmoe_gemm_isa {
     void (*gemm_i4)(int mr, int nu, int64_t kq, const int8_t *x, int64_t ldx, const uint8_t *wp,
                     int64_t wstep, int32_t *acc, int64_t ldacc, int accumulate);
 
+    /* Optional (NULL: gemm): gemm on steps whose bytes are all <= 15 (int4 weights + 8, the
+     * ones of the row and column sums): for a set without a 4-byte dot product, where knowing
+     * that no pair of products can saturate int16 halves the multiplies. Same results as gemm. */
+    void (*gemm_u4)(int mr, int nu, int64_t kq, const int8_t *x, int64_t ldx, const uint8_t *wp,
+                    int64_t wstep, int32_t *acc, int64_t ldacc, int accumulate);
+
     /* Optional (NULL: gemm): gemm that prefetches ahead of the weight stream, for prepacked int8
      * weights read in place from memory. Same results as gemm. */
     void (*gemm_pf)(int mr, int nu, int64_t kq, const int8_t *x, int64_t ldx, const uint8_t *wp,
