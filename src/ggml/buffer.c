@@ -6,7 +6,9 @@
  * converted copy would never see); a write over a converted weight first puts its bytes back,
  * then drops it. A weight written whole in one set_tensor call (what llama.cpp's loader does) is
  * converted from the caller's bytes and never copied in; one loaded in several calls is copied
- * and converted when its whole byte range has arrived. */
+ * and converted when its whole byte range has arrived. Either way a weight's source pages in a
+ * read-only file mapping (llama.cpp's mmap'd model) are dropped from the process once read
+ * (source.c). */
 #define _DEFAULT_SOURCE /* madvise, MAP_ANONYMOUS */
 #include <stdlib.h>
 #include <string.h>
@@ -207,9 +209,11 @@ static void buf_set(ggml_backend_buffer_t buffer, struct ggml_tensor *t, const v
     if (buffer->usage == GGML_BACKEND_BUFFER_USAGE_WEIGHTS && whole_weight(t) && offset == 0 &&
         size == ggml_nbytes(t) && set_converted(b, t, data, at, size)) {
         pthread_mutex_unlock(&b->lock);
+        qg_source_release(data, size);
         return;
     }
     memcpy(b->base + at, data, size);
+    if (buffer->usage == GGML_BACKEND_BUFFER_USAGE_WEIGHTS) qg_source_release(data, size);
     /* A model's weights are converted once, here, when the whole tensor has arrived (llama.cpp
      * may load it in pieces); anything else on first use */
     if (buffer->usage == GGML_BACKEND_BUFFER_USAGE_WEIGHTS && whole_weight(t) &&

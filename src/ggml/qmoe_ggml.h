@@ -148,6 +148,9 @@ ggml_backend_buffer_type_t qg_buffer_type(void);
 /* A buffer of the QMOE type (a zero-byte one too); one that holds data (made by alloc_buffer). */
 int qg_buffer_is_ours(ggml_backend_buffer_t buffer);
 int qg_buffer_holds_data(ggml_backend_buffer_t buffer);
+/* Drops the whole pages of [data, data + size) from the process when they lie in a read-only,
+ * shared file mapping (which reads the same afterwards); 1 when it did (source.c). */
+int qg_source_release(const void *data, size_t size);
 /* The converted weight for tensor t in buffer b (built now if it has not been); NULL on failure. */
 qg_weight *qg_buffer_weight(ggml_backend_buffer_t buffer, const struct ggml_tensor *t);
 

@@ -3,14 +3,18 @@
  * ggml's dequantization exactly and encodes back to the same bytes; MUL_MAT_ID and
  * MUL_MAT on the device equal an independent double-precision reference of the documented
  * numerics (per-token int8 activations, exact integer dots, the blocks' scales); the weight bytes
- * read back are the ones set; a bad expert id fails the graph with dst untouched. */
-#define _DEFAULT_SOURCE /* mincore */
+ * read back are the ones set; a weight set from a read-only shared file mapping (llama.cpp's mmap)
+ * drops the mapping's pages, from any other memory keeps them; a bad expert id fails the graph
+ * with dst untouched. */
+#define _DEFAULT_SOURCE /* mincore, mkstemp */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <sys/mman.h>
 #include <unistd.h>
 #include <math.h>
 #include <stdlib.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "ggml-alloc.h"
@@ -342,6 +346,77 @@ static void test_one_copy(ggml_backend_buffer_type_t buft, enum ggml_type type, 
     ggml_free(ctx);
 }
 
+/* Resident kB of the mapping that starts at p (/proc/self/smaps); -1 when not found. mincore cannot
+ * tell: for a file it reports the page cache, which keeps the pages a process dropped. */
+static long mapping_rss_kb(const void *p)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f) return -1;
+    char line[512];
+    long kb = -1;
+    int in = 0;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2) { /* a mapping's first line */
+            in = lo == (unsigned long)(uintptr_t)p;
+        } else if (in && sscanf(line, "Rss: %ld kB", &kb) == 1) {
+            break;
+        }
+    }
+    fclose(f);
+    return kb;
+}
+
+/* A weight set whole from a read-only shared mapping of a file (llama.cpp's mmap'd model): the
+ * mapping's pages are dropped from the process once converted and still read the file's bytes;
+ * the same bytes from a private file mapping or from anonymous memory keep their pages. */
+static void test_file_source(ggml_backend_buffer_type_t buft, enum ggml_type type)
+{
+    struct ggml_init_params ip = {ggml_tensor_overhead() * 4, NULL, true};
+    struct ggml_context *ctx = ggml_init(ip);
+    struct ggml_tensor *t = ggml_new_tensor_3d(ctx, type, 512, 64, 8);
+    ggml_backend_buffer_t buf = weights_buffer(ctx, buft);
+    if (!buf) return;
+    size_t n = ggml_nbytes(t);
+    uint8_t *w = malloc(n), *back = malloc(n);
+    random_blocks(type, w, (int64_t)(n / ggml_type_size(type)));
+    char path[] = "/tmp/qmoe_ggml_sourceXXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0 && write(fd, w, n) == (ssize_t)n);
+    for (int shared = 1; fd >= 0 && shared >= 0; shared--) {
+        uint8_t *map = mmap(NULL, n, PROT_READ, shared ? MAP_SHARED : MAP_PRIVATE, fd, 0);
+        CHECK(map != MAP_FAILED);
+        if (map == MAP_FAILED) break;
+        volatile uint8_t sum = 0;
+        for (size_t i = 0; i < n; i += 4096) sum += map[i]; /* every page in */
+        long before = mapping_rss_kb(map);
+        ggml_backend_tensor_set(t, map, 0, n);
+        long after = mapping_rss_kb(map);
+        if (shared)
+            CHECK_MSG(before >= (long)(n / 1024) - 4 && after <= 4,
+                      "%s: a shared file mapping kept %ld of %ld kB after conversion", ggml_type_name(type),
+                      after, before);
+        else
+            CHECK_MSG(after == before && before > 0, "%s: a private file mapping went %ld -> %ld kB",
+                      ggml_type_name(type), before, after);
+        CHECK_MSG(memcmp(map, w, n) == 0, "%s: the mapping reads other bytes", ggml_type_name(type));
+        memset(back, 0, n);
+        ggml_backend_tensor_get(t, back, 0, n);
+        CHECK_MSG(memcmp(back, w, n) == 0, "%s: get_tensor differs", ggml_type_name(type));
+        munmap(map, n);
+    }
+    if (fd >= 0) close(fd);
+    unlink(path);
+    int pages, res;
+    ggml_backend_tensor_set(t, w, 0, n);
+    res = resident_pages(w, n, &pages);
+    CHECK_MSG(res == pages, "%s: anonymous source lost pages (%d of %d)", ggml_type_name(type), res, pages);
+    free(w);
+    free(back);
+    ggml_backend_buffer_free(buf);
+    ggml_free(ctx);
+}
+
 /* supports_op as llama.cpp's loader asks it: a fake MUL_MAT_ID whose weight sits in a zero-byte
  * buffer of the type. Yes for q8_0 / q4_K in a QMOE buffer whatever the batch; no for a weight in
  * another buffer (the CPU's) or of a type the backend does not convert. */
@@ -623,6 +698,8 @@ int main(int argc, char **argv)
 
     for (int t = 0; t < NTAKEN; t++) test_one_copy(buft, taken[t], 0);
     test_one_copy(buft, GGML_TYPE_MXFP4, 1);
+    test_file_source(buft, GGML_TYPE_Q8_0);
+    test_file_source(buft, GGML_TYPE_Q4_K);
     for (int t = 0; t < NTAKEN; t++) {
         enum ggml_type type = taken[t], f32 = GGML_TYPE_F32;
         int64_t k = qg_format_of(type)->blk == 256 ? 256 : 32; /* K in whole blocks */
