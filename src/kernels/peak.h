@@ -20,7 +20,7 @@ enum {
     QMOE_PEAK_AVX512_VNNI_OPS = 128,
     QMOE_PEAK_AVX_VNNI_DOTS = 12, /* {vex} vpdpbusd ymm: 32 multiply-adds */
     QMOE_PEAK_AVX_VNNI_OPS = 64,
-    QMOE_PEAK_AVX2_DOTS = 6, /* vpmaddubsw ymm (+ vpmaddwd, vpaddd): 32 multiply-adds */
+    QMOE_PEAK_AVX2_DOTS = 6, /* vpmaddubsw ymm (+ vpaddw): 32 multiply-adds */
     QMOE_PEAK_AVX2_OPS = 64,
     QMOE_PEAK_AMX_DOTS = 6, /* tdpbsud, 16 x 16 x 64: 16384 multiply-adds */
     QMOE_PEAK_AMX_OPS = 32768,
