@@ -4,6 +4,8 @@
  * message. An accepted object, with every kernel it can be made for, gives the raw weights'
  * output and scales bit for bit (1 and several threads); used with an x of another K, another
  * kernel, or a weight scale of another dtype it is refused with 161002 and outputs untouched.
+ * An object of more experts (options.experts) takes the same slice again by qmoe_weights_append
+ * while it fits, refuses one past its end, and is refused by the operator until it is full.
  * Mutations change one descriptor (dtype, rank, format, a smaller dim, absence) or the options;
  * dims never grow and every buffer has room for 64-bit elements (16 times the int4 bytes), so
  * whatever phase one accepts stays inside real memory.
@@ -185,7 +187,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int mutations = (int)fz_range(&in, 0, 3);
     for (int i = 0; i < mutations; i++) {
         desc *m = &d[fz_range(&in, 0, SLOTS - 1)];
-        switch (fz_range(&in, 0, 6)) {
+        switch (fz_range(&in, 0, 7)) {
         case 0: m->present = !m->present; break;
         case 1: m->dtype = (int)fz_range(&in, 0, 7); break; /* buffers have room for 64-bit */
         case 2: m->format = !m->format; break;
@@ -193,6 +195,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         case 4: { int a = (int)fz_range(&in, 0, 4); if (m->shape[a] > 0) m->shape[a] = fz_range(&in, 0, m->shape[a] - 1); } break;
         case 5: po.kernel = (qmoe_kernel)fz_range(&in, -1, 8); break;
         case 6: po.force_weight_nz = (int)fz_range(&in, 0, 1); break;
+        case 7: /* an object of more experts, the rest appended below */
+            po.struct_size = (uint32_t)sizeof po;
+            po.experts = fz_range(&in, 0, 3 * E);
+            break;
         }
     }
 
@@ -212,9 +218,31 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         require(qmoe_weights_tensor(pw, &view) == QMOE_OK, "weights_tensor");
         /* the K and N the (possibly mutated, smaller) weight declares */
         int64_t Kw = qmoe_tensor_dim(view, 1), N2 = qmoe_tensor_dim(view, 2) / 2;
-        require(qmoe_tensor_dim(view, 0) <= E && Kw <= K && 2 * N2 <= N, "view dims grew");
+        int64_t total = qmoe_tensor_dim(view, 0), ew = qmoe_tensor_dim(tw, 0), filled = ew;
+        require(total <= (po.experts > E ? po.experts : E) && Kw <= K && 2 * N2 <= N, "view dims grew");
+        /* the rest of a larger object: the same slice again while it fits, then refused */
+        while (ew > 0 && filled < total) {
+            qmoe_status sa = qmoe_weights_append(pw, tw, tws, tb);
+            require(documented(sa), "append: undocumented status");
+            if (total - filled < ew) {
+                require(sa == QMOE_ERR_PARAM_INVALID && qmoe_last_error()[0] != '\0',
+                        "an append past the object's experts was not refused");
+                break;
+            }
+            require(sa == QMOE_OK, "an append of the first slice again failed");
+            filled += ew;
+        }
         int threads = (int)fz_range(&in, 1, 4);
         run_out raw, pre;
+        if (filled < total) { /* not every expert in: refused, outputs untouched */
+            require(run(M, Kw, x, xs, Eg, gl, N2, view, NULL, NULL, k, 1, 0, &pre) ==
+                            QMOE_ERR_PARAM_INVALID && untouched(&pre, M, N2),
+                    "an object with experts missing was not refused");
+            out_free(&pre);
+            qmoe_tensor_destroy(view);
+            qmoe_weights_destroy(pw);
+            goto done;
+        }
         int fnz = po.force_weight_nz;
         qmoe_status s1 = run(M, Kw, x, xs, Eg, gl, N2, tw, tws, tb, k, threads, fnz, &raw);
         qmoe_status s2 = run(M, Kw, x, xs, Eg, gl, N2, view, NULL, NULL, k, threads, 0, &pre);
@@ -238,6 +266,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         qmoe_tensor_destroy(view);
         qmoe_weights_destroy(pw);
     }
+done:
     qmoe_tensor_destroy(tw);
     qmoe_tensor_destroy(tws);
     qmoe_tensor_destroy(tb);

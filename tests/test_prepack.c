@@ -8,7 +8,7 @@
  *   - a prepacked object used with a mismatched operator (K, N, E, weight-scale dtype and
  *     groups, bias, kernel) or made by another build, layout version or CPU is refused with
  *     QMOE_ERR_PARAM_INVALID and a message, outputs untouched;
- *   - memory: at most 1.1x the raw weight bytes at real shapes.
+ *   - memory: at most 1.1x the raw weight bytes at real shapes; float16 scales kept 16-bit.
  * Weight storages come from the test oracle's packer, not from src/.
  */
 #include <math.h>
@@ -625,6 +625,22 @@ static void check_memory(qt_rng *r)
         double ratio = (double)qmoe_weights_bytes(pw) / raw;
         CHECK_MSG(ratio <= 1.1 && ratio >= 1.0, "layout %d G=%lld: prepacked %.4fx the raw bytes",
                   (int)cases[i].lay, (long long)G, ratio);
+        /* float16 scales stay 16-bit: 2 bytes less per scale, E x panels x G x 128 of them */
+        uint16_t *wh = calloc(sizeof(uint16_t), (size_t)(E * G * N));
+        for (int64_t j = 0; j < E * G * N; j++) wh[j] = f32_to_f16(ws[j]);
+        int64_t hd[3] = {E, G, N}, hd2[2] = {E, N};
+        qmoe_tensor *twh = G > 1 ? mk(hd, 3, NULL, QMOE_DTYPE_FLOAT16, QMOE_FORMAT_ND, wh)
+                                 : mk(hd2, 2, NULL, QMOE_DTYPE_FLOAT16, QMOE_FORMAT_ND, wh);
+        qmoe_weights *ph = NULL;
+        CHECK(qmoe_weights_prepack(tw, twh, tb, NULL, &ph) == QMOE_OK);
+        uint64_t saved = (uint64_t)(E * ((N / 2 + 63) / 64) * G * 128 * 2);
+        CHECK_MSG(qmoe_weights_bytes(pw) - qmoe_weights_bytes(ph) == saved,
+                  "layout %d G=%lld: float16 scales %llu bytes, float32 %llu", (int)cases[i].lay,
+                  (long long)G, (unsigned long long)qmoe_weights_bytes(ph),
+                  (unsigned long long)qmoe_weights_bytes(pw));
+        qmoe_weights_destroy(ph);
+        qmoe_tensor_destroy(twh);
+        free(wh);
         qmoe_weights_destroy(pw);
         qmoe_tensor_destroy(tw);
         qmoe_tensor_destroy(tws);

@@ -32,16 +32,21 @@ typedef struct qmoe_weights_options {
     uint32_t struct_size; /* sizeof(qmoe_weights_options) as the caller was compiled, or 0 */
     qmoe_kernel kernel;   /* the kernel the object is made for; never QMOE_KERNEL_REFERENCE */
     int force_weight_nz;  /* nonzero: treat weight as FRACTAL_NZ, as the operator option does */
+    /* The object's experts; 0: the weight's E. More than that: qmoe_weights_prepack packs the
+     * first E and qmoe_weights_append the rest, a slice at a time (since 0.9). */
+    int64_t experts;
 } qmoe_weights_options;
 
-#define QMOE_WEIGHTS_OPTIONS_INIT {(uint32_t)sizeof(qmoe_weights_options), QMOE_KERNEL_AUTO, 0}
+#define QMOE_WEIGHTS_OPTIONS_INIT {(uint32_t)sizeof(qmoe_weights_options), QMOE_KERNEL_AUTO, 0, 0}
 
 /*
  * Builds the prepacked weights of the fused operator (GroupedMatmulSwigluQuant) from `weight`
  * (any layout phase one accepts: int8/int4/int32 FRACTAL_NZ or ND, see qmoe.h), `weight_scale`
  * ([E,N] or [E,G,N], any accepted dtype) and, for A8W4, `bias` (float32 [E,N]; NULL for A8W8).
  * Reads the tensors' data once; nothing of theirs is kept. The object holds about the raw
- * weight bytes plus G + 1 floats per column (qmoe_weights_bytes).
+ * weight bytes plus, per column, G scales and one float: the scales as float32, or 2 bytes each
+ * when `weight_scale` is float16 or bfloat16 (kept as given and widened exactly as the kernels
+ * read them: the same results, half the scale bytes; qmoe_weights_bytes).
  * QMOE_ERR_PARAM_NULLPTR / QMOE_ERR_PARAM_INVALID as phase one for the same tensors (and for
  * the reference kernel, which reads raw weights only); QMOE_ERR_INNER when out of memory.
  * On error *out is left as it was.
@@ -51,6 +56,20 @@ QMOE_API qmoe_status qmoe_weights_prepack(const qmoe_tensor *weight,
                                           const qmoe_tensor *bias,
                                           const qmoe_weights_options *options,
                                           qmoe_weights **out);
+
+/*
+ * Packs the next experts of an object made with options.experts larger than its first weight's
+ * E: `weight`, `weight_scale` and `bias` are a slice of E' experts, shaped, typed and laid out as
+ * the first slice (same K, N, groups, dtypes, format), and become experts [n, n + E') where n
+ * were packed before. The object is usable (qmoe_weights_tensor, phase one) once all its experts
+ * are in; a caller converting a large weight this way holds one slice of staging at a time.
+ * QMOE_ERR_PARAM_NULLPTR for NULL weights, weight or weight_scale; QMOE_ERR_PARAM_INVALID for a
+ * slice that does not match, that is more experts than are left, or an object of another build;
+ * QMOE_ERR_INNER when out of memory. On error the object is as it was. Not concurrent with any
+ * other use of the object.
+ */
+QMOE_API qmoe_status qmoe_weights_append(qmoe_weights *weights, const qmoe_tensor *weight,
+                                         const qmoe_tensor *weight_scale, const qmoe_tensor *bias);
 
 /* The object is read only once made: executors on any threads and devices may share it. */
 
@@ -76,7 +95,7 @@ QMOE_API qmoe_status qmoe_weights_tensor(const qmoe_weights *weights, qmoe_tenso
  * (values[k * N + n] = W[expert][k][n]; int4 weights as int8 in [-8, 7]), exactly the integers
  * it was made from, whatever the kernel. The scales are not returned (the caller has them).
  * QMOE_ERR_PARAM_NULLPTR for NULL weights or values; QMOE_ERR_PARAM_INVALID for an expert
- * outside [0, E) or an object of another build. Reads the object only.
+ * outside [0, E) or not packed yet (qmoe_weights_append), or an object of another build. Reads the object only.
  */
 QMOE_API qmoe_status qmoe_weights_unpack(const qmoe_weights *weights, int64_t expert, int8_t *values);
 

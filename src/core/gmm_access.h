@@ -82,6 +82,14 @@ static inline float qmoe_ws_get(const qmoe_gmm_params *p, int64_t e, int64_t g, 
     return 0.0f;
 }
 
+/* weight_scale[e][g][n]'s 16 bits, for a float16 / bfloat16 weight scale (ws_type F16 / BF16). */
+static inline uint16_t qmoe_ws_bits16(const qmoe_gmm_params *p, int64_t e, int64_t g, int64_t n)
+{
+    const void *ws = p->ws_list ? p->ws_list[e] : p->ws;
+    int64_t i = (p->ws_list ? 0 : e * p->ws_s[0]) + g * p->ws_s[1] + n * p->ws_s[2];
+    return ((const uint16_t *)ws)[i];
+}
+
 /* The swiglu_limit clamp of the weight-list operator (vendor definition, docs/ops/): the activated
  * half at most `limit`, the linear half within [-limit, limit]. Written with comparisons, not
  * fminf, so a NaN stays NaN (the row then gets its NaN scale, as without the clamp). */

@@ -11,8 +11,11 @@
  * - int4 (A8W4): each 64-byte unit step stored as 32 bytes, byte i = v[i] | v[32 + i] << 4 with
  *   v the step's bytes (W + 8, 0..15): one linear shift-and-mask pass restores the step.
  * Records start at 64-byte boundaries: record (e, i) at w + e * expert_wbytes + i * panel_wbytes
- * (only the last panel of an expert may be shorter). Per record also the weight scale as float
- * [G][128] (act columns then gate columns, 0 past N2) at ws + (e * panels + i) * G * 128, and the
+ * (only the last panel of an expert may be shorter). Per record also the weight scale [G][128]
+ * (act columns then gate columns, 0 past N2) at ws + (e * panels + i) * G * 128 elements, stored
+ * as float32, or as the 16 bits given when the weightScale was float16 / bfloat16 (ws_kind; the
+ * driver widens a panel's scales into its scratchpad, exactly, before the panel's products:
+ * half the scale bytes to stream, the same floats), and the
  * column correction [128] at corr + (e * panels + i) * 128 (A8W4: bias - 8 sum_g ws_g colsum_g,
  * exactly as the raw path computes it; A8W8: 0).
  */
@@ -24,7 +27,7 @@
 #include "qmoe/qmoe.h"
 
 enum {
-    QMOE_PP_VERSION = 1,
+    QMOE_PP_VERSION = 2, /* 2: 16-bit scales kept 16-bit */
     QMOE_PP_COLS = 64, /* output columns per panel (per half) */
     QMOE_PP_LD = 128,  /* floats per scale / correction row of a panel: both halves */
 };
@@ -46,7 +49,11 @@ struct qmoe_weights {
     int32_t mode;           /* qmoe_gmm_mode */
     int32_t per_group;      /* weight_scale was [E,G,N] */
     int32_t ws_dtype;       /* qmoe_dtype of the weight scale it was made from */
+    int32_t ws_kind;        /* qmoe_scale_type of ws: F32, F16 or BF16 (2 bytes an element) */
     int32_t src_layout;     /* qmoe_wlayout it was made from (information) */
+    int32_t force_nz;       /* options.force_weight_nz it was made with (qmoe_weights_append) */
+    int32_t has_bias;       /* made with a bias tensor */
+    int64_t filled;         /* experts packed so far: [0, filled); usable when E */
     int64_t E, K, N, N2, G, gk, gkp, Kp;
     int64_t panels;         /* per expert: ceil(N2 / 64) */
     int64_t step_bytes;     /* stored bytes per unit step: 64 (int8) or 32 (int4) */
@@ -55,7 +62,7 @@ struct qmoe_weights {
     uint64_t weight_bytes;  /* E * expert_wbytes */
     uint64_t bytes;         /* everything held */
     uint8_t *w;
-    float *ws;
+    void *ws; /* ws_kind elements */
     float *corr;
 };
 

@@ -614,6 +614,27 @@ static void expand_int4(const uint8_t *src, int64_t steps, uint8_t *dst)
         }
 }
 
+/* n 16-bit scales -> float32: the table's vector form, or core/halfconv.h's rule. */
+static void half_to_f32(const qmoe_gemm_isa *isa, float *d, const uint16_t *s, int bf16, int64_t n)
+{
+    if (isa->half_to_f32) {
+        isa->half_to_f32(d, s, bf16, n);
+        return;
+    }
+    for (int64_t j = 0; j < n; j++) d[j] = bf16 ? qmoe_bf16_to_f32(s[j]) : qmoe_f16_to_f32(s[j]);
+}
+
+/* The 16 bits of the panel's scales as given, in panel_scales' order and zero where it has 0. */
+static void panel_scale_bits(const qmoe_gmm_params *p, int64_t e, const panel *pn, uint16_t *d)
+{
+    int64_t half = pn->ld / 2, valid = pn->nu * QMOE_PK_UNIT;
+    for (int64_t i = 0; i < p->G * pn->ld; i++) d[i] = 0;
+    for (int64_t g = 0; g < p->G; g++)
+        for (int64_t h = 0; h < 2; h++)
+            for (int64_t c = 0; c < valid && c < pn->nc; c++)
+                d[g * pn->ld + h * half + c] = qmoe_ws_bits16(p, e, g, weight_col(p, pn, h, c));
+}
+
 /* Panel pn->jc / QMOE_PP_COLS of expert e from the prepacked object: int8 in place; int4 in
  * place for a block of one micro-tile of rows and an isa with gemm_i4 (expanded in registers,
  * once), else expanded once into the scratchpad's panel buffer (every further micro-tile would
@@ -629,7 +650,14 @@ static void prepacked_panel(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p,
     pn->nu = qmoe_pp_units(pp, i);
     pn->wstep = pn->nu * QMOE_PK_STEP;
     pn->blk = (L->Kp / 4) * pn->wstep;
-    pn->wsg = pp->ws + (uint64_t)(e * pp->panels + i) * (uint64_t)(pp->G * QMOE_PP_LD);
+    uint64_t ws_at = (uint64_t)(e * pp->panels + i) * (uint64_t)(pp->G * QMOE_PP_LD);
+    if (pp->ws_kind == QMOE_SCALE_F32) {
+        pn->wsg = (float *)pp->ws + ws_at;
+    } else { /* 16-bit scales: widened into the scratchpad's panel scales, once per panel */
+        pn->wsg = (float *)(sp + L->wsg);
+        half_to_f32(isa, pn->wsg, (const uint16_t *)pp->ws + ws_at, pp->ws_kind == QMOE_SCALE_BF16,
+                    pp->G * QMOE_PP_LD);
+    }
     pn->corr = pp->corr + (uint64_t)(e * pp->panels + i) * QMOE_PP_LD;
     pn->i4 = 0;
     pn->stream = 1;
@@ -652,7 +680,7 @@ static void prepacked_panel(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p,
 /* Prepacking: expert e's records, packed by the same staging, rearrange and correction code as
  * the raw path (so the bytes and the corrections are the raw path's), then stored. */
 void qmoe_fast_prepack_expert(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p, int64_t e,
-                              void *scratch, struct qmoe_weights *pp)
+                              int64_t de, void *scratch, struct qmoe_weights *pp)
 {
     fast_layout L = layout_for(isa, p, 1, p->N2, 1);
     uint8_t *sp = scratch;
@@ -672,7 +700,7 @@ void qmoe_fast_prepack_expert(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p
         pn.wstep = pn.nu * QMOE_PK_STEP;
         pn.blk = (L.Kp / 4) * pn.wstep;
         pack_panel(isa, p, &q, &L, sp, e, 0, &pn);
-        uint8_t *rec = pp->w + (uint64_t)e * pp->expert_wbytes + (uint64_t)i * pp->panel_wbytes;
+        uint8_t *rec = pp->w + (uint64_t)de * pp->expert_wbytes + (uint64_t)i * pp->panel_wbytes;
         int64_t steps = 2 * (L.Kp / 4) * pn.nu;
         if (p->mode == QMOE_MODE_A8W8) {
             memcpy(rec, pn.wp, (size_t)(steps * QMOE_PK_STEP));
@@ -681,9 +709,12 @@ void qmoe_fast_prepack_expert(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p
             for (int64_t s = 0; s < steps; s++, v += QMOE_PK_STEP, rec += 32)
                 for (int b = 0; b < 32; b++) rec[b] = (uint8_t)(v[b] | v[32 + b] << 4);
         }
-        memcpy(pp->ws + (uint64_t)(e * pp->panels + i) * (uint64_t)(pp->G * QMOE_PP_LD), pn.wsg,
-               sizeof(float) * (size_t)(p->G * QMOE_PP_LD));
-        memcpy(pp->corr + (uint64_t)(e * pp->panels + i) * QMOE_PP_LD, pn.corr,
+        uint64_t ws_at = (uint64_t)(de * pp->panels + i) * (uint64_t)(pp->G * QMOE_PP_LD);
+        if (pp->ws_kind == QMOE_SCALE_F32)
+            memcpy((float *)pp->ws + ws_at, pn.wsg, sizeof(float) * (size_t)(p->G * QMOE_PP_LD));
+        else
+            panel_scale_bits(p, e, &pn, (uint16_t *)pp->ws + ws_at);
+        memcpy(pp->corr + (uint64_t)(de * pp->panels + i) * QMOE_PP_LD, pn.corr,
                sizeof(float) * QMOE_PP_LD);
     }
 }

@@ -124,6 +124,11 @@ typedef struct qmoe_gemm_isa {
      * 64-byte steps gemm reads, `steps` of them, src and dst contiguous. */
     void (*expand_i4)(const uint8_t *src, int64_t steps, uint8_t *dst);
 
+    /* Optional (NULL: the portable loop): n float16 (bf16 0) or bfloat16 (bf16 1) values ->
+     * float32, exact (core/halfconv.h's rule; a signalling float16 NaN may come back quieted,
+     * which no arithmetic use can tell apart): prepacked 16-bit weight scales, per panel. */
+    void (*half_to_f32)(float *d, const uint16_t *s, int bf16, int64_t n);
+
     /* Optional (NULL: the portable loop): n floats -> bfloat16 by core/halfconv.h's
      * qmoe_f32_to_bf16, the same bits (epilogues with bf16 output). */
     void (*to_bf16)(uint16_t *d, const float *v, int64_t n);
@@ -156,12 +161,12 @@ void qmoe_swiglu_portable(int64_t rows, int64_t nc, const float *f, int64_t ldf,
 void qmoe_fast_acc_block(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p, qmoe_thread_ctx *ctx,
                          int64_t e, int64_t m0, int64_t m1, int64_t j0, int64_t j1, int32_t *acc);
 
-/* Prepacked weights (core/prepack.h): the scratchpad prepacking needs, and expert e's records
- * written into pp (whose geometry the caller has set) by the raw path's own packing code. */
+/* Prepacked weights (core/prepack.h): the scratchpad prepacking needs, and p's expert e written
+ * as pp's expert de (pp's geometry set by the caller) by the raw path's own packing code. */
 struct qmoe_weights;
 uint64_t qmoe_fast_prepack_scratch_bytes(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p);
 void qmoe_fast_prepack_expert(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p, int64_t e,
-                              void *scratch, struct qmoe_weights *pp);
+                              int64_t de, void *scratch, struct qmoe_weights *pp);
 
 /* The table behind a kernel id; NULL for the reference kernel or one this build lacks. */
 const qmoe_gemm_isa *qmoe_gemm_isa_for(int32_t kernel_id);

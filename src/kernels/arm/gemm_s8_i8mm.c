@@ -172,6 +172,7 @@ const qmoe_gemm_isa qmoe_isa_neon_i8mm = {
     .gemm = gemm_neon_i8mm,
     .rearrange = qmoe_rearrange_neon,
     .fold = qmoe_fold_neon,
+    .half_to_f32 = qmoe_half_to_f32_neon,
     .peak_loop = qmoe_peak_i8mm,
 };
 #endif

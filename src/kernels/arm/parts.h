@@ -11,6 +11,9 @@
 void qmoe_rearrange_neon(const uint8_t *const *src, const int64_t *stride, int64_t rows, int nub,
                          int int4, uint8_t *dst, int64_t wstep);
 
+/* convert_neon.c (base NEON; both tables): gmm_fast.h's half_to_f32 */
+void qmoe_half_to_f32_neon(float *d, const uint16_t *s, int bf16, int64_t n);
+
 /* epilogue_neon.c (base NEON; both tables) */
 void qmoe_fold_neon(int64_t rows, int64_t cols, const int32_t *acc, int64_t ldacc,
                     const int32_t *xoff, int64_t xoff_stride, const float *xs, const float *ws,

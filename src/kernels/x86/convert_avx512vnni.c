@@ -1,7 +1,8 @@
 /*
  * float32 -> bfloat16 on 16 lanes at a time, bit for bit core/halfconv.h's qmoe_f32_to_bf16
  * (round to nearest even, NaN quieted) in 32-bit integer arithmetic: AVX512_BF16's
- * vcvtneps2bf16 is not used, as it flushes subnormal inputs to zero.
+ * vcvtneps2bf16 is not used, as it flushes subnormal inputs to zero. And the way back, float16 /
+ * bfloat16 -> float32 (exact: vcvtph2ps, or a shift).
  */
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
@@ -25,5 +26,17 @@ void qmoe_f32_to_bf16_avx512(uint16_t *d, const float *v, int64_t n)
         _mm256_storeu_si256((__m256i *)(void *)(d + j), _mm512_cvtepi32_epi16(r));
     }
     for (; j < n; j++) d[j] = qmoe_f32_to_bf16(v[j]);
+}
+
+void qmoe_half_to_f32_avx512(float *d, const uint16_t *s, int bf16, int64_t n)
+{
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+        __m256i h = _mm256_loadu_si256((const __m256i *)(const void *)(s + j));
+        __m512 f = bf16 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))
+                        : _mm512_cvtph_ps(h);
+        _mm512_storeu_ps(d + j, f);
+    }
+    for (; j < n; j++) d[j] = bf16 ? qmoe_bf16_to_f32(s[j]) : qmoe_f16_to_f32(s[j]);
 }
 #endif

@@ -196,6 +196,7 @@ const qmoe_gemm_isa qmoe_isa_avx2 = {
     .expand_i4 = expand_i4_avx2,
     .rearrange = qmoe_rearrange_portable,
     .fold = qmoe_fold_avx2,
+    .half_to_f32 = qmoe_half_to_f32_avx2,
     .peak_loop = qmoe_peak_avx2,
 };
 #endif

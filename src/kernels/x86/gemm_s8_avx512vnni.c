@@ -221,6 +221,7 @@ const qmoe_gemm_isa qmoe_isa_avx512_vnni = {
     .gemm_groups = qmoe_gemm_groups_avx512,
     .expand_i4 = qmoe_expand_i4_avx512,
     .to_bf16 = qmoe_f32_to_bf16_avx512,
+    .half_to_f32 = qmoe_half_to_f32_avx512,
     .peak_loop = qmoe_peak_avx512vnni,
 };
 #endif

@@ -70,6 +70,7 @@ const qmoe_gemm_isa qmoe_isa_avx_vnni = {
     .gemm = gemm_avxvnni,
     .rearrange = qmoe_rearrange_portable,
     .fold = qmoe_fold_avx2,
+    .half_to_f32 = qmoe_half_to_f32_avx2,
     .peak_loop = qmoe_peak_avxvnni,
 };
 #endif

@@ -43,6 +43,10 @@ void qmoe_quantize_row_avx512(const float *s, int64_t n2, int8_t *out, int64_t o
 
 /* convert_avx512vnni.c: n floats -> bfloat16 by qmoe_f32_to_bf16's rule (core/halfconv.h) */
 void qmoe_f32_to_bf16_avx512(uint16_t *d, const float *v, int64_t n);
+/* ... and n float16 (bf16 0) / bfloat16 values -> float32 (gmm_fast.h half_to_f32) */
+void qmoe_half_to_f32_avx512(float *d, const uint16_t *s, int bf16, int64_t n);
+/* convert_avx2.c: the same with 256-bit F16C (also used by the AVX-VNNI table) */
+void qmoe_half_to_f32_avx2(float *d, const uint16_t *s, int bf16, int64_t n);
 
 /* epilogue_avx2.c (also used by the AVX-VNNI table) */
 void qmoe_fold_avx2(int64_t rows, int64_t cols, const int32_t *acc, int64_t ldacc,

@@ -27,6 +27,10 @@ qmoe_status qmoe_pp_plan_weight(const struct qmoe_weights *pp, qmoe_gmm_params *
         return INVALID(UNSUPPORTED, "weight",
                        "weight: prepacked weights of another qmoe build or layout version "
                        "(or a destroyed object); prepack them again with this library");
+    if (pp->filled != pp->E)
+        return INVALID(UNSUPPORTED, "weight", "weight: %lld of the prepacked object's %lld experts "
+                       "are packed; qmoe_weights_append the rest first", (long long)pp->filled,
+                       (long long)pp->E);
     if (pp->op != QMOE_PP_OP_SWIGLU)
         return INVALID(UNSUPPORTED, "weight", "weight: prepacked for another operator (%u)", pp->op);
     if (pp->cpu != qmoe_pp_cpu_bits())
@@ -60,7 +64,7 @@ qmoe_status qmoe_pp_plan_scale(const struct qmoe_weights *pp, int ws_dtype, qmoe
     p->G = pp->G;
     p->group_k = pp->gk;
     p->ws = pp->ws;
-    p->ws_type = QMOE_SCALE_F32;
+    p->ws_type = pp->ws_kind;
     p->ws_s[0] = p->ws_s[1] = p->ws_s[2] = 0; /* the driver reads pp's scales */
     return QMOE_OK;
 }

@@ -5,6 +5,7 @@
 #define _DEFAULT_SOURCE /* madvise, MADV_HUGEPAGE */
 #include "qmoe/weights.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #if defined(__linux__)
@@ -100,8 +101,9 @@ static void advise_huge_pages(void *p, uint64_t n)
 #endif
 }
 
-/* Geometry and allocation of the object for plan p. */
-static qmoe_status allocate(const qmoe_gmm_params *p, qmoe_dtype ws_dtype, struct qmoe_weights **out)
+/* Geometry and allocation of the object for plan p's experts, E of them in all (p->E at first). */
+static qmoe_status allocate(const qmoe_gmm_params *p, qmoe_dtype ws_dtype, int64_t E,
+                            const qmoe_weights_options *o, int has_bias, struct qmoe_weights **out)
 {
     struct qmoe_weights *pp = calloc(1, sizeof *pp);
     if (!pp) return qmoe_fail(QMOE_ERR_INNER, "prepack: out of memory");
@@ -114,8 +116,13 @@ static qmoe_status allocate(const qmoe_gmm_params *p, qmoe_dtype ws_dtype, struc
     pp->mode = p->mode;
     pp->per_group = p->per_group;
     pp->ws_dtype = (int32_t)ws_dtype;
+    /* 16-bit scales stay 16-bit (widened exactly per panel by the driver); others are float32 */
+    pp->ws_kind = p->ws_type == QMOE_SCALE_F16 || p->ws_type == QMOE_SCALE_BF16 ? p->ws_type
+                                                                                 : QMOE_SCALE_F32;
     pp->src_layout = p->w_layout;
-    pp->E = p->E;
+    pp->force_nz = o->force_weight_nz != 0;
+    pp->has_bias = has_bias;
+    pp->E = E;
     pp->K = p->K;
     pp->N = p->N;
     pp->N2 = p->N2;
@@ -136,14 +143,14 @@ static qmoe_status allocate(const qmoe_gmm_params *p, qmoe_dtype ws_dtype, struc
     int ok = mul_u64((uint64_t)pp->E, pp->expert_wbytes, &pp->weight_bytes) &&
              mul_u64((uint64_t)pp->E, (uint64_t)pp->panels, &recs) &&
              mul_u64(recs, (uint64_t)pp->G * QMOE_PP_LD, &ws_n) &&
-             mul_u64(recs, QMOE_PP_LD, &corr_n) && mul_u64(ws_n, sizeof(float), &ws_b) &&
+             mul_u64(recs, QMOE_PP_LD, &corr_n) && mul_u64(ws_n, pp->ws_kind == QMOE_SCALE_F32 ? 4 : 2, &ws_b) &&
              mul_u64(corr_n, sizeof(float), &corr_b) && ws_b <= UINT64_MAX - corr_b &&
              ws_b + corr_b <= UINT64_MAX - pp->weight_bytes && pp->weight_bytes <= SIZE_MAX &&
              ws_b + corr_b <= SIZE_MAX;
     if (!ok) {
         free(pp);
         return INVALID(LIMIT, "weight", "prepack: the prepacked size of E = %lld experts overflows",
-                       (long long)p->E);
+                       (long long)E);
     }
     pp->bytes = pp->weight_bytes + ws_b + corr_b;
     pp->w = aligned_alloc(64, pp->weight_bytes ? (size_t)pp->weight_bytes : 64);
@@ -155,9 +162,46 @@ static qmoe_status allocate(const qmoe_gmm_params *p, qmoe_dtype ws_dtype, struc
                          (unsigned long long)pp->bytes);
     }
     advise_huge_pages(pp->w, pp->weight_bytes);
-    /* the 64-byte padding of records is never read; keep it defined */
-    if (pp->weight_bytes) memset(pp->w, 0, (size_t)pp->weight_bytes);
     *out = pp;
+    return QMOE_OK;
+}
+
+/* p's experts packed as the object's next ones, [filled, filled + p->E): each expert's pages
+ * are touched only when it is packed (a weight appended in slices grows the memory it holds as
+ * it goes). */
+static qmoe_status fill(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p, struct qmoe_weights *pp)
+{
+    void *scratch = aligned_alloc(64, (size_t)align64(qmoe_fast_prepack_scratch_bytes(isa, p)));
+    if (!scratch) return qmoe_fail(QMOE_ERR_INNER, "prepack: out of memory for the packing scratchpad");
+    for (int64_t e = 0; e < p->E; e++) {
+        int64_t de = pp->filled + e;
+        /* the 64-byte padding of records is never read; keep it defined */
+        memset(pp->w + (uint64_t)de * pp->expert_wbytes, 0, (size_t)pp->expert_wbytes);
+        qmoe_fast_prepack_expert(isa, p, e, de, scratch, pp);
+    }
+    if (isa->release) isa->release(); /* state the packing's micro-kernels set up (AMX tiles) */
+    free(scratch);
+    pp->filled += p->E;
+    return QMOE_OK;
+}
+
+/* The source's plan and kernel table, after the argument checks both entry points share. */
+static qmoe_status plan_slice(const qmoe_tensor *weight, const qmoe_tensor *weight_scale,
+                              const qmoe_tensor *bias, const qmoe_weights_options *o,
+                              qmoe_gmm_params *p, const qmoe_gemm_isa **isa)
+{
+    if (!weight) return NULLPTR("weight", "weight is a null pointer");
+    if (!weight_scale) return NULLPTR("weightScale", "weightScale is a null pointer");
+    if (weight->packed) return INVALID(FORMAT, "weight", "weight: already prepacked");
+    if (o->kernel == QMOE_KERNEL_REFERENCE)
+        return INVALID(UNSUPPORTED, "options", "prepack: the reference kernel reads raw weights only");
+    qmoe_status st = plan_source(weight, weight_scale, bias, o, p);
+    if (st) return st;
+    *isa = qmoe_gemm_isa_for(p->kernel);
+    if (!*isa)
+        return INVALID(UNSUPPORTED, "options", "prepack: kernel %s reads raw weights only (QMOE_ISA=%s?)",
+                       qmoe_kernel_name((qmoe_kernel)p->kernel),
+                       qmoe_kernel_name((qmoe_kernel)p->kernel));
     return QMOE_OK;
 }
 
@@ -166,34 +210,62 @@ qmoe_status qmoe_weights_prepack(const qmoe_tensor *weight, const qmoe_tensor *w
                                  qmoe_weights **out)
 {
     if (!out) return NULLPTR("out", "prepack: out is a null pointer");
-    if (!weight) return NULLPTR("weight", "weight is a null pointer");
-    if (!weight_scale) return NULLPTR("weightScale", "weightScale is a null pointer");
     qmoe_weights_options opts;
-    qmoe_status st = qmoe_read_options(options, &opts, sizeof opts, sizeof opts, "options");
+    /* the first layout ended at force_weight_nz (12 bytes): callers built before `experts` */
+    qmoe_status st = qmoe_read_options(options, &opts, sizeof opts,
+                                       offsetof(qmoe_weights_options, force_weight_nz) + sizeof(int),
+                                       "options");
     if (st) return st;
-    const qmoe_weights_options *o = &opts;
-    if (weight->packed) return INVALID(FORMAT, "weight", "weight: already prepacked");
-    if (o->kernel == QMOE_KERNEL_REFERENCE)
-        return INVALID(UNSUPPORTED, "options", "prepack: the reference kernel reads raw weights only");
     qmoe_gmm_params p;
-    st = plan_source(weight, weight_scale, bias, o, &p);
-    if (st) return st;
-    const qmoe_gemm_isa *isa = qmoe_gemm_isa_for(p.kernel);
-    if (!isa)
-        return INVALID(UNSUPPORTED, "options", "prepack: kernel %s reads raw weights only (QMOE_ISA=%s?)",
-                       qmoe_kernel_name((qmoe_kernel)p.kernel),
-                       qmoe_kernel_name((qmoe_kernel)p.kernel));
+    const qmoe_gemm_isa *isa = NULL;
+    if ((st = plan_slice(weight, weight_scale, bias, &opts, &p, &isa))) return st;
+    int64_t E = opts.experts ? opts.experts : p.E;
+    if (E < p.E)
+        return INVALID(SHAPE, "options", "options: experts = %lld, fewer than the weight's %lld",
+                       (long long)opts.experts, (long long)p.E);
     struct qmoe_weights *pp = NULL;
-    if ((st = allocate(&p, weight_scale->dtype, &pp))) return st;
-    void *scratch = aligned_alloc(64, (size_t)qmoe_fast_prepack_scratch_bytes(isa, &p));
-    if (!scratch) {
+    if ((st = allocate(&p, weight_scale->dtype, E, &opts, bias != NULL, &pp))) return st;
+    if ((st = fill(isa, &p, pp))) {
         qmoe_weights_destroy(pp);
-        return qmoe_fail(QMOE_ERR_INNER, "prepack: out of memory for the packing scratchpad");
+        return st;
     }
-    for (int64_t e = 0; e < p.E; e++) qmoe_fast_prepack_expert(isa, &p, e, scratch, pp);
-    if (isa->release) isa->release(); /* state the packing's micro-kernels set up (AMX tiles) */
-    free(scratch);
     *out = pp;
+    qmoe_clear_error();
+    return QMOE_OK;
+}
+
+qmoe_status qmoe_weights_append(qmoe_weights *weights, const qmoe_tensor *weight,
+                                const qmoe_tensor *weight_scale, const qmoe_tensor *bias)
+{
+    struct qmoe_weights *pp = weights;
+    if (!pp) return NULLPTR("weights", "weights is a null pointer");
+    if (pp->magic != QMOE_PP_MAGIC || pp->version != QMOE_PP_VERSION || pp->build != &qmoe_pp_build_tag)
+        return INVALID(UNSUPPORTED, "weights", "weights: not a prepacked weight object of this qmoe build");
+    if (pp->cpu != qmoe_pp_cpu_bits())
+        return INVALID(UNSUPPORTED, "weights", "weights: made on a CPU with other features");
+    /* the slice is planned for the object's kernel and format, then must match it */
+    qmoe_weights_options o = QMOE_WEIGHTS_OPTIONS_INIT;
+    o.kernel = (qmoe_kernel)pp->kernel;
+    o.force_weight_nz = pp->force_nz;
+    qmoe_gmm_params p;
+    const qmoe_gemm_isa *isa = NULL;
+    qmoe_status st = plan_slice(weight, weight_scale, bias, &o, &p, &isa);
+    if (st) return st;
+    if (p.mode != pp->mode || p.w_layout != pp->src_layout || p.K != pp->K || p.N != pp->N)
+        return INVALID(SHAPE, "weight", "weight: K = %lld, N = %lld (%s), the object's K = %lld, N = %lld (%s)",
+                       (long long)p.K, (long long)p.N, qmoe_dtype_name(weight->dtype), (long long)pp->K,
+                       (long long)pp->N, pp->mode == QMOE_MODE_A8W8 ? "int8" : "int4");
+    if ((int32_t)weight_scale->dtype != pp->ws_dtype || p.per_group != pp->per_group || p.G != pp->G)
+        return INVALID(SHAPE, "weightScale", "weightScale: %s, %lld groups; the object's %s, %lld groups",
+                       qmoe_dtype_name(weight_scale->dtype), (long long)p.G,
+                       qmoe_dtype_name((qmoe_dtype)pp->ws_dtype), (long long)pp->G);
+    if ((bias != NULL) != pp->has_bias)
+        return INVALID(SHAPE, "bias", "bias: %s, the object was made %s one", bias ? "given" : "NULL",
+                       pp->has_bias ? "with" : "without");
+    if (p.E > pp->E - pp->filled)
+        return INVALID(SHAPE, "weight", "weight: %lld experts, %lld of the object's %lld are left",
+                       (long long)p.E, (long long)(pp->E - pp->filled), (long long)pp->E);
+    if ((st = fill(isa, &p, pp))) return st;
     qmoe_clear_error();
     return QMOE_OK;
 }

@@ -26,6 +26,9 @@ qmoe_status qmoe_weights_unpack(const qmoe_weights *weights, int64_t expert, int
     if (expert < 0 || expert >= pp->E)
         return INVALID(VALUE, "expert", "unpack: expert %lld is outside [0, %lld)", (long long)expert,
                        (long long)pp->E);
+    if (expert >= pp->filled)
+        return INVALID(VALUE, "expert", "unpack: expert %lld is not packed yet (%lld of %lld are)",
+                       (long long)expert, (long long)pp->filled, (long long)pp->E);
     const int int4 = pp->mode == QMOE_MODE_A8W4;
     const int off = int4 ? 8 : 128;
     const int64_t steps = pp->Kp / 4, N = pp->N;
