@@ -65,6 +65,7 @@ typedef struct bench_args {
     int nshapes;
     int a8w4;
     int64_t groups;
+    int scale_f16; /* --scale-dtype: 0 float32, 1 float16, 2 bfloat16 */
     int repeat;
     const bench_peer *peer; /* --peer, or NULL */
     int raw;  /* time the raw-weight path instead of prepacked weights */
@@ -95,6 +96,8 @@ static void usage(FILE *f)
             "  --even                custom shapes: exactly M/E tokens per expert (default: uneven)\n"
             "  --mode a8w8|a8w4      weight type (default a8w4: int32-packed int4 NZ)\n"
             "  --groups G            per-group weight scale [E,G,N] (default: per-channel)\n"
+            "  --scale-dtype f32|f16|bf16  the weight scale's dtype (default f32; 16-bit ones stay\n"
+            "                        16-bit in prepacked weights)\n"
             "  --repeat R            timed runs after one warm-up (default 5)\n"
             "  --dram-mb MB          buffer of the bandwidth probe (default 1024)\n"
             "  --raw                 time the raw-weight path (default: weights prepacked once,\n"
@@ -197,6 +200,15 @@ static int parse(int argc, char **argv, bench_args *a)
             a->a8w4 = !strcmp(v, "a8w4");
         } else if (!strcmp(o, "--groups")) {
             if (parse_i64(o, v, 0, 65535, &a->groups)) return -1;
+        } else if (!strcmp(o, "--scale-dtype")) {
+            static const char *const names[] = {"f32", "f16", "bf16"};
+            a->scale_f16 = -1;
+            for (int k = 0; k < 3; k++)
+                if (!strcmp(v, names[k])) a->scale_f16 = k;
+            if (a->scale_f16 < 0) {
+                fprintf(stderr, "qmoe bench: --scale-dtype is f32, f16 or bf16, got '%s'\n", v);
+                return -1;
+            }
         } else if (!strcmp(o, "--repeat")) {
             if (parse_i64(o, v, 1, 100000, &n)) return -1;
             a->repeat = (int)n;
@@ -353,6 +365,8 @@ static int bench_case(const bench_args *a, const bench_shape *s, int threads, do
     g.E = s->E, g.M = s->M, g.K = s->K, g.N = s->N;
     g.a8w4 = a->a8w4;
     g.groups = a->groups;
+    static const gen_scale_dtype sdt[] = {GEN_SCALE_F32, GEN_SCALE_F16, GEN_SCALE_BF16};
+    g.scale_dtype = sdt[a->scale_f16];
     g.weight_format = GEN_WEIGHT_NZ;
     fprintf(stderr, "qmoe bench: %s E=%lld M=%lld K=%lld N=%lld %s: generating the case\n",
             s->name, (long long)s->E, (long long)s->M, (long long)s->K, (long long)s->N,
@@ -451,12 +465,13 @@ static int bench_case(const bench_args *a, const bench_shape *s, int threads, do
                      pms / med);
     }
     printf("{\"shape\":\"%s\",\"E\":%lld,\"M\":%lld,\"K\":%lld,\"N\":%lld,\"mode\":\"%s\","
-           "\"groups\":%lld,\"weight\":\"nz\",\"weights\":\"%s\",\"kernel\":\"%s\",\"threads\":%d,\"repeat\":%d,"
+           "\"groups\":%lld,\"scale_dtype\":\"%s\",\"weight\":\"nz\",\"weights\":\"%s\",\"kernel\":\"%s\",\"threads\":%d,\"repeat\":%d,"
            "\"median_ms\":%.3f,\"best_ms\":%.3f,\"int8_gops\":%.1f,\"weight_gbps\":%.2f,"
            "\"peak_int8_gops\":%.1f,\"peak_cpu_int8_gops\":%.1f,\"dram_read_gbps\":%.2f,"
            "\"pct_peak\":%.1f,\"pct_mem\":%.1f%s}\n",
            s->name, (long long)s->E, (long long)s->M, (long long)s->K, (long long)s->N,
-           a->a8w4 ? "a8w4" : "a8w8", (long long)a->groups, a->raw ? "raw" : "prepacked",
+           a->a8w4 ? "a8w4" : "a8w8", (long long)a->groups,
+           a->scale_f16 == 1 ? "f16" : a->scale_f16 == 2 ? "bf16" : "f32", a->raw ? "raw" : "prepacked",
            qmoe_kernel_name(kid), threads,
            a->repeat, med, ms[0], gops, wgbps, *peak, peak_cpu_gops, *dram,
            *peak > 0 ? 100.0 * gops / *peak : 0.0,

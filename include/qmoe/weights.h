@@ -33,7 +33,7 @@ typedef struct qmoe_weights_options {
     qmoe_kernel kernel;   /* the kernel the object is made for; never QMOE_KERNEL_REFERENCE */
     int force_weight_nz;  /* nonzero: treat weight as FRACTAL_NZ, as the operator option does */
     /* The object's experts; 0: the weight's E. More than that: qmoe_weights_prepack packs the
-     * first E and qmoe_weights_append the rest, a slice at a time (since 0.9). */
+     * first E and qmoe_weights_append the rest, a slice at a time (since 0.3.1). */
     int64_t experts;
 } qmoe_weights_options;
 
