@@ -2,7 +2,8 @@
  * Prepacked weights built a slice of experts at a time (options.experts, qmoe_weights_append),
  * through the public API, against the same weights prepacked whole: for int8 / int4 weights in ND
  * and NZ layouts, float32 / float16 / bfloat16 scales, per channel and per group, the unpacked
- * integers are the source's, and the operator's outputs are bit-identical to the whole object's.
+ * integers and scales (qmoe_weights_unpack_scales, in the dtype given) are the source's, and the
+ * operator's outputs are bit-identical to the whole object's.
  * Refused, with QMOE_ERR_PARAM_INVALID / NULLPTR and the object left as it was (the slice after
  * still gives identical results): using an object before every expert is in, a slice of more
  * experts than are left, other K or N, other scale dtype or groups, a missing bias (NULLPTR, as
@@ -194,6 +195,7 @@ static void check_case(qt_rng *r, oracle_wlayout lay, qmoe_dtype wsdt, int per_g
     CHECK(all_sentinel((uint8_t *)qb, (size_t)(M * N2)) && all_sentinel((uint8_t *)sb, sizeof sb));
     int8_t *vals = malloc((size_t)(K * s.N));
     CHECK(qmoe_weights_unpack(part, 2, vals) == QMOE_ERR_PARAM_INVALID);
+    CHECK(qmoe_weights_unpack_scales(part, 2, wsdt, vals) == QMOE_ERR_PARAM_INVALID);
 
     /* refused slices leave the object as it was */
     CHECK(append(part, &s, 2, 4, wsdt, s.G, 1) == QMOE_ERR_PARAM_INVALID); /* 3 are left */
@@ -224,6 +226,21 @@ static void check_case(qt_rng *r, oracle_wlayout lay, qmoe_dtype wsdt, int per_g
         CHECK_MSG(bad == 0, "layout %d expert %lld: %lld integers differ", (int)lay, (long long)e,
                   (long long)bad);
     }
+    /* the scales back, as given: from both objects, bit for bit; another dtype refused */
+    const size_t es = ws_elem(wsdt), sn = (size_t)(s.G * s.N) * es;
+    uint8_t *sv = malloc(sn);
+    for (int64_t e = 0; e < E; e++)
+        for (int o2 = 0; o2 < 2; o2++) {
+            memset(sv, 0xA5, sn);
+            CHECK(qmoe_weights_unpack_scales(o2 ? part : whole, e, wsdt, sv) == QMOE_OK);
+            CHECK_MSG(!memcmp(sv, s.ws + (size_t)e * sn, sn), "layout %d ws dtype %d G=%lld expert %lld: "
+                      "unpacked scales differ", (int)lay, (int)wsdt, (long long)s.G, (long long)e);
+        }
+    CHECK(qmoe_weights_unpack_scales(whole, 0, other, sv) == QMOE_ERR_PARAM_INVALID);
+    CHECK(qmoe_weights_unpack_scales(whole, E, wsdt, sv) == QMOE_ERR_PARAM_INVALID);
+    CHECK(qmoe_weights_unpack_scales(whole, 0, wsdt, NULL) == QMOE_ERR_PARAM_NULLPTR);
+    CHECK(qmoe_weights_unpack_scales(NULL, 0, wsdt, sv) == QMOE_ERR_PARAM_NULLPTR);
+    free(sv);
     qmoe_status a = run(&s, whole, x, xs, gl, qa, sa), b = run(&s, part, x, xs, gl, qb, sb);
     CHECK_MSG(a == QMOE_OK && b == QMOE_OK, "layout %d: %s", (int)lay, qmoe_last_error());
     CHECK_MSG(!memcmp(qa, qb, (size_t)(M * N2)) && !memcmp(sa, sb, sizeof sa),

@@ -99,6 +99,17 @@ QMOE_API qmoe_status qmoe_weights_tensor(const qmoe_weights *weights, qmoe_tenso
  */
 QMOE_API qmoe_status qmoe_weights_unpack(const qmoe_weights *weights, int64_t expert, int8_t *values);
 
+/*
+ * The weight scales of one expert back out of the object: scales [G, N] row-major (G = 1 per
+ * channel), as the object keeps them: `dtype` QMOE_DTYPE_FLOAT16 or QMOE_DTYPE_BFLOAT16 (the bits
+ * given) for an object made from such scales, else QMOE_DTYPE_FLOAT32 (the values the kernels
+ * use). Lets a caller drop its own copy of the scales (since 0.3.1).
+ * QMOE_ERR_PARAM_NULLPTR for NULL weights or scales; QMOE_ERR_PARAM_INVALID for an expert outside
+ * [0, E) or not packed yet, another dtype, or an object of another build. Reads the object only.
+ */
+QMOE_API qmoe_status qmoe_weights_unpack_scales(const qmoe_weights *weights, int64_t expert,
+                                                qmoe_dtype dtype, void *scales);
+
 /* Bytes the object holds (weights, scales and corrections); 0 for NULL. */
 QMOE_API uint64_t qmoe_weights_bytes(const qmoe_weights *weights);
 

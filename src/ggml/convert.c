@@ -4,6 +4,7 @@
  * per-sub-block offset that the matmul adds from activation sums (matmul.c). A row splits into
  * the integers (what qmoe's prepacked weight holds) and the blocks' other bytes, kept verbatim
  * ("side" bytes: fp16 / e8m0 scales, 6-bit scale codes), so encode(decode(row)) is the row. */
+#include <math.h>
 #include <string.h>
 
 #include "qmoe_ggml.h"
@@ -11,14 +12,14 @@
 /* mxfp4's e2m1 codes, doubled (ggml's kvalues_mxfp4): integers in [-12, 12] */
 static const int8_t kvalues_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
-/* type, values and bytes per block, qmoe group size, int4, side bytes per block, offset c */
+/* type, values and bytes per block, qmoe group size, int4, side bytes per block, offset c, scaled */
 static const qg_format formats[] = {
-    {GGML_TYPE_Q8_0, 32, 34, 32, 0, 2, 0},
-    {GGML_TYPE_Q4_0, 32, 18, 32, 1, 2, 0},
-    {GGML_TYPE_MXFP4, 32, 17, 32, 0, 1, 0},
-    {GGML_TYPE_Q6_K, 256, 210, 16, 0, 18, 0},
-    {GGML_TYPE_Q4_K, 256, 144, 32, 1, 16, 8},
-    {GGML_TYPE_Q5_K, 256, 176, 32, 0, 16, 16},
+    {GGML_TYPE_Q8_0, 32, 34, 32, 0, 2, 0, 1},
+    {GGML_TYPE_Q4_0, 32, 18, 32, 1, 2, 0, 1},
+    {GGML_TYPE_MXFP4, 32, 17, 32, 0, 1, 0, 1},
+    {GGML_TYPE_Q6_K, 256, 210, 16, 0, 18, 0, 0},
+    {GGML_TYPE_Q4_K, 256, 144, 32, 1, 16, 8, 0},
+    {GGML_TYPE_Q5_K, 256, 176, 32, 0, 16, 16, 0},
 };
 
 const qg_format *qg_format_of(enum ggml_type type)
@@ -44,6 +45,28 @@ static float e8m0_half(uint8_t x)
     float f;
     memcpy(&f, &bits, sizeof f);
     return f;
+}
+
+uint16_t qg_half_bits(float f)
+{
+    uint32_t b;
+    memcpy(&b, &f, sizeof b);
+    uint32_t sign = (b >> 16) & 0x8000u, a = b & 0x7fffffffu;
+    if (a >= 0x7f800000u) return (uint16_t)(sign | 0x7c00u | ((a >> 13) & 0x3ffu)); /* inf / NaN */
+    if (a >= 0x38800000u) return (uint16_t)(sign | (a - 0x38000000u) >> 13); /* normal half */
+    return (uint16_t)(sign | (uint32_t)(fabsf(f) * 0x1p24f)); /* zero or subnormal half */
+}
+
+void qg_side_of_scale(enum ggml_type type, float s, uint8_t *side)
+{
+    if (type == GGML_TYPE_MXFP4) { /* the inverse of e8m0_half */
+        uint32_t b;
+        memcpy(&b, &s, sizeof b);
+        side[0] = (uint8_t)(b == 0x00200000u ? 0 : b == 0x00400000u ? 1 : (b >> 23) + 1);
+        return;
+    }
+    uint16_t h = qg_half_bits(s); /* q8_0, q4_0: d */
+    memcpy(side, &h, sizeof h);
 }
 
 void qg_kq_unpack(const uint8_t *q, uint8_t *sc, uint8_t *m)

@@ -22,16 +22,20 @@
 #define QG_NAME "QMOE"
 #define QG_MAX_EXPERTS 1024 /* qmoe's E limit: more matrices are split into chunks */
 #define QG_MAX_COLS 10240   /* qmoe's N limit for prepacked weights: wider ones are split */
+#define QG_SLICE 8          /* matrices converted at a time (weights.c build_chunk) */
+#define QG_TILE 64          /* rows decoded before their columns are written (weights.c gather) */
 #define QG_PLANS 4          /* plans kept per weight chunk (one per row count seen last) */
 
 /* ---- weight decoding (convert.c): the exact integer and scale of every value ---- */
 
 /* A weight type the backend takes: ggml blocks of `blk` values in `bytes` bytes, as qmoe
  * integers (int4 or int8) with one float scale per group of `gs` values; `side` bytes per block
- * hold the rest (scales, mins) verbatim. c > 0: the unsigned K-quants (see qg_decode_row). */
+ * hold the rest (scales, mins) verbatim. c > 0: the unsigned K-quants (see qg_decode_row).
+ * scaled: the side bytes are the block's one scale (q8_0, q4_0: its fp16; mxfp4: its e8m0), so
+ * they are not kept: qg_side_of_scale rebuilds them from the prepacked object's scales. */
 typedef struct qg_format {
     enum ggml_type type;
-    int blk, bytes, gs, int4, side, c;
+    int blk, bytes, gs, int4, side, c, scaled;
 } qg_format;
 
 /* NULL for the types the backend does not take (q8_0, q4_0, mxfp4, q6_K, q4_K, q5_K). */
@@ -43,6 +47,10 @@ int qg_type_supported(enum ggml_type type);
  * for c == 0; for q4_K / q5_K it is s_j (q[k] + c) - dmin m_j (sub-block j = k / 32), that is
  * s_j q[k] + (c s_j - dmin m_j), the second term added by the matmul from activation sums. */
 void qg_decode_row(enum ggml_type type, const void *row, int64_t K, int8_t *q, float *s, uint8_t *side);
+/* The side bytes of a `scaled` format's block from its scale s (exactly a value decoding gives). */
+void qg_side_of_scale(enum ggml_type type, float s, uint8_t *side);
+/* fp16 bits of f, the inverse of qg_half for every value qg_half gives (NaN payloads too). */
+uint16_t qg_half_bits(float f);
 /* The inverse: the row's bytes from its integers and side bytes. */
 void qg_encode_row(enum ggml_type type, const int8_t *q, const uint8_t *side, int64_t K, void *row);
 /* 1 when an mxfp4 row holds the code -0 (which decodes to the integer 0, as +0 does). */
@@ -90,6 +98,7 @@ typedef struct qg_plans {
  * group sums (matmul.c). */
 typedef struct qg_chunk {
     int64_t e0, ne, n0, nc, pad;
+    qmoe_dtype wdt;      /* the dtype of w's scales (the narrowest that holds them: weights.c) */
     qmoe_weights *w, *mw;
     qmoe_tensor *view, *mview;
     qg_plans plans, mplans;

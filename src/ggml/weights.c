@@ -3,6 +3,7 @@
  * scale[e][k / gs][n] = its group's scale (A8W4 per group for q4_0 / q4_K, A8W8 per group for
  * the others), and beside it what the integers do not hold (qg_weight's side arrays). Matrices
  * past qmoe's expert limit and columns past its N limit go to further chunks. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,106 +25,229 @@ static qmoe_status tensor3(const int64_t *shape, int ndim, qmoe_dtype dt, void *
     return qmoe_tensor_create(shape, ndim, NULL, dt, QMOE_FORMAT_ND, data, t);
 }
 
-/* Integers and scales of the chunk's matrices and columns, laid out [ne, K, ncp] and
- * [ne, G, ncp] (the pad column stays zero; vals zeroed); int4 ones packed straight away (two a
+/* f as float16 bits if exactly representable (finite). */
+static int f16_exact(float f, uint16_t *h)
+{
+    uint32_t b, back;
+    memcpy(&b, &f, sizeof b);
+    if ((b & 0x7fffffffu) >= 0x7f800000u) return 0; /* inf / NaN: kept float32 */
+    *h = qg_half_bits(f);
+    float g = qg_half(*h);
+    memcpy(&back, &g, sizeof back);
+    return back == b;
+}
+
+/* 1 when every one of f[0, n) is exactly a value of dtype dt (float16, bfloat16 or float32). */
+static int scales_fit(const float *f, size_t n, qmoe_dtype dt)
+{
+    uint16_t h;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t b;
+        memcpy(&b, &f[i], sizeof b);
+        if (dt == QMOE_DTYPE_FLOAT16 ? !f16_exact(f[i], &h) : dt == QMOE_DTYPE_BFLOAT16 && (b & 0xffffu))
+            return 0;
+    }
+    return 1;
+}
+
+/* The scales as a tensor of dtype dt, which holds each exactly (scales_fit): a 16-bit copy in *h
+ * (the caller frees it), or f itself. qmoe keeps float16 / bfloat16 scales 16-bit in the
+ * prepacked object: half the scale bytes in memory and in every decode pass, the same values. */
+static qmoe_status scale_tensor(const int64_t *shape, const float *f, size_t n, qmoe_dtype dt,
+                                uint16_t **h, qmoe_tensor **t)
+{
+    *h = NULL;
+    if (dt == QMOE_DTYPE_FLOAT32) return tensor3(shape, 3, dt, (void *)(uintptr_t)f, t);
+    *h = malloc((n ? n : 1) * sizeof(uint16_t));
+    if (!*h) return qmoe_error_set(QMOE_ERR_INNER, QMOE_RULE_NONE, "weight",
+                                   "ggml-qmoe: out of memory converting a weight");
+    for (size_t i = 0; i < n; i++) {
+        uint32_t b;
+        memcpy(&b, &f[i], sizeof b);
+        if (dt == QMOE_DTYPE_BFLOAT16) (*h)[i] = (uint16_t)(b >> 16);
+        else (void)f16_exact(f[i], &(*h)[i]);
+    }
+    return tensor3(shape, 3, dt, *h, t);
+}
+
+/* The dtype of an object's scales: at its first slice the narrowest that holds them (float16:
+ * q8_0 / q4_0, whose block scales are float16; bfloat16: mxfp4's powers of two; float32: the
+ * K-quants' products of two scales); a later slice that does not fit it makes the whole object
+ * float32 (the caller starts it again). 0 when that happened. */
+static int scale_dtype(const float *f, size_t n, int first, qmoe_dtype *dt)
+{
+    if (first) {
+        *dt = scales_fit(f, n, QMOE_DTYPE_FLOAT16)    ? QMOE_DTYPE_FLOAT16
+              : scales_fit(f, n, QMOE_DTYPE_BFLOAT16) ? QMOE_DTYPE_BFLOAT16
+                                                      : QMOE_DTYPE_FLOAT32;
+        return 1;
+    }
+    if (scales_fit(f, n, *dt)) return 1;
+    *dt = QMOE_DTYPE_FLOAT32;
+    return 0;
+}
+
+/* Integers and scales of matrices [s0, s0 + ns) of the chunk, its columns, laid out [ns, K, ncp]
+ * and [ns, G, ncp] (the pad column stays zero; vals zeroed); int4 ones packed straight away (two a
  * byte, low nibble first, as qmoe_layout_int4_pack), so no int8 copy of an int4 weight is made;
  * the side bytes go to the weight's arrays. */
-static void gather(qg_weight *w, const qg_chunk *c, uint8_t *vals, float *scales,
-                   int8_t *rowq, float *rowd, uint8_t *rows, int8_t *mvals, float *mscales)
+static void gather(qg_weight *w, const qg_chunk *c, int64_t s0, int64_t ns, uint8_t *vals,
+                   float *scales, int8_t *rowq, float *rowd, uint8_t *rows, int8_t *mvals,
+                   float *mscales)
 {
     const qg_format *f = w->fmt;
     const int64_t K = w->K, G = w->G, ncp = c->nc + c->pad, nb = K / f->blk, N = w->N;
-    for (int64_t e = 0; e < c->ne; e++) {
-        int64_t m = c->e0 + e, i2 = m % w->ne[2], i3 = m / w->ne[2];
-        for (int64_t n = 0; n < c->nc; n++) {
-            int64_t gn = c->n0 + n;
-            const uint8_t *row = w->data + (size_t)gn * w->nb[1] + (size_t)i2 * w->nb[2] +
-                                 (size_t)i3 * w->nb[3];
-            uint8_t *side = w->side ? w->side + ((size_t)m * (size_t)N + (size_t)gn) * (size_t)(nb * f->side)
-                                    : rows;
-            qg_decode_row(w->type, row, K, rowq, rowd, side);
-            if (qg_row_has_negative_zero(w->type, row, K)) w->keep_bytes = 1;
-            size_t v = (size_t)e * (size_t)K * (size_t)ncp + (size_t)n;
-            if (f->int4)
-                for (int64_t k = 0; k < K; k++, v += (size_t)ncp)
-                    vals[v / 2] |= (uint8_t)((rowq[k] & 0xF) << (v % 2 ? 4 : 0));
-            else
-                for (int64_t k = 0; k < K; k++, v += (size_t)ncp) vals[v] = (uint8_t)rowq[k];
-            float *s = scales + (size_t)e * (size_t)G * (size_t)ncp + (size_t)n;
-            for (int64_t g = 0; g < G; g++) s[(size_t)g * (size_t)ncp] = rowd[g];
-            if (w->side) continue;
-            const size_t J = (size_t)nb * 8, col = (size_t)ncp;
-            for (int64_t b = 0; b < nb; b++) { /* q4_K / q5_K: d, dmin, 12 bytes of codes */
-                const uint8_t *sb = rows + b * 16;
-                size_t at = ((size_t)m * (size_t)nb + (size_t)b) * (size_t)N + (size_t)gn;
-                memcpy(&w->kd[at], sb, 2);
-                memcpy(&w->kdmin[at], sb + 2, 2);
-                uint8_t sc[8], mn[8];
-                qg_kq_unpack(sb + 4, sc, mn);
-                int8_t *mv = mvals + (size_t)e * 2 * J * col + (size_t)n;
-                for (int j = 0; j < 8; j++) {
-                    mv[((size_t)b * 8 + (size_t)j) * col] = (int8_t)sc[j];
-                    mv[(J + (size_t)b * 8 + (size_t)j) * col] = (int8_t)mn[j];
+    for (int64_t e = 0; e < ns; e++) {
+        int64_t m = c->e0 + s0 + e, i2 = m % w->ne[2], i3 = m / w->ne[2];
+        /* QG_TILE rows decoded, then written column-wise a run of QG_TILE at a time (one value
+         * per row of K apart was a cache line and a TLB entry per value: minutes per large
+         * weight) */
+        for (int64_t n0 = 0; n0 < c->nc; n0 += QG_TILE) {
+            const int64_t tn = c->nc - n0 < QG_TILE ? c->nc - n0 : QG_TILE;
+            for (int64_t t = 0; t < tn; t++) {
+                int64_t n = n0 + t, gn = c->n0 + n;
+                const uint8_t *row = w->data + (size_t)gn * w->nb[1] + (size_t)i2 * w->nb[2] +
+                                     (size_t)i3 * w->nb[3];
+                uint8_t *side = w->side ? w->side + ((size_t)m * (size_t)N + (size_t)gn) * (size_t)(nb * f->side)
+                                : f->c  ? rows
+                                        : NULL; /* scaled: the object's scales hold them */
+                qg_decode_row(w->type, row, K, rowq + t * K, rowd + t * G, side);
+                if (qg_row_has_negative_zero(w->type, row, K)) w->keep_bytes = 1;
+                if (!f->c) continue;
+                const size_t J = (size_t)nb * 8, col = (size_t)ncp;
+                for (int64_t b = 0; b < nb; b++) { /* q4_K / q5_K: d, dmin, 12 bytes of codes */
+                    const uint8_t *sb = rows + b * 16;
+                    size_t at = ((size_t)m * (size_t)nb + (size_t)b) * (size_t)N + (size_t)gn;
+                    memcpy(&w->kd[at], sb, 2);
+                    memcpy(&w->kdmin[at], sb + 2, 2);
+                    uint8_t sc[8], mn[8];
+                    qg_kq_unpack(sb + 4, sc, mn);
+                    int8_t *mv = mvals + (size_t)e * 2 * J * col + (size_t)n;
+                    for (int j = 0; j < 8; j++) {
+                        mv[((size_t)b * 8 + (size_t)j) * col] = (int8_t)sc[j];
+                        mv[(J + (size_t)b * 8 + (size_t)j) * col] = (int8_t)mn[j];
+                    }
+                    float *ms = mscales + (size_t)e * 2 * (size_t)nb * col + (size_t)n;
+                    ms[(size_t)b * col] = (float)f->c * qg_half(w->kd[at]); /* exact: times 8 or 16 */
+                    ms[((size_t)nb + (size_t)b) * col] = -qg_half(w->kdmin[at]);
                 }
-                float *ms = mscales + (size_t)e * 2 * (size_t)nb * col + (size_t)n;
-                ms[(size_t)b * col] = (float)f->c * qg_half(w->kd[at]); /* exact: times 8 or 16 */
-                ms[((size_t)nb + (size_t)b) * col] = -qg_half(w->kdmin[at]);
             }
+            size_t v = (size_t)e * (size_t)K * (size_t)ncp + (size_t)n0;
+            if (f->int4) /* n0 is even: each byte's two nibbles are columns of this tile */
+                for (int64_t k = 0; k < K; k++, v += (size_t)ncp)
+                    for (int64_t t = 0; t < tn; t++)
+                        vals[(v + (size_t)t) / 2] |= (uint8_t)((rowq[t * K + k] & 0xF) << (t % 2 ? 4 : 0));
+            else
+                for (int64_t k = 0; k < K; k++, v += (size_t)ncp)
+                    for (int64_t t = 0; t < tn; t++) vals[v + (size_t)t] = (uint8_t)rowq[t * K + k];
+            float *sg = scales + (size_t)e * (size_t)G * (size_t)ncp + (size_t)n0;
+            for (int64_t g = 0; g < G; g++)
+                for (int64_t t = 0; t < tn; t++) sg[(size_t)g * (size_t)ncp + (size_t)t] = rowd[t * G + g];
         }
     }
 }
 
+/* The caller's pages of matrices [m0, m0 + n) once read (source.c decides whether they can go):
+ * in one call where they are one run of bytes. */
+static void release_source(const qg_weight *w, int64_t m0, int64_t n)
+{
+    const size_t len = (size_t)w->N * w->nb[1];
+    size_t lo = SIZE_MAX, hi = 0;
+    for (int64_t m = m0; m < m0 + n; m++) {
+        size_t at = (size_t)(m % w->ne[2]) * w->nb[2] + (size_t)(m / w->ne[2]) * w->nb[3];
+        lo = at < lo ? at : lo;
+        hi = at + len > hi ? at + len : hi;
+    }
+    if (n > 0 && hi - lo == (size_t)n * len) {
+        qg_source_release(w->data + lo, hi - lo);
+        return;
+    }
+    for (int64_t m = m0; m < m0 + n; m++)
+        qg_source_release(w->data + (size_t)(m % w->ne[2]) * w->nb[2] +
+                              (size_t)(m / w->ne[2]) * w->nb[3], len);
+}
+
+/* The chunk's prepacked objects, built QG_SLICE matrices at a time (qmoe_weights_append): the
+ * staging copies are one slice's, and the caller's pages of each slice can go as soon as it is
+ * read, so a weight's conversion holds little more than the objects it makes. */
 static qmoe_status build_chunk(qg_weight *w, qg_chunk *c)
 {
-    const int64_t K = w->K, G = w->G, ncp = c->nc + c->pad;
+    const int64_t K = w->K, G = w->G, ncp = c->nc + c->pad, S = c->ne < QG_SLICE ? c->ne : QG_SLICE;
     const int a8w4 = w->fmt->int4, mins = w->fmt->c != 0;
     const int64_t J = K / 32, nb = K / 256;
-    size_t nv, ns, nbias, nmv = 0, nms = 0;
-    if (!mul3(c->ne, K, ncp, &nv) || !mul3(c->ne, G, ncp, &ns) || !mul3(c->ne, 1, ncp, &nbias) ||
-        !mul3(c->ne, 2 * J, ncp, &nmv) || !mul3(c->ne, 2 * nb, ncp, &nms))
+    size_t nv, ns, nbias, nmv = 0, nms = 0, nt;
+    if (!mul3(S, K, ncp, &nv) || !mul3(S, G, ncp, &ns) || !mul3(S, 1, ncp, &nbias) ||
+        !mul3(S, 2 * J, ncp, &nmv) || !mul3(S, 2 * nb, ncp, &nms) || !mul3(QG_TILE, K, 4, &nt))
         return qmoe_error_set(QMOE_ERR_PARAM_INVALID, QMOE_RULE_LIMIT, "weight",
                               "ggml-qmoe: the weight's size overflows");
-    uint8_t *vals = calloc(a8w4 ? nv / 2 + 1 : nv ? nv : 1, 1);
-    int8_t *rowq = malloc((size_t)K);
-    float *scales = calloc(ns ? ns : 1, sizeof(float)), *rowd = malloc((size_t)G * sizeof(float));
+    const size_t vbytes = a8w4 ? nv / 2 + 1 : nv ? nv : 1;
+    uint8_t *vals = malloc(vbytes);
+    int8_t *rowq = malloc((size_t)(QG_TILE * K));
+    float *scales = calloc(ns ? ns : 1, sizeof(float)), *rowd = malloc((size_t)(QG_TILE * G) * sizeof(float));
     uint8_t *rows = malloc((size_t)(K / w->fmt->blk * w->fmt->side));
     float *bias = a8w4 ? calloc(nbias ? nbias : 1, sizeof(float)) : NULL;
     int8_t *mvals = mins ? calloc(nmv ? nmv : 1, 1) : NULL;
     float *mscales = mins ? calloc(nms ? nms : 1, sizeof(float)) : NULL;
     qmoe_tensor *tw = NULL, *ts = NULL, *tb = NULL;
+    uint16_t *half = NULL;
     qmoe_status st = QMOE_OK;
     if (!vals || !rowq || !scales || !rowd || !rows || (a8w4 && !bias) || (mins && (!mvals || !mscales))) {
         st = qmoe_error_set(QMOE_ERR_INNER, QMOE_RULE_NONE, "weight",
                             "ggml-qmoe: out of memory converting a weight");
         goto done;
     }
-    gather(w, c, vals, scales, rowq, rowd, rows, mvals, mscales);
-    int64_t wshape[3] = {c->ne, K, ncp}, sshape[3] = {c->ne, G, ncp}, bshape[2] = {c->ne, ncp};
-    if (a8w4) {
-        st = tensor3(wshape, 3, QMOE_DTYPE_INT4, vals, &tw);
-        /* GroupedMatmul reads no assist matrix; the prepacked object wants one: zero */
-        if (!st) st = tensor3(bshape, 2, QMOE_DTYPE_FLOAT32, bias, &tb);
-    } else {
-        st = tensor3(wshape, 3, QMOE_DTYPE_INT8, vals, &tw);
-    }
-    if (!st) st = tensor3(sshape, 3, QMOE_DTYPE_FLOAT32, scales, &ts);
     qmoe_weights_options wo = QMOE_WEIGHTS_OPTIONS_INIT;
-    if (!st) st = qmoe_weights_prepack(tw, ts, tb, &wo, &c->w);
-    if (!st) st = qmoe_weights_tensor(c->w, &c->view);
-    if (!st && mins) {
+    wo.experts = c->ne;
+    qmoe_dtype wdt = QMOE_DTYPE_FLOAT32, mdt = QMOE_DTYPE_FLOAT32;
+    int wwide = 0, mwide = 0; /* 1: started again with float32 scales */
+    for (int64_t s0 = 0; !st && s0 < c->ne; s0 += S) {
+        const int64_t n = c->ne - s0 < S ? c->ne - s0 : S;
+        memset(vals, 0, vbytes); /* int4 values are or'ed in */
+        gather(w, c, s0, n, vals, scales, rowq, rowd, rows, mvals, mscales);
+        if (c->n0 + c->nc == w->N) release_source(w, c->e0 + s0, n); /* no chunk reads them again */
+        int wfit = wwide || scale_dtype(scales, (size_t)(n * G * ncp), s0 == 0, &wdt);
+        int mfit = mwide || !mins || scale_dtype(mscales, (size_t)(n * 2 * nb * ncp), s0 == 0, &mdt);
+        if (!wfit || !mfit) { /* the slices so far again, that object's scales float32 (pages re-read) */
+            qmoe_weights_destroy(c->w);
+            qmoe_weights_destroy(c->mw);
+            c->w = c->mw = NULL;
+            wwide |= !wfit;
+            mwide |= !mfit;
+            s0 = -S;
+            continue;
+        }
+        int64_t wshape[3] = {n, K, ncp}, sshape[3] = {n, G, ncp}, bshape[2] = {n, ncp};
+        if (a8w4) {
+            st = tensor3(wshape, 3, QMOE_DTYPE_INT4, vals, &tw);
+            /* GroupedMatmul reads no assist matrix; the prepacked object wants one: zero */
+            if (!st) st = tensor3(bshape, 2, QMOE_DTYPE_FLOAT32, bias, &tb);
+        } else {
+            st = tensor3(wshape, 3, QMOE_DTYPE_INT8, vals, &tw);
+        }
+        if (!st) st = scale_tensor(sshape, scales, (size_t)(n * G * ncp), wdt, &half, &ts);
+        if (!st) st = s0 == 0 ? qmoe_weights_prepack(tw, ts, tb, &wo, &c->w) : qmoe_weights_append(c->w, tw, ts, tb);
         qmoe_tensor_destroy(tw);
         qmoe_tensor_destroy(ts);
-        tw = ts = NULL;
-        int64_t mshape[3] = {c->ne, 2 * J, ncp}, msshape[3] = {c->ne, 2 * nb, ncp};
-        st = tensor3(mshape, 3, QMOE_DTYPE_INT8, mvals, &tw);
-        if (!st) st = tensor3(msshape, 3, QMOE_DTYPE_FLOAT32, mscales, &ts);
-        if (!st) st = qmoe_weights_prepack(tw, ts, NULL, &wo, &c->mw);
-        if (!st) st = qmoe_weights_tensor(c->mw, &c->mview);
+        qmoe_tensor_destroy(tb);
+        tw = ts = tb = NULL;
+        free(half);
+        half = NULL;
+        if (!st && mins) {
+            int64_t mshape[3] = {n, 2 * J, ncp}, msshape[3] = {n, 2 * nb, ncp};
+            st = tensor3(mshape, 3, QMOE_DTYPE_INT8, mvals, &tw);
+            if (!st) st = scale_tensor(msshape, mscales, (size_t)(n * 2 * nb * ncp), mdt, &half, &ts);
+            if (!st) st = s0 == 0 ? qmoe_weights_prepack(tw, ts, NULL, &wo, &c->mw) : qmoe_weights_append(c->mw, tw, ts, NULL);
+            qmoe_tensor_destroy(tw);
+            qmoe_tensor_destroy(ts);
+            tw = ts = NULL;
+            free(half);
+            half = NULL;
+        }
     }
+    c->wdt = wdt;
+    if (!st) st = qmoe_weights_tensor(c->w, &c->view);
+    if (!st && mins) st = qmoe_weights_tensor(c->mw, &c->mview);
 done:
-    qmoe_tensor_destroy(tw);
-    qmoe_tensor_destroy(ts);
-    qmoe_tensor_destroy(tb);
     free(vals);
     free(rowq);
     free(scales);
@@ -135,11 +259,13 @@ done:
     return st;
 }
 
-/* The side arrays: ggml's sizes bound E * N * (K / blk) * side by the tensor's own bytes. */
+/* The side arrays: ggml's sizes bound E * N * (K / blk) * side by the tensor's own bytes. None
+ * for the scaled formats. */
 static int alloc_side(qg_weight *w)
 {
     const qg_format *f = w->fmt;
     size_t cols = (size_t)w->E * (size_t)w->N, nb = (size_t)(w->K / f->blk);
+    if (f->scaled) return 1;
     if (f->c == 0) {
         w->side = malloc(cols * nb * (size_t)f->side + 1);
     } else {
@@ -244,12 +370,31 @@ int qg_weight_contiguous(const qg_weight *w)
            w->nb[3] == w->nb[2] * (size_t)w->ne[2] && w->hi - w->lo == w->nb[3] * (size_t)w->ne[3];
 }
 
-/* Side bytes of row (m, n): the kept ones, or q4_K / q5_K's rebuilt from d, dmin and the codes
- * of the min object, unpacked in mv [2 K/32, ncp] (this row's at column cn). */
-static void row_side(const qg_weight *w, int64_t m, int64_t n, const int8_t *mv, int64_t ncp,
-                     int64_t cn, uint8_t *out)
+/* Scale g of column cn of an expert's scales [G, ncp] in dtype dt (qmoe_weights_unpack_scales). */
+static float scale_at(const void *sv, qmoe_dtype dt, int64_t g, int64_t ncp, int64_t cn)
+{
+    size_t i = (size_t)g * (size_t)ncp + (size_t)cn;
+    if (dt == QMOE_DTYPE_FLOAT32) return ((const float *)sv)[i];
+    uint16_t h = ((const uint16_t *)sv)[i];
+    if (dt == QMOE_DTYPE_FLOAT16) return qg_half(h);
+    uint32_t b = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &b, sizeof f);
+    return f;
+}
+
+/* Side bytes of row (m, n): the kept ones; a scaled format's from the object's scales, unpacked
+ * in sv [G, ncp]; or q4_K / q5_K's rebuilt from d, dmin and the codes of the min object,
+ * unpacked in mv [2 K/32, ncp] (this row's at column cn). */
+static void row_side(const qg_weight *w, const qg_chunk *c, int64_t m, int64_t n, const void *sv,
+                     const int8_t *mv, int64_t ncp, int64_t cn, uint8_t *out)
 {
     const int64_t nb = w->K / w->fmt->blk, N = w->N, J = nb * 8;
+    if (w->fmt->scaled) { /* one scale a block: group b */
+        for (int64_t b = 0; b < nb; b++)
+            qg_side_of_scale(w->type, scale_at(sv, c->wdt, b, ncp, cn), out + b * w->fmt->side);
+        return;
+    }
     if (w->side) {
         size_t sz = (size_t)(nb * w->fmt->side);
         memcpy(out, w->side + ((size_t)m * (size_t)N + (size_t)n) * sz, sz);
@@ -276,6 +421,7 @@ qmoe_status qg_weight_encode(const qg_weight *w, size_t a, size_t z, uint8_t *ou
     if (lo >= hi) return QMOE_OK;
     int64_t r0 = (int64_t)((lo - w->lo) / rowb), r1 = (int64_t)((hi - w->lo - 1) / rowb) + 1;
     int8_t *vals = NULL, *mv = NULL, *rowq = malloc((size_t)K);
+    void *sv = NULL;
     uint8_t *side = malloc((size_t)(K / w->fmt->blk * w->fmt->side)), *row = malloc(rowb);
     qmoe_status st = rowq && side && row ? QMOE_OK
                                           : qmoe_error_set(QMOE_ERR_INNER, QMOE_RULE_NONE, "weight",
@@ -290,7 +436,8 @@ qmoe_status qg_weight_encode(const qg_weight *w, size_t a, size_t z, uint8_t *ou
             if (!vals) { /* K * ncp bytes: at most the chunk's own int8 weight of one expert */
                 vals = malloc((size_t)K * (size_t)ncp + 1);
                 mv = c->mw ? malloc((size_t)(K / 16) * (size_t)ncp + 1) : NULL;
-                if (!vals || (c->mw && !mv)) {
+                sv = w->fmt->scaled ? malloc((size_t)w->G * (size_t)ncp * sizeof(float) + 1) : NULL;
+                if (!vals || (c->mw && !mv) || (w->fmt->scaled && !sv)) {
                     st = qmoe_error_set(QMOE_ERR_INNER, QMOE_RULE_NONE, "weight",
                                         "ggml-qmoe: out of memory reading a weight back");
                     break;
@@ -298,10 +445,11 @@ qmoe_status qg_weight_encode(const qg_weight *w, size_t a, size_t z, uint8_t *ou
             }
             if ((st = qmoe_weights_unpack(c->w, m - c->e0, vals))) break;
             if (c->mw && (st = qmoe_weights_unpack(c->mw, m - c->e0, mv))) break;
+            if (sv && (st = qmoe_weights_unpack_scales(c->w, m - c->e0, c->wdt, sv))) break;
             for (int64_t r = n0 > r0 ? n0 : r0; r < (n1 < r1 ? n1 : r1); r++) {
                 int64_t n = r - m * N;
                 for (int64_t k = 0; k < K; k++) rowq[k] = vals[(size_t)k * (size_t)ncp + (size_t)(n - c->n0)];
-                row_side(w, m, n, mv, ncp, n - c->n0, side);
+                row_side(w, c, m, n, sv, mv, ncp, n - c->n0, side);
                 qg_encode_row(w->type, rowq, side, K, row);
                 size_t ra = w->lo + (size_t)r * rowb, s = ra > lo ? ra : lo, e = ra + rowb < hi ? ra + rowb : hi;
                 memcpy(out + (s - a), row + (s - ra), e - s);
@@ -309,7 +457,9 @@ qmoe_status qg_weight_encode(const qg_weight *w, size_t a, size_t z, uint8_t *ou
         }
         free(vals); /* chunks differ in width */
         free(mv);
+        free(sv);
         vals = mv = NULL;
+        sv = NULL;
     }
     free(rowq);
     free(side);

@@ -194,6 +194,10 @@ static ggml_backend_buffer_t weights_buffer(struct ggml_context *ctx, ggml_backe
     return buf;
 }
 
+/* 1: run_case zeroes the weight's first QG_SLICE matrices. Their scales (0) fit float16, a later
+ * slice's (the K-quants' products) do not: the conversion starts again with float32 scales. */
+static int zero_lead;
+
 /* One MUL_MAT_ID (or MUL_MAT) on the device against the reference; bad_id puts an id out of
  * range, which must fail the graph and leave dst as it was. */
 static void run_case(ggml_backend_t be, ggml_backend_buffer_type_t buft, enum ggml_op op,
@@ -208,6 +212,7 @@ static void run_case(ggml_backend_t be, ggml_backend_buffer_type_t buft, enum gg
     uint8_t *w = malloc(wbytes), *wback = malloc(wbytes);
     float *x = malloc(bn * sizeof(float)), *y = malloc(on * sizeof(float));
     random_blocks(type, w, (int64_t)(wbytes / ggml_type_size(type)));
+    if (zero_lead) memset(w, 0, (size_t)QG_SLICE * as->nb[2]); /* the first slice's scales are 0 */
     for (size_t i = 0; i < bn; i++) x[i] = qt_uniform(&rng, -1.0f, 1.0f);
     ggml_backend_tensor_set(as, w, 0, wbytes);
     if (btype == GGML_TYPE_F16) { /* the reference reads the values the f16 activations hold */
@@ -342,6 +347,37 @@ static void test_one_copy(ggml_backend_buffer_type_t buft, enum ggml_type type, 
     free(w);
     free(back);
     free(fresh);
+    ggml_backend_buffer_free(buf);
+    ggml_free(ctx);
+}
+
+/* The scaled formats keep no copy of their block scales: get_tensor rebuilds them from the
+ * prepacked object's (float16 for q8_0 / q4_0, bfloat16 for mxfp4, float32 for a weight whose
+ * scales do not all fit). Every special scale comes back as it was: infinities, NaNs with their
+ * payload, -0, subnormals, the largest half; e8m0 0, 1, 254 and 255 - in a later slice than the
+ * first, so the conversion has started again with float32 scales when one does not fit. */
+static void test_special_scales(ggml_backend_buffer_type_t buft, enum ggml_type type)
+{
+    struct ggml_init_params ip = {ggml_tensor_overhead() * 4, NULL, true};
+    struct ggml_context *ctx = ggml_init(ip);
+    struct ggml_tensor *t = ggml_new_tensor_3d(ctx, type, 64, 8, 2 * QG_SLICE + 1);
+    ggml_backend_buffer_t buf = weights_buffer(ctx, buft);
+    if (!buf) return;
+    size_t n = ggml_nbytes(t), bs = ggml_type_size(type);
+    uint8_t *w = malloc(n), *back = calloc(1, n);
+    random_blocks(type, w, (int64_t)(n / bs));
+    uint8_t *later = w + (size_t)(QG_SLICE + 3) * t->nb[2];
+    static const uint16_t halves[] = {0x7c00, 0xfc00, 0x7d23, 0xfe01, 0x8000, 0x0001, 0x83ff, 0x7bff};
+    static const uint8_t e8m0[] = {0, 1, 254, 255};
+    if (type == GGML_TYPE_MXFP4)
+        for (size_t i = 0; i < sizeof e8m0; i++) later[i * bs] = e8m0[i];
+    else
+        for (size_t i = 0; i < sizeof halves / sizeof halves[0]; i++) memcpy(later + i * bs, &halves[i], 2);
+    ggml_backend_tensor_set(t, w, 0, n);
+    ggml_backend_tensor_get(t, back, 0, n);
+    CHECK_MSG(memcmp(w, back, n) == 0, "%s with special scales: get_tensor differs", ggml_type_name(type));
+    free(w);
+    free(back);
     ggml_backend_buffer_free(buf);
     ggml_free(ctx);
 }
@@ -698,6 +734,9 @@ int main(int argc, char **argv)
 
     for (int t = 0; t < NTAKEN; t++) test_one_copy(buft, taken[t], 0);
     test_one_copy(buft, GGML_TYPE_MXFP4, 1);
+    test_special_scales(buft, GGML_TYPE_Q8_0);
+    test_special_scales(buft, GGML_TYPE_Q4_0);
+    test_special_scales(buft, GGML_TYPE_MXFP4);
     test_file_source(buft, GGML_TYPE_Q8_0);
     test_file_source(buft, GGML_TYPE_Q4_K);
     for (int t = 0; t < NTAKEN; t++) {
@@ -709,6 +748,9 @@ int main(int argc, char **argv)
         run_case(be, buft, GGML_OP_MUL_MAT, type, GGML_TYPE_F16, 2 * k, 8, 3, 4, 0, 0, 0); /* f16 b */
         run_case(be, buft, GGML_OP_MUL_MAT_ID, type, GGML_TYPE_BF16, 2 * k, 8, 4, 2, 5, 2, 0); /* bf16 */
         run_case(be, buft, GGML_OP_MUL_MAT_ID, type, f32, 2 * k, 16, 4, 2, 3, 2, 1);  /* a bad id */
+        zero_lead = 1; /* slices whose scales need different dtypes */
+        run_case(be, buft, GGML_OP_MUL_MAT_ID, type, f32, 2 * k, 16, 3 * QG_SLICE - 3, 1, 9, 4, 0);
+        zero_lead = 0;
         for (int mode = 0; mode < 3; mode++) test_moe_ffn(be, buft, type, mode);
     }
     test_two_contexts(dev, buft);

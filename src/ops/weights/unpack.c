@@ -1,25 +1,29 @@
 /*
- * Reading the integers back out of prepacked weights (qmoe_weights_unpack, qmoe/weights.h): a
- * program that keeps only the prepacked object (not the raw weights beside it) can still give
- * the weights back, e.g. a ggml buffer's get_tensor. The inverse of the record layout of
- * core/prepack.h, common to every kernel: byte (c, t) of a unit step is W[4q + t][c] + off.
+ * Reading the integers and scales back out of prepacked weights (qmoe_weights_unpack,
+ * qmoe_weights_unpack_scales, qmoe/weights.h): a program that keeps only the prepacked object
+ * (not the raw weights beside it) can still give the weights back, e.g. a ggml buffer's
+ * get_tensor. The inverse of the record layout of core/prepack.h, common to every kernel: byte
+ * (c, t) of a unit step is W[4q + t][c] + off.
  */
 #include <stddef.h>
+#include <string.h>
 
 #include "core/gmm_params.h"
 #include "core/prepack.h"
 #include "core/status.h"
+#include "core/tensor.h"
 #include "kernels/gmm_fast.h"
 #include "qmoe/weights.h"
 
 #define INVALID(rule, arg, ...) qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_##rule, arg, __VA_ARGS__)
 #define NULLPTR(arg, ...) qmoe_fail_arg(QMOE_ERR_PARAM_NULLPTR, QMOE_RULE_NULL, arg, __VA_ARGS__)
 
-qmoe_status qmoe_weights_unpack(const qmoe_weights *weights, int64_t expert, int8_t *values)
+/* The checks both unpack calls share. */
+static qmoe_status check_expert(const struct qmoe_weights *pp, int64_t expert, const void *out,
+                                const char *out_name)
 {
-    const struct qmoe_weights *pp = weights;
     if (!pp) return NULLPTR("weights", "unpack: weights is a null pointer");
-    if (!values) return NULLPTR("values", "unpack: values is a null pointer");
+    if (!out) return NULLPTR(out_name, "unpack: %s is a null pointer", out_name);
     if (pp->magic != QMOE_PP_MAGIC || pp->version != QMOE_PP_VERSION || pp->build != &qmoe_pp_build_tag)
         return INVALID(UNSUPPORTED, "weights",
                        "unpack: prepacked weights of another qmoe build or layout version");
@@ -29,6 +33,41 @@ qmoe_status qmoe_weights_unpack(const qmoe_weights *weights, int64_t expert, int
     if (expert >= pp->filled)
         return INVALID(VALUE, "expert", "unpack: expert %lld is not packed yet (%lld of %lld are)",
                        (long long)expert, (long long)pp->filled, (long long)pp->E);
+    return QMOE_OK;
+}
+
+qmoe_status qmoe_weights_unpack_scales(const qmoe_weights *weights, int64_t expert, qmoe_dtype dtype,
+                                       void *scales)
+{
+    const struct qmoe_weights *pp = weights;
+    qmoe_status st = check_expert(pp, expert, scales, "scales");
+    if (st) return st;
+    const qmoe_dtype kept = pp->ws_kind == QMOE_SCALE_F16    ? QMOE_DTYPE_FLOAT16
+                            : pp->ws_kind == QMOE_SCALE_BF16 ? QMOE_DTYPE_BFLOAT16
+                                                             : QMOE_DTYPE_FLOAT32;
+    if (dtype != kept)
+        return INVALID(DTYPE, "dtype", "unpack: the object keeps its scales as %s, not %s",
+                       qmoe_dtype_name(kept), qmoe_dtype_name(dtype));
+    /* per record [G][128]: element g * 128 + h * 64 + c is column h * N2 + panel * 64 + c */
+    const size_t es = kept == QMOE_DTYPE_FLOAT32 ? 4 : 2;
+    const int64_t G = pp->G, N = pp->N;
+    for (int64_t i = 0; i < pp->panels; i++) {
+        const int64_t jc = i * QMOE_PP_COLS, nc = pp->N2 - jc < QMOE_PP_COLS ? pp->N2 - jc : QMOE_PP_COLS;
+        const uint8_t *rec = (const uint8_t *)pp->ws + (size_t)((expert * pp->panels + i) * G * QMOE_PP_LD) * es;
+        for (int64_t g = 0; g < G; g++)
+            for (int64_t h = 0; h < 2; h++)
+                memcpy((uint8_t *)scales + (size_t)(g * N + h * pp->N2 + jc) * es,
+                       rec + (size_t)(g * QMOE_PP_LD + h * QMOE_PP_COLS) * es, (size_t)nc * es);
+    }
+    qmoe_clear_error();
+    return QMOE_OK;
+}
+
+qmoe_status qmoe_weights_unpack(const qmoe_weights *weights, int64_t expert, int8_t *values)
+{
+    const struct qmoe_weights *pp = weights;
+    qmoe_status st = check_expert(pp, expert, values, "values");
+    if (st) return st;
     const int int4 = pp->mode == QMOE_MODE_A8W4;
     const int off = int4 ? 8 : 128;
     const int64_t steps = pp->Kp / 4, N = pp->N;
