@@ -109,6 +109,18 @@ static void out_free(run_out *o)
     free(o->s);
 }
 
+/* The prepacked view on x [M, Kx] with `kernel` must be refused, outputs untouched. */
+static void require_refused(int64_t M, int64_t Kx, const int8_t *x, const float *xs, int64_t Eg,
+                            const int64_t *gl, int64_t N2, const qmoe_tensor *view,
+                            qmoe_kernel kernel, const char *what)
+{
+    run_out bad;
+    require(run(M, Kx, x, xs, Eg, gl, N2, view, NULL, NULL, kernel, 1, 0, &bad) ==
+                    QMOE_ERR_PARAM_INVALID && untouched(&bad, M, N2),
+            what);
+    out_free(&bad);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     fz_input in = {data, size, 0};
@@ -235,10 +247,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         int threads = (int)fz_range(&in, 1, 4);
         run_out raw, pre;
         if (filled < total) { /* not every expert in: refused, outputs untouched */
-            require(run(M, Kw, x, xs, Eg, gl, N2, view, NULL, NULL, k, 1, 0, &pre) ==
-                            QMOE_ERR_PARAM_INVALID && untouched(&pre, M, N2),
-                    "an object with experts missing was not refused");
-            out_free(&pre);
+            require_refused(M, Kw, x, xs, Eg, gl, N2, view, k, "an object with experts missing was not refused");
             qmoe_tensor_destroy(view);
             qmoe_weights_destroy(pw);
             goto done;
@@ -253,16 +262,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         out_free(&raw);
         out_free(&pre);
         /* refusals: another K, another kernel */
-        run_out bad;
-        require(run(M, Kw + 16, x, xs, Eg, gl, N2, view, NULL, NULL, k, 1, 0, &bad) ==
-                        QMOE_ERR_PARAM_INVALID && untouched(&bad, M, N2),
-                "another K was not refused");
-        out_free(&bad);
+        require_refused(M, Kw + 16, x, xs, Eg, gl, N2, view, k, "another K was not refused");
         qmoe_kernel other = k == QMOE_KERNEL_PORTABLE ? QMOE_KERNEL_AVX2 : QMOE_KERNEL_PORTABLE;
-        require(run(M, Kw, x, xs, Eg, gl, N2, view, NULL, NULL, other, 1, 0, &bad) ==
-                        QMOE_ERR_PARAM_INVALID && untouched(&bad, M, N2),
-                "another kernel was not refused");
-        out_free(&bad);
+        require_refused(M, Kw, x, xs, Eg, gl, N2, view, other, "another kernel was not refused");
         qmoe_tensor_destroy(view);
         qmoe_weights_destroy(pw);
     }
