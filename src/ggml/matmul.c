@@ -273,7 +273,7 @@ static void scatter_share(void *arg, int t, int n)
         memcpy(m->rows[m->perm[r]].dst, m->y + (size_t)r * (size_t)m->Np, (size_t)m->N * sizeof(float));
 }
 
-enum { QG_PARALLEL_COPY_BYTES = 1 << 18, QG_SMALL_QUANT = 1 << 16 };
+enum { QG_PARALLEL_COPY_BYTES = 1 << 18, QG_SMALL_QUANT = 1 << 16, QG_QUANT_ROWS = 256 };
 
 static void rows_on_threads(qg_context *ctx, void (*fn)(void *, int, int), moved *m,
                             size_t bytes)
@@ -383,7 +383,11 @@ int qg_acts_prepare(qg_context *ctx, const struct ggml_tensor *node, const qg_we
     a->rows = qg_scratch(ctx, QG_S_ROWS, fR * sizeof(qg_row));
     a->perm = qg_scratch(ctx, QG_S_PERM, fR * sizeof(int64_t));
     a->counts = qg_scratch(ctx, QG_S_COUNTS, (2 * (size_t)E + 1) * sizeof(int64_t));
-    float *x = qg_scratch(ctx, QG_S_X, nx);
+    /* floats gathered QG_QUANT_ROWS rows at a time and quantized from there: per-row scales make
+     * the blocks' results the whole's, and R x K floats (33.5 MB at a 512-token prompt of a
+     * 2048-wide model) are never held */
+    const int64_t B = R < QG_QUANT_ROWS ? R : QG_QUANT_ROWS;
+    float *x = qg_scratch(ctx, QG_S_X, (size_t)B * (size_t)K * sizeof(float));
     a->xq = qg_scratch(ctx, QG_S_XQ, nx / sizeof(float));
     a->xs = qg_scratch(ctx, QG_S_XS, fR * sizeof(float));
     if (!a->rows || !a->perm || !a->counts || !x || !a->xq || !a->xs) {
@@ -401,12 +405,16 @@ int qg_acts_prepare(qg_context *ctx, const struct ggml_tensor *node, const qg_we
     for (int64_t r = 0; r < R; r++) perm[start[a->rows[r].mat]++] = r;
     for (int64_t e = E; e > 0; e--) start[e] = start[e - 1];
     start[0] = 0;
-    moved m = {b, a->rows, perm, x, NULL, K, 0, 0, R};
-    rows_on_threads(ctx, gather_share, &m, nx);
-    qmoe_op *qop = qg_small_plan(ctx, 0, R, K, K, qg_small_threads(ctx, R, K));
-    if (!qop) return 0;
-    void *qargs[4] = {x, NULL, a->xq, a->xs};
-    return qg_run(ctx, qop, qargs, 4);
+    for (int64_t r0 = 0; r0 < R; r0 += B) {
+        const int64_t n = R - r0 < B ? R - r0 : B;
+        moved m = {b, a->rows, perm + r0, x, NULL, K, 0, 0, n};
+        rows_on_threads(ctx, gather_share, &m, (size_t)n * (size_t)K * sizeof(float));
+        qmoe_op *qop = qg_small_plan(ctx, 0, n, K, K, qg_small_threads(ctx, n, K));
+        if (!qop) return 0;
+        void *qargs[4] = {x, NULL, a->xq + (size_t)r0 * (size_t)K, a->xs + r0};
+        if (!qg_run(ctx, qop, qargs, 4)) return 0;
+    }
+    return 1;
 }
 
 static int weight_run(qg_context *ctx, qg_weight *w, const qg_acts *a, const int8_t *xq,

@@ -167,7 +167,7 @@ qg_weight *qg_buffer_weight(ggml_backend_buffer_t buffer, const struct ggml_tens
 
 enum {
     QG_S_WS,     /* qmoe workspace */
-    QG_S_X,      /* gathered activations, float [R, K], rows sorted by matrix */
+    QG_S_X,      /* gathered activations, float [<= 256, K]: a block of rows sorted by matrix */
     QG_S_XQ,     /* their int8 values [R, K] */
     QG_S_XS,     /* per-row scales [R] */
     QG_S_Y,      /* outputs [R, Np] */
@@ -176,8 +176,8 @@ enum {
     QG_S_COUNTS, /* rows per matrix and their starts, int64 [2 E + 1] */
     QG_S_MIN,    /* q4_K / q5_K min term: the rows' group sums, low and high parts, int8 [2, R, 2 K/32] */
     QG_S_MINY,   /* and the min objects' outputs, float [2, R, Np] */
-    QG_S_GU,     /* the SwiGLU pattern (moe_ffn.c): gate | up outputs, float [R, 2 Np] */
-    QG_S_H,      /* its SwiGLU, float [R, I] */
+    QG_S_GU,     /* the SwiGLU pattern (moe_ffn.c): gate | up outputs, float [R, 2 Np], and its
+                  * SwiGLU h [R, I] after them; then the down projection's outputs over both */
     QG_S_HQ,     /* that, quantized per row: int8 [R, I] */
     QG_S_HS,     /* and its scales [R] */
     QG_S_SLOTS
