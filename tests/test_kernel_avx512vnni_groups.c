@@ -5,10 +5,12 @@
  *   - the micro-kernel alone, every tile shape (1-6 rows, 1-4 units), 1-9 groups of 1-9 steps,
  *     int8 steps and prepacked int4 steps (against expand_i4 + gemm), with and without xScale,
  *     in one call and split into two (first = 0 continues the float tile); zero and negative
- *     scales, so signed zeros and their sums are compared too;
+ *     scales, so signed zeros and their sums are compared too; scales given as float32 and as
+ *     float16 / bfloat16 bits (read in place, widened on the load) against their float values;
  *   - through the driver, the kernel sweep's per-group cases and groups of 32 at K = 1024
  *     (A8W8 and A8W4): the table as it is against a copy without gemm_groups.
  */
+#include "core/halfconv.h"
 #include "test_kernel_common.h"
 
 enum { MAXG = 9, MAXQ = 9, MAXK = 4 * MAXG * MAXQ };
@@ -23,8 +25,9 @@ static float scale(qt_rng *r)
 
 /* gemm + fold per group, the reference order; returns 0 on a mismatch */
 static int micro_case(const qmoe_gemm_isa *isa, qt_rng *r, int mr, int nu, int i4, int use_xs,
-                      int64_t ng, int64_t kq)
+                      int kind, int64_t ng, int64_t kq)
 {
+    static uint16_t wh[MAXG * 64]; /* kind 1 / 2: the scales' float16 / bfloat16 bits */
     int64_t K = 4 * ng * kq, wstep = 4 * QMOE_PK_STEP, wstep4 = 4 * QMOE_PK_STEP / 2;
     static int8_t x[6 * MAXK];
     static uint8_t w[MAXK / 4 * 4 * QMOE_PK_STEP], w4[MAXK / 4 * 4 * QMOE_PK_STEP / 2];
@@ -41,7 +44,20 @@ static int micro_case(const qmoe_gemm_isa *isa, qt_rng *r, int mr, int nu, int i
     }
     for (int i = 0; i < 6 * MAXG; i++) xoff[i] = (int32_t)qt_range(r, -300000, 300000);
     for (int i = 0; i < 6; i++) xs[i] = scale(r);
-    for (int i = 0; i < MAXG * 64; i++) ws[i] = scale(r);
+    for (int i = 0; i < MAXG * 64; i++) {
+        ws[i] = scale(r);
+        if (kind == 2) { /* bfloat16: the float's top half, any sign, zero or subnormal */
+            wh[i] = qmoe_f32_to_bf16(ws[i]);
+            ws[i] = qmoe_bf16_to_f32(wh[i]);
+        } else if (kind == 1) { /* float16 up to 2^7, zeros and subnormals included */
+            int k = (int)qt_range(r, 0, 9);
+            wh[i] = (uint16_t)(k == 0 ? 0 : k == 1 ? 0x8000u
+                                       : (uint32_t)qt_range(r, 0, 1) << 15 | (uint32_t)qt_range(r, 0, 0x5bff));
+            ws[i] = qmoe_f16_to_f32(wh[i]);
+        }
+    }
+    const void *wsv = kind ? (const void *)wh : (const void *)ws;
+    const size_t es = kind ? 2 : 4;
     const float *xsp = use_xs ? xs : NULL;
     for (int64_t g = 0; g < ng; g++) {
         isa->gemm(mr, nu, kq, x + 4 * g * kq, K, w + g * kq * wstep, wstep, acc, 64, 0);
@@ -49,11 +65,13 @@ static int micro_case(const qmoe_gemm_isa *isa, qt_rng *r, int mr, int nu, int i
     }
     const uint8_t *wq = i4 ? w4 : w;
     int64_t ws_ = i4 ? wstep4 : wstep;
-    isa->gemm_groups(mr, nu, i4, ng, kq, x, K, wq, ws_, xoff, MAXG, xsp, ws, 64, got, 64, 1);
+    isa->gemm_groups(mr, nu, i4, ng, kq, x, K, wq, ws_, xoff, MAXG, xsp, wsv, kind, 64, got, 64, 1);
     int64_t a = ng / 2; /* two calls: groups [0, a) then [a, ng) continuing the tile */
-    if (a > 0) isa->gemm_groups(mr, nu, i4, a, kq, x, K, wq, ws_, xoff, MAXG, xsp, ws, 64, part, 64, 1);
+    if (a > 0)
+        isa->gemm_groups(mr, nu, i4, a, kq, x, K, wq, ws_, xoff, MAXG, xsp, wsv, kind, 64, part, 64, 1);
     isa->gemm_groups(mr, nu, i4, ng - a, kq, x + 4 * a * kq, K, wq + a * kq * ws_, ws_, xoff + a,
-                     MAXG, xsp, ws + a * 64, 64, part, 64, a == 0);
+                     MAXG, xsp, (const uint8_t *)wsv + es * (size_t)(a * 64), kind, 64, part, 64,
+                     a == 0);
     int ok = 1;
     for (int i = 0; i < mr; i++) {
         ok &= !memcmp(want + 64 * i, got + 64 * i, sizeof(float) * (size_t)(16 * nu));
@@ -70,16 +88,17 @@ static void check_micro(const qmoe_gemm_isa *isa)
         for (int nu = 1; nu <= 4; nu++)
             for (int i4 = 0; i4 < 2; i4++)
                 for (int use_xs = 0; use_xs < 2; use_xs++)
-                    for (int t = 0; t < 4; t++) {
-                        int64_t ng = qt_range(&r, 1, MAXG), kq = qt_range(&r, 1, MAXQ);
-                        int ok = micro_case(isa, &r, mr, nu, i4, use_xs, ng, kq);
-                        CHECK_MSG(ok, "gemm_groups != gemm + fold: mr %d nu %d i4 %d xs %d "
-                                      "groups %lld steps %lld", mr, nu, i4, use_xs,
-                                  (long long)ng, (long long)kq);
-                        bad += !ok;
-                        cases++;
-                    }
-    CHECK(cases == 6 * 4 * 2 * 2 * 4 && bad == 0);
+                    for (int kind = 0; kind < 3; kind++)
+                        for (int t = 0; t < 4; t++) {
+                            int64_t ng = qt_range(&r, 1, MAXG), kq = qt_range(&r, 1, MAXQ);
+                            int ok = micro_case(isa, &r, mr, nu, i4, use_xs, kind, ng, kq);
+                            CHECK_MSG(ok, "gemm_groups != gemm + fold: mr %d nu %d i4 %d xs %d "
+                                          "scales %d groups %lld steps %lld", mr, nu, i4, use_xs,
+                                      kind, (long long)ng, (long long)kq);
+                            bad += !ok;
+                            cases++;
+                        }
+    CHECK(cases == 6 * 4 * 2 * 2 * 3 * 4 && bad == 0);
 }
 
 /* One expert of M rows, K in groups of gk, N = 256 (4 column panels of 32 + 32), ND weights

@@ -266,6 +266,10 @@ typedef struct panel {
     uint8_t *wp;        /* act block, then gate block at wp + blk */
     int64_t blk, wstep;
     float *wsg;         /* [G][2 * 16 * U]: act columns then gate columns */
+    /* prepacked 16-bit scales (same layout) that gemm_groups reads in place; the other paths
+     * read wsg, into which they are widened first (run_block). NULL: wsg holds the scales. */
+    const uint16_t *ws16;
+    int ws16_kind; /* 1 float16, 2 bfloat16 */
     float *corr;        /* [2 * 16 * U] */
     int64_t ld;         /* 2 * 16 * U */
     int i4;             /* wp holds prepacked int4 steps for the isa's gemm_i4 (32 bytes a unit) */
@@ -511,8 +515,10 @@ static void groups_chunk(const qmoe_gemm_isa *isa, const panel *pn, const int8_t
                 isa->gemm_groups(mr, nu, pn->i4, ng, kq, x + r * ldx + 4 * g0 * kq, ldx,
                                  pn->wp + h * pn->blk + g0 * kq * pn->wstep + u0 * ustep,
                                  pn->wstep, xoff + r * G + g0, G, xs ? xs + r : NULL,
-                                 pn->wsg + g0 * pn->ld + c, pn->ld, f + r * pn->ld + c, pn->ld,
-                                 g0 == 0);
+                                 pn->ws16 ? (const void *)(pn->ws16 + g0 * pn->ld + c)
+                                          : (const void *)(pn->wsg + g0 * pn->ld + c),
+                                 pn->ws16 ? pn->ws16_kind : 0, pn->ld, f + r * pn->ld + c,
+                                 pn->ld, g0 == 0);
             }
     }
 }
@@ -651,12 +657,13 @@ static void prepacked_panel(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p,
     pn->wstep = pn->nu * QMOE_PK_STEP;
     pn->blk = (L->Kp / 4) * pn->wstep;
     uint64_t ws_at = (uint64_t)(e * pp->panels + i) * (uint64_t)(pp->G * QMOE_PP_LD);
+    pn->ws16 = NULL;
     if (pp->ws_kind == QMOE_SCALE_F32) {
         pn->wsg = (float *)pp->ws + ws_at;
-    } else { /* 16-bit scales: widened into the scratchpad's panel scales, once per panel */
+    } else { /* 16-bit scales: read in place by gemm_groups, else widened into the scratchpad */
         pn->wsg = (float *)(sp + L->wsg);
-        half_to_f32(isa, pn->wsg, (const uint16_t *)pp->ws + ws_at, pp->ws_kind == QMOE_SCALE_BF16,
-                    pp->G * QMOE_PP_LD);
+        pn->ws16 = (const uint16_t *)pp->ws + ws_at;
+        pn->ws16_kind = pp->ws_kind == QMOE_SCALE_BF16 ? 2 : 1;
     }
     pn->corr = pp->corr + (uint64_t)(e * pp->panels + i) * QMOE_PP_LD;
     pn->i4 = 0;
@@ -692,6 +699,8 @@ void qmoe_fast_prepack_expert(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p
     pn.ld = 2 * QMOE_PK_UNIT * L.U;
     pn.wp = sp + L.wp;
     pn.wsg = (float *)(sp + L.wsg);
+    pn.ws16 = NULL;
+    pn.ws16_kind = 0;
     pn.corr = (float *)(sp + L.corr);
     for (int64_t i = 0; i < pp->panels; i++) {
         pn.jc = i * QMOE_PP_COLS;
@@ -745,6 +754,8 @@ static void run_block(const block_args *A, uint8_t *sp, const fast_layout *L)
     pn.ld = 2 * QMOE_PK_UNIT * L->U;
     pn.wp = sp + L->wp;
     pn.wsg = (float *)(sp + L->wsg);
+    pn.ws16 = NULL;
+    pn.ws16_kind = 0;
     pn.corr = (float *)(sp + L->corr);
     int32_t *acc = (int32_t *)(sp + L->acc);
     float *f = (float *)(sp + L->f), *xs = (float *)(sp + L->xs);
@@ -799,6 +810,10 @@ static void run_block(const block_args *A, uint8_t *sp, const fast_layout *L)
              * the group's products; gemm_groups keeps the float tile in registers. */
             int grouped = isa->gemm_groups && !xt && p->G > 1 && L->gk > 0 &&
                           L->gkp <= GROUPS_MAX_K && !DUMPING(A);
+            if (!grouped && pn.ws16) { /* the other paths read float scales: widened once */
+                half_to_f32(isa, pn.wsg, pn.ws16, pn.ws16_kind == 2, p->G * QMOE_PP_LD);
+                pn.ws16 = NULL;
+            }
             if (grouped)
                 groups_block(isa, &pn, x, ldx, rows, p->G, L->gkp / 4, xo, a8w4 ? NULL : xs, f);
             for (int64_t g = 0; g < p->G && !grouped; g++) {

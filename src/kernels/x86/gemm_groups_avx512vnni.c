@@ -32,6 +32,16 @@ static inline __attribute__((always_inline)) __m512i expand_i4(const uint8_t *p)
     return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
+/* 16 scales of group g, unit u: float32 as they are; float16 / bfloat16 widened on the load
+ * (vcvtph2ps / a shift: half_to_f32's values), so prepacked 16-bit scales are read in place. */
+static inline __attribute__((always_inline)) __m512 ws_load(const void *ws, int kind, int64_t at)
+{
+    if (kind == 0) return _mm512_loadu_ps((const float *)ws + at);
+    __m256i h = _mm256_loadu_si256((const __m256i *)(const void *)((const uint16_t *)ws + at));
+    return kind == 1 ? _mm512_cvtph_ps(h)
+                     : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
 typedef struct groups_args {
     int64_t ng, kq;
     const int8_t *x;
@@ -40,7 +50,9 @@ typedef struct groups_args {
     int64_t wstep;
     const int32_t *xoff;
     int64_t xoff_stride;
-    const float *xs, *ws; /* ws: unit 0 of the sub-tile, group 0 */
+    const float *xs;
+    const void *ws; /* unit 0 of the sub-tile, group 0: float32, or 16 bits (ws_kind 1, 2) */
+    int ws_kind;
     int64_t ws_stride;
     float *f;
     int64_t ldf;
@@ -109,13 +121,13 @@ static inline __attribute__((always_inline)) void sub_tile(int i4, int first, in
 #undef ROW
         }
         /* fold this group: (float)(acc - xoff) * xs * ws, left to right; then f + v */
-        const float *ws = a->ws + g * a->ws_stride;
+        const int64_t ws_at = g * a->ws_stride;
 #define FOLD(R, U)                                                                               \
     if (mr > R && nu > U) {                                                                      \
         __m512i o = _mm512_set1_epi32(xo[R * a->xoff_stride]);                                   \
         __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(c##R##U, o));                             \
         if (a->xs) v = _mm512_mul_ps(v, _mm512_set1_ps(a->xs[R])); /* a broadcast operand */    \
-        v = _mm512_mul_ps(v, _mm512_loadu_ps(ws + 16 * U));                                      \
+        v = _mm512_mul_ps(v, ws_load(a->ws, a->ws_kind, ws_at + 16 * U));                        \
         f##R##U = _mm512_add_ps(f##R##U, v);                                                     \
     }
         EACH(FOLD)
@@ -152,9 +164,10 @@ static const sub_fn subs4[2][SR4][SU4] = {
 
 void qmoe_gemm_groups_avx512(int mr, int nu, int i4, int64_t ng, int64_t kq, const int8_t *x,
                              int64_t ldx, const uint8_t *wp, int64_t wstep, const int32_t *xoff,
-                             int64_t xoff_stride, const float *xs, const float *ws,
+                             int64_t xoff_stride, const float *xs, const void *ws, int ws_kind,
                              int64_t ws_stride, float *f, int64_t ldf, int first)
 {
+    const size_t es = ws_kind ? 2 : 4;
     const int64_t ustep = i4 ? 32 : 64;
     const int sr = i4 ? SR4 : SR8, su = i4 ? SU4 : SU8;
     for (int r = 0; r < mr; r += sr)
@@ -167,7 +180,8 @@ void qmoe_gemm_groups_avx512(int mr, int nu, int i4, int64_t ng, int64_t kq, con
             int lead = r == 0 && u == 0;
             groups_args a = {ng, kq, x + r * ldx, ldx, wp + u * ustep, wstep,
                              xoff + r * xoff_stride, xoff_stride, xs ? xs + r : NULL,
-                             ws + 16 * u, ws_stride, f + r * ldf + 16 * u, ldf, nu * ustep,
+                             (const uint8_t *)ws + es * (size_t)(16 * u), ws_kind, ws_stride,
+                             f + r * ldf + 16 * u, ldf, nu * ustep,
                              lead ? PREFETCH - u * ustep : ng * kq * wstep - u * ustep, first};
             if (i4) subs4[first != 0][rows - 1][units - 1](&a);
             else subs8[first != 0][rows - 1][units - 1](&a);
