@@ -1,25 +1,29 @@
 """Prepacked expert weights (include/qmoe/weights.h): the weights rearranged once into the order
 the chosen kernel streams, scales and the A8W4 correction folded in, then passed as the
-operator's ``weight`` on every call."""
+operator's ``weight`` on every call. A large weight can be prepacked a slice of experts at a
+time (``prepack(..., experts=E)``, then :meth:`PrepackedWeights.append`), and the integers and
+scales read back out of the object (:meth:`PrepackedWeights.unpack`, ``unpack_scales``)."""
 
 from __future__ import annotations
 
 import ctypes
+import operator
 from ctypes import POINTER, c_int, c_int64, c_uint64, c_void_p
-from typing import Optional, Union
+from typing import Optional, Tuple, Union
 
 import numpy as np
 
 from . import _lib
-from ._arrays import Tensors
+from ._arrays import Tensors, invalid
 from ._errors import QmoeError
 from ._op import ArrayLike, _kernel, _plain, _Weight, _weight_scale
 
 
 class WeightsOptions(ctypes.Structure):
-    """struct qmoe_weights_options."""
+    """struct qmoe_weights_options (the 0.3.1 layout; struct_size tells the library which)."""
 
-    _fields_ = [("struct_size", ctypes.c_uint32), ("kernel", c_int), ("force_weight_nz", c_int)]
+    _fields_ = [("struct_size", ctypes.c_uint32), ("kernel", c_int), ("force_weight_nz", c_int),
+                ("experts", c_int64)]
 
 
 def _declare(lib: ctypes.CDLL) -> None:
@@ -30,14 +34,54 @@ def _declare(lib: ctypes.CDLL) -> None:
 
     fn("qmoe_weights_prepack", c_int, c_void_p, c_void_p, c_void_p, POINTER(WeightsOptions),
        POINTER(c_void_p))
+    fn("qmoe_weights_append", c_int, c_void_p, c_void_p, c_void_p, c_void_p)
     fn("qmoe_weights_destroy", None, c_void_p)
     fn("qmoe_weights_tensor", c_int, c_void_p, POINTER(c_void_p))
+    fn("qmoe_weights_unpack", c_int, c_void_p, c_int64, c_void_p)
+    fn("qmoe_weights_unpack_scales", c_int, c_void_p, c_int64, c_int, c_void_p)
     fn("qmoe_weights_bytes", c_uint64, c_void_p)
     fn("qmoe_weights_kernel", c_int, c_void_p)
     fn("qmoe_tensor_dim", c_int64, c_void_p, c_int)
 
 
 _declare(_lib.lib)
+
+# The dtype the object keeps its scales in (qmoe_weights_unpack_scales), by the source's dtype
+# code: 16-bit scales as given, everything else as the float32 values the kernels use.
+_KEPT_SCALES = {_lib.DTYPE_FLOAT16: (_lib.DTYPE_FLOAT16, np.float16),
+                _lib.DTYPE_BFLOAT16: (_lib.DTYPE_BFLOAT16, np.uint16)}  # NumPy has no bfloat16
+
+
+def _int64(value: Optional[int], name: str) -> int:
+    """An integer argument for a C int64_t (None -> 0), refused as QmoeError otherwise."""
+    if value is None:
+        return 0
+    try:
+        if isinstance(value, bool):
+            raise TypeError("a bool")
+        v = operator.index(value)
+    except TypeError as exc:
+        raise invalid(f"{name} = {value!r}: expected an integer") from exc
+    if not -(2 ** 63) <= v < 2 ** 63:
+        raise invalid(f"{name} = {v} does not fit int64")
+    return v
+
+
+class _Source:
+    """The weight, weight_scale and bias of prepack / append, converted as the operator
+    functions convert them; tensors() makes their qmoe tensors for one call."""
+
+    def __init__(self, weight: ArrayLike, weight_scale: ArrayLike, bias: Optional[ArrayLike],
+                 weight_format: Optional[str], int4_packed: bool,
+                 weight_scale_dtype: Optional[str]) -> None:
+        self.w = _Weight(weight, weight_format, int4_packed)
+        self.ws, self.ws_dtype = _weight_scale(weight_scale, weight_scale_dtype)
+        self.b, self.b_dtype = _plain(bias, "bias", np.float32, "float32")
+
+    def tensors(self, t: Tensors) -> Tuple[Optional[c_void_p], ...]:
+        w = self.w
+        return (t.create(w.arr, w.dtype, w.fmt, shape=w.shape, strides=w.strides),
+                t.create(self.ws, self.ws_dtype), t.create(self.b, self.b_dtype))
 
 
 class PrepackedWeights(_lib.Owned):
@@ -46,15 +90,26 @@ class PrepackedWeights(_lib.Owned):
 
     Holds its own copy (about the raw weight bytes, see :attr:`nbytes`); the arrays it was made
     from are not referenced. Freed when garbage-collected or by :meth:`close`.
+
+    :attr:`shape` is the logical ``(E, K, N)`` of all its experts, also while an object made
+    with ``prepack(..., experts=E)`` still waits for :meth:`append` (the operator refuses it
+    until every expert is in). :meth:`unpack` and :meth:`unpack_scales` give an expert's
+    integers and scales back, so a caller need not keep the raw weights beside it.
     """
 
     _qmoe_prepacked = True  # how the operator functions recognise it
 
     _closed_what = "prepacked weights"
 
-    def __init__(self, handle: c_void_p) -> None:
+    def __init__(self, handle: c_void_p, scale_shape: Tuple[int, ...] = (),
+                 scale_dtype: int = _lib.DTYPE_FLOAT32) -> None:
         self._own(handle)
+        # one expert's weight_scale shape ([N] or [G, N]) and the dtype code the object was made
+        # from: the library reports neither, unpack_scales needs both
+        self._scale_shape = tuple(scale_shape)
+        self._scale_dtype = scale_dtype
         view = c_void_p()
+        # the view's shape is the object's E (options.experts), filled or not
         _lib.check(_lib.lib.qmoe_weights_tensor(handle, ctypes.byref(view)))
         try:
             self.shape = tuple(int(_lib.lib.qmoe_tensor_dim(view, i)) for i in range(3))
@@ -76,6 +131,57 @@ class PrepackedWeights(_lib.Owned):
         """The kernel the weights were prepacked for (the operator must run it)."""
         with self._use() as handle:
             return _lib.kernel_name(_lib.lib.qmoe_weights_kernel(handle))
+
+    def append(self, weight: ArrayLike, weight_scale: ArrayLike, *,
+               bias: Optional[ArrayLike] = None, weight_format: Optional[str] = None,
+               int4_packed: bool = False, weight_scale_dtype: Optional[str] = None) -> None:
+        """Packs the next experts of an object made with ``prepack(..., experts=E)``.
+
+        ``weight``, ``weight_scale`` and ``bias`` are a slice of E' experts given as the first
+        slice was (same K, N, groups, dtypes and layout; the arguments as in :func:`prepack`);
+        they become experts ``[n, n + E')`` where ``n`` were packed before. The object is usable
+        once all its experts are in. A slice that does not match, or of more experts than are
+        left, raises :class:`QmoeError` (161002) and leaves the object as it was. Waits for the
+        calls using the object in flight; calls from other threads wait for the append.
+        """
+        src = _Source(weight, weight_scale, bias, weight_format, int4_packed, weight_scale_dtype)
+        with Tensors() as t:
+            tensors = src.tensors(t)
+            # not concurrent with any other use of the object (weights.h): hold the lock
+            # _use() takes, with no call in flight, so new calls and close() wait for it
+            with self._cond:
+                while True:
+                    if self._handle is None or self._closing:
+                        raise self._closed()
+                    if not self._calls:
+                        break
+                    self._cond.wait()  # notified when the last call in flight ends
+                _lib.check(_lib.lib.qmoe_weights_append(self._handle, *tensors))
+
+    def unpack(self, expert: int) -> np.ndarray:
+        """The integer weights of one expert: a new int8 array ``[K, N]`` (``W[expert]``, the
+        logical weight; int4 weights as values in [-8, 7]), exactly those it was made from.
+        An expert outside ``[0, E)`` or not appended yet raises :class:`QmoeError` (161002)."""
+        e = _int64(expert, "expert")
+        _, K, N = self.shape
+        values = np.empty((K, N), np.int8)
+        with self._use() as handle:
+            _lib.check(_lib.lib.qmoe_weights_unpack(handle, e, values.ctypes.data))
+        return values
+
+    def unpack_scales(self, expert: int) -> np.ndarray:
+        """The weight scales of one expert, shaped as ``weight_scale[expert]`` was (``[N]`` per
+        channel, ``[G, N]`` per group), in the dtype the object keeps them: float16 for float16
+        scales, bfloat16 as its uint16 bits (as ``weight_scale_dtype="bfloat16"`` takes them;
+        ``.view(ml_dtypes.bfloat16)`` for the type), the bits given; float32 otherwise (the
+        values the kernels use, e.g. the low words of uint64/int64 A8W4 scales). An expert
+        outside ``[0, E)`` or not appended yet raises :class:`QmoeError` (161002)."""
+        e = _int64(expert, "expert")
+        code, dtype = _KEPT_SCALES.get(self._scale_dtype, (_lib.DTYPE_FLOAT32, np.float32))
+        scales = np.empty(self._scale_shape, dtype)
+        with self._use() as handle:
+            _lib.check(_lib.lib.qmoe_weights_unpack_scales(handle, e, code, scales.ctypes.data))
+        return scales
 
     def _view(self, tensors: Tensors, handle: c_void_p) -> c_void_p:
         """A qmoe_tensor view for one call, destroyed with the call's other tensors; the caller
@@ -105,6 +211,7 @@ def prepack(
     int4_packed: bool = False,
     weight_scale_dtype: Optional[str] = None,
     kernel: Union[str, int] = "auto",
+    experts: Optional[int] = None,
 ) -> PrepackedWeights:
     """Prepacks expert weights once for the fused operator.
 
@@ -114,16 +221,19 @@ def prepack(
     (``"auto"``: the fastest this CPU runs; not ``"reference"``). Results with the returned
     object are bit-identical to the raw weights'. Using it with another K, N, E, scale dtype or
     kernel raises :class:`QmoeError` (161002).
+
+    ``experts``: the object's number of experts; None (or 0) is the weight's E. More than that
+    makes an object of ``experts`` experts whose first E are ``weight``'s: the rest are given
+    with :meth:`PrepackedWeights.append`, a slice at a time (so a large weight needs the
+    staging of one slice only), and the operator refuses the object until they are all in.
+    Fewer than the weight's E raises :class:`QmoeError` (161002).
     """
-    w = _Weight(weight, weight_format, int4_packed)
-    ws_arr, ws_dt = _weight_scale(weight_scale, weight_scale_dtype)
-    b_arr, b_dt = _plain(bias, "bias", np.float32, "float32")
+    src = _Source(weight, weight_scale, bias, weight_format, int4_packed, weight_scale_dtype)
     opts = WeightsOptions(struct_size=ctypes.sizeof(WeightsOptions), kernel=_kernel(kernel),
-                          force_weight_nz=0)
+                          force_weight_nz=0, experts=_int64(experts, "experts"))
     handle = c_void_p()
     with Tensors() as t:
-        _lib.check(_lib.lib.qmoe_weights_prepack(
-            t.create(w.arr, w.dtype, w.fmt, shape=w.shape, strides=w.strides),
-            t.create(ws_arr, ws_dt), t.create(b_arr, b_dt), ctypes.byref(opts),
-            ctypes.byref(handle)))
-    return PrepackedWeights(handle)
+        _lib.check(_lib.lib.qmoe_weights_prepack(*src.tensors(t), ctypes.byref(opts),
+                                                 ctypes.byref(handle)))
+    # accepted, so weight_scale is [E, N] or [E, G, N]
+    return PrepackedWeights(handle, src.ws.shape[1:], src.ws_dtype)

@@ -1,14 +1,17 @@
-"""The ctypes declarations (qmoe/_lib.py) agree with include/qmoe/qmoe.h: the numbers of every
-enum and the fields of qmoe_grouped_matmul_swiglu_quant_options, so a change to the C API cannot silently break Python."""
+"""The ctypes declarations (qmoe/_lib.py, qmoe/_prepack.py) agree with include/qmoe/qmoe.h and
+qmoe/weights.h: the numbers of every enum, the fields of qmoe_grouped_matmul_swiglu_quant_options
+and of qmoe_weights_options, so a change to the C API cannot silently break Python."""
 
+import ctypes
 import re
 from pathlib import Path
 
 import qmoe
-from qmoe import _lib
+from qmoe import _lib, _prepack
 
 ROOT = Path(__file__).resolve().parents[2]
 HEADER = (ROOT / "include" / "qmoe" / "qmoe.h").read_text()
+WEIGHTS_HEADER = (ROOT / "include" / "qmoe" / "weights.h").read_text()
 
 
 def header_constants():
@@ -50,6 +53,25 @@ def test_op_options_fields_match_the_header():
     assert len(fields) == body.count(";"), "a field of a type this test does not read"
     assert fields[0] == "struct_size" and _lib.OpOptions._fields_[0][1] is _lib.c_uint32
     assert fields == [name for name, _ in _lib.OpOptions._fields_]
+
+
+# C field types -> the ctypes type of the same size and signedness (C enums are int-sized).
+_C_TYPES = {"int": ctypes.c_int, "uint32_t": ctypes.c_uint32, "int64_t": ctypes.c_int64,
+            "qmoe_kernel": ctypes.c_int}
+
+
+def test_weights_options_fields_match_the_header():
+    body = re.search(r"typedef struct qmoe_weights_options\s*\{(.*?)\}\s*qmoe_weights_options;",
+                     WEIGHTS_HEADER, re.S).group(1)
+    body = re.sub(r"/\*.*?\*/", "", body, flags=re.S)
+    fields = re.findall(r"^\s*(\w+)\s+(\w+)\s*;", body, re.M)
+    assert len(fields) == body.count(";"), "a field this test does not read"
+    assert all(ctype in _C_TYPES for ctype, _ in fields), fields
+    assert [(name, _C_TYPES[ctype]) for ctype, name in fields] == \
+        [(name, t) for name, t in _prepack.WeightsOptions._fields_]
+    # QMOE_WEIGHTS_OPTIONS_INIT initialises every field (struct_size first)
+    init = re.search(r"#define\s+QMOE_WEIGHTS_OPTIONS_INIT\s*\{(.*)\}", WEIGHTS_HEADER).group(1)
+    assert init.count(",") + 1 == len(fields) and "sizeof(qmoe_weights_options)" in init
 
 
 def test_versions_agree():
