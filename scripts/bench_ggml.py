@@ -13,9 +13,10 @@ issue 22, item 6).
    --repack 0 and with the backend (GGML_BACKEND_PATH), alternating; t/s, and peak RSS of the process
    (the kernel's ru_maxrss: mmap'd file pages plus any copy) against the GGUF file's size.
 
-Every run, CPU and QMOE alike, gets the same OMP_WAIT_POLICY (--omp-wait-policy, default passive:
-the backend needs it, docs/ggml.md). llama.cpp's default, active spinning, may be faster for the CPU
-alone on an idle machine; --omp-wait-policy default measures that.
+Every run, CPU and QMOE alike, gets the same OMP_WAIT_POLICY (--omp-wait-policy, default: left
+unset, llama.cpp's own default, under which its OpenMP threads spin a while between regions). The
+backend runs qmoe on that same OpenMP team, so the spinning threads are the ones it uses; with
+passive, both backends were slower (docs/ggml.md, "How it is measured").
 
 Each configuration runs once per round, the order rotated every round, so a noisy minute hits every
 configuration alike; the table shows the median and the spread (min-max) over the rounds and the
@@ -261,8 +262,8 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--batches", default="1,8,64,512")
     ap.add_argument("--model-types", default="Q8_0,Q4_0,Q4_K_M")
-    ap.add_argument("--omp-wait-policy", default="passive", choices=["passive", "active", "default"],
-                    help="OMP_WAIT_POLICY of every run, CPU and QMOE alike (default: passive)")
+    ap.add_argument("--omp-wait-policy", default="default", choices=["passive", "active", "default"],
+                    help="OMP_WAIT_POLICY of every run, CPU and QMOE alike (default: unset)")
     ap.add_argument("--skip-ops", action="store_true")
     ap.add_argument("--skip-model", action="store_true")
     a = ap.parse_args()
