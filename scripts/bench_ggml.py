@@ -16,7 +16,7 @@ issue 22, item 6).
 Every run, CPU and QMOE alike, gets the same OMP_WAIT_POLICY (--omp-wait-policy, default: left
 unset, llama.cpp's own default, under which its OpenMP threads spin a while between regions). The
 backend runs qmoe on that same OpenMP team, so the spinning threads are the ones it uses; with
-passive, both backends were slower (docs/ggml.md, "How it is measured").
+passive, both backends were slower (docs/ggml.md, "Measured side by side").
 
 Each configuration runs once per round, the order rotated every round, so a noisy minute hits every
 configuration alike; the table shows the median and the spread (min-max) over the rounds and the
