@@ -52,9 +52,9 @@ def _kernel(value: Union[str, int]) -> int:
     raise invalid(f"kernel = {value!r}: expected one of {', '.join(_lib.KERNELS)}")
 
 
-def _c_int(value: Optional[int], name: str) -> int:
-    """A count option as a C int; None means 0 (the library's default). Range checks are the
-    library's, so a negative value reaches it and gets its message."""
+def _c_int(value: Optional[int], name: str, bits: int = 32) -> int:
+    """A count option as a C int (bits=64: an int64_t); None means 0 (the library's default).
+    Range checks are the library's, so a negative value reaches it and gets its message."""
     if value is None:
         return 0
     try:
@@ -63,8 +63,8 @@ def _c_int(value: Optional[int], name: str) -> int:
         v = operator.index(value)
     except TypeError as exc:
         raise invalid(f"{name} = {value!r}: expected an integer or None") from exc
-    if not -(2 ** 31) <= v < 2 ** 31:
-        raise invalid(f"{name} = {v} does not fit a C int")
+    if not -(2 ** (bits - 1)) <= v < 2 ** (bits - 1):
+        raise invalid(f"{name} = {v} does not fit {'a C int' if bits == 32 else 'int64'}")
     return v
 
 

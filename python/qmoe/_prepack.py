@@ -7,16 +7,15 @@ scales read back out of the object (:meth:`PrepackedWeights.unpack`, ``unpack_sc
 from __future__ import annotations
 
 import ctypes
-import operator
 from ctypes import POINTER, c_int, c_int64, c_uint64, c_void_p
 from typing import Optional, Tuple, Union
 
 import numpy as np
 
 from . import _lib
-from ._arrays import Tensors, invalid
+from ._arrays import Tensors
 from ._errors import QmoeError
-from ._op import ArrayLike, _kernel, _plain, _Weight, _weight_scale
+from ._op import ArrayLike, _c_int, _kernel, _plain, _Weight, _weight_scale
 
 
 class WeightsOptions(ctypes.Structure):
@@ -50,21 +49,6 @@ _declare(_lib.lib)
 # code: 16-bit scales as given, everything else as the float32 values the kernels use.
 _KEPT_SCALES = {_lib.DTYPE_FLOAT16: (_lib.DTYPE_FLOAT16, np.float16),
                 _lib.DTYPE_BFLOAT16: (_lib.DTYPE_BFLOAT16, np.uint16)}  # NumPy has no bfloat16
-
-
-def _int64(value: Optional[int], name: str) -> int:
-    """An integer argument for a C int64_t (None -> 0), refused as QmoeError otherwise."""
-    if value is None:
-        return 0
-    try:
-        if isinstance(value, bool):
-            raise TypeError("a bool")
-        v = operator.index(value)
-    except TypeError as exc:
-        raise invalid(f"{name} = {value!r}: expected an integer") from exc
-    if not -(2 ** 63) <= v < 2 ** 63:
-        raise invalid(f"{name} = {v} does not fit int64")
-    return v
 
 
 class _Source:
@@ -162,7 +146,7 @@ class PrepackedWeights(_lib.Owned):
         """The integer weights of one expert: a new int8 array ``[K, N]`` (``W[expert]``, the
         logical weight; int4 weights as values in [-8, 7]), exactly those it was made from.
         An expert outside ``[0, E)`` or not appended yet raises :class:`QmoeError` (161002)."""
-        e = _int64(expert, "expert")
+        e = _c_int(expert, "expert", 64)
         _, K, N = self.shape
         values = np.empty((K, N), np.int8)
         with self._use() as handle:
@@ -176,7 +160,7 @@ class PrepackedWeights(_lib.Owned):
         ``.view(ml_dtypes.bfloat16)`` for the type), the bits given; float32 otherwise (the
         values the kernels use, e.g. the low words of uint64/int64 A8W4 scales). An expert
         outside ``[0, E)`` or not appended yet raises :class:`QmoeError` (161002)."""
-        e = _int64(expert, "expert")
+        e = _c_int(expert, "expert", 64)
         code, dtype = _KEPT_SCALES.get(self._scale_dtype, (_lib.DTYPE_FLOAT32, np.float32))
         scales = np.empty(self._scale_shape, dtype)
         with self._use() as handle:
@@ -230,7 +214,7 @@ def prepack(
     """
     src = _Source(weight, weight_scale, bias, weight_format, int4_packed, weight_scale_dtype)
     opts = WeightsOptions(struct_size=ctypes.sizeof(WeightsOptions), kernel=_kernel(kernel),
-                          force_weight_nz=0, experts=_int64(experts, "experts"))
+                          force_weight_nz=0, experts=_c_int(experts, "experts", 64))
     handle = c_void_p()
     with Tensors() as t:
         _lib.check(_lib.lib.qmoe_weights_prepack(*src.tensors(t), ctypes.byref(opts),
