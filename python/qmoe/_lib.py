@@ -235,6 +235,19 @@ class Owned:
                 if not self._calls:
                     self._cond.notify_all()
 
+    @contextlib.contextmanager
+    def _use_alone(self) -> Iterator[Any]:
+        """The live handle with no other call in flight, held for the block: calls and close()
+        that start meanwhile wait for it (for C functions not concurrent with any other use)."""
+        with self._cond:
+            if self._handle is None or self._closing:
+                raise self._closed()
+            while self._calls:  # notified when the last call in flight ends
+                self._cond.wait()
+                if self._handle is None or self._closing:
+                    raise self._closed()
+            yield self._handle
+
     def close(self) -> None:
         """Frees the handle once no call holds it (idempotent; later calls raise QmoeError)."""
         cond = getattr(self, "_cond", None)

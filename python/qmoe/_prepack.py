@@ -131,16 +131,8 @@ class PrepackedWeights(_lib.Owned):
         src = _Source(weight, weight_scale, bias, weight_format, int4_packed, weight_scale_dtype)
         with Tensors() as t:
             tensors = src.tensors(t)
-            # not concurrent with any other use of the object (weights.h): hold the lock
-            # _use() takes, with no call in flight, so new calls and close() wait for it
-            with self._cond:
-                while True:
-                    if self._handle is None or self._closing:
-                        raise self._closed()
-                    if not self._calls:
-                        break
-                    self._cond.wait()  # notified when the last call in flight ends
-                _lib.check(_lib.lib.qmoe_weights_append(self._handle, *tensors))
+            with self._use_alone() as handle:  # not concurrent with any other use (weights.h)
+                _lib.check(_lib.lib.qmoe_weights_append(handle, *tensors))
 
     def unpack(self, expert: int) -> np.ndarray:
         """The integer weights of one expert: a new int8 array ``[K, N]`` (``W[expert]``, the
