@@ -21,10 +21,7 @@
  * units, since each unit's int4 steps are expanded once per sub-tile that reads them: a split
  * by rows (3 + 1 for decode's 4) expanded them twice and ran slower than the per-group fold. */
 enum { SR8 = 3, SU8 = 4, SR4 = 6, SU4 = 2 };
-/* Bytes ahead of the weight stream, and into L2 (prefetcht1), as gemm_pf: the lead
- * sub-tile's own loads bring each line on to L1 a few hundred cycles later. Into L1 (prefetcht0)
- * one row per expert over DRAM ran 17-19 % slower (docs/performance.md, 2026-12-03). */
-enum { PREFETCH = 8192 };
+enum { PREFETCH = 8192 };    /* bytes ahead of the weight stream, as gemm_pf (into L2: parts.h) */
 
 /* int4 step of a unit (prepacked, core/prepack.h) -> the 64-byte step, as gemm_i4 does. */
 static inline __attribute__((always_inline)) __m512i expand_i4(const uint8_t *p)
@@ -92,10 +89,10 @@ static inline __attribute__((always_inline)) void sub_tile(int i4, int first, in
 #undef DECL_C
         int64_t k0 = 4 * g * a->kq;
         for (int64_t q = 0; q < a->kq; q++) {
-            if (pf > 0) _mm_prefetch((const char *)pp, _MM_HINT_T1);
-            if (pf > 64) _mm_prefetch((const char *)(pp + 64), _MM_HINT_T1);
-            if (pf > 128) _mm_prefetch((const char *)(pp + 128), _MM_HINT_T1);
-            if (pf > 192) _mm_prefetch((const char *)(pp + 192), _MM_HINT_T1);
+            if (pf > 0) _mm_prefetch((const char *)pp, QMOE_AVX512_WEIGHT_HINT);
+            if (pf > 64) _mm_prefetch((const char *)(pp + 64), QMOE_AVX512_WEIGHT_HINT);
+            if (pf > 128) _mm_prefetch((const char *)(pp + 128), QMOE_AVX512_WEIGHT_HINT);
+            if (pf > 192) _mm_prefetch((const char *)(pp + 192), QMOE_AVX512_WEIGHT_HINT);
             pp += a->wstep;
             __m512i w0, w1, w2, w3;
             if (i4) {

@@ -17,9 +17,8 @@ enum { MR = 6 };
  * read from memory once per call. 8 KB (32 steps of a 4-unit panel; past a panel's end, the
  * next panel's or expert's records, which follow it) covers DRAM's latency where 2 KB did not:
  * decode's loop 13.2 -> 11.6 ms, decode A8W4 6.8 -> 5.9, qwen3 (median) 18.4 -> 17.4 (one
- * thread, CPU time, 4 alternated rounds; docs/performance.md). Into L2 (prefetcht1): the
- * loads that follow bring the lines on to L1; prefetcht0 ran decode and Qwen3 A8W8 a few to
- * 20 % slower on Zen 4 (docs/performance.md, 2026-12-03). */
+ * thread, CPU time, 4 alternated rounds; docs/performance.md). Into L2 (parts.h): with
+ * prefetcht0 Qwen3 A8W8 ran 7 % slower on Zen 4, decode within its noise. */
 enum { PREFETCH = 8192 };
 
 /* A prepacked int4 step of a unit (core/prepack.h): 32 bytes, byte i holding bytes i and
@@ -67,7 +66,7 @@ static inline __attribute__((always_inline)) void tile(int i4, int pf, int mr, i
         if (pf) {
             int64_t step = i4 ? 32 * nu : 64 * nu;
             for (int64_t o = 0; o < step; o += 64)
-                _mm_prefetch((const char *)(wp + PREFETCH + o), _MM_HINT_T1);
+                _mm_prefetch((const char *)(wp + PREFETCH + o), QMOE_AVX512_WEIGHT_HINT);
         }
         if (i4) {
             w0 = expand_i4(wp), w1 = w2 = w3 = w0;

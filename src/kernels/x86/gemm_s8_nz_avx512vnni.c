@@ -15,8 +15,8 @@
 
 #define VBMI __attribute__((target("avx512vbmi")))
 
-/* Bytes ahead of the strip read that are prefetched, into L2 (prefetcht1) as the prepacked
- * kernels do: the weights stream from DRAM once (decode --raw, docs/performance.md). */
+/* Bytes ahead of the strip read that are prefetched (into L2: parts.h): the weights stream
+ * from DRAM once. */
 enum { PREFETCH = 2048 };
 
 static inline __m512i bcast(const int8_t *p)
@@ -42,8 +42,8 @@ nz_int8(int mr, int64_t kq, const int8_t *x, int64_t ldx, const uint8_t *w, int3
     __m512i c00 = _mm512_setzero_si512(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00,
             c30 = c00, c31 = c00;
     for (int64_t q = 0; q < kq; q++) {
-        _mm_prefetch((const char *)(w + 128 * q + PREFETCH), _MM_HINT_T1);
-        _mm_prefetch((const char *)(w + 128 * q + PREFETCH + 64), _MM_HINT_T1);
+        _mm_prefetch((const char *)(w + 128 * q + PREFETCH), QMOE_AVX512_WEIGHT_HINT);
+        _mm_prefetch((const char *)(w + 128 * q + PREFETCH + 64), QMOE_AVX512_WEIGHT_HINT);
         __m512i a = _mm512_loadu_si512(w + 128 * q), b = _mm512_loadu_si512(w + 128 * q + 64);
         __m512i w0 = _mm512_xor_si512(_mm512_permutex2var_epi8(a, i0, b), bias);
         __m512i w1 = _mm512_xor_si512(_mm512_permutex2var_epi8(a, i1, b), bias);
@@ -83,8 +83,8 @@ nz_int4(int mr, int64_t kq, const int8_t *x, int64_t ldx, const uint8_t *w, int3
     __m512i c20 = z, c21 = z, c22 = z, c23 = z, c30 = z, c31 = z, c32 = z, c33 = z;
     __m512i s0 = z, s1 = z, s2 = z, s3 = z;
     for (int64_t q = 0; q < kq; q++) {
-        _mm_prefetch((const char *)(w + 128 * q + PREFETCH), _MM_HINT_T1);
-        _mm_prefetch((const char *)(w + 128 * q + PREFETCH + 64), _MM_HINT_T1);
+        _mm_prefetch((const char *)(w + 128 * q + PREFETCH), QMOE_AVX512_WEIGHT_HINT);
+        _mm_prefetch((const char *)(w + 128 * q + PREFETCH + 64), QMOE_AVX512_WEIGHT_HINT);
         __m512i a = _mm512_xor_si512(_mm512_loadu_si512(w + 128 * q), bias);
         __m512i b = _mm512_xor_si512(_mm512_loadu_si512(w + 128 * q + 64), bias);
         __m512i alo = _mm512_and_si512(a, nib), ahi = _mm512_and_si512(_mm512_srli_epi16(a, 4), nib);

@@ -11,6 +11,10 @@ int qmoe_units_run(const uint8_t *const *src, const int64_t *stride, int u, int 
                    int64_t bytes, int64_t want_stride);
 #ifdef __AVX512F__
 #include <immintrin.h>
+/* The cache level the AVX-512 kernels prefetch their weight stream into: L2. The loads that
+ * follow bring each line on to L1; prefetcht0 ran one row per expert over DRAM 17-19 % slower on
+ * Zen 4 (docs/performance.md, "Prefetching into L2"). */
+#define QMOE_AVX512_WEIGHT_HINT _MM_HINT_T1
 /* vpermt2b index gathering byte 16 * half + i of the four 32-byte rows of A:B into lane i. */
 __m512i qmoe_avx512_strip_index(int half);
 #endif
