@@ -84,7 +84,7 @@ static void set_n_threads(ggml_backend_t backend, int n_threads)
 
 /* The kernel qmoe plans a tiny int8 grouped matmul with (QMOE_KERNEL_AUTO if it cannot): what
  * qmoe runs on this CPU, found without starting any thread. */
-static qmoe_kernel qg_kernel(void)
+static qmoe_kernel find_kernel(void)
 {
     int64_t xd[2] = {1, 32}, wd[3] = {1, 32, 2}, sd[2] = {1, 2}, gd[1] = {1}, od[2] = {1, 2};
     qmoe_tensor *x = NULL, *w = NULL, *s = NULL, *pts = NULL, *gl = NULL, *o = NULL;
@@ -106,6 +106,17 @@ static qmoe_kernel qg_kernel(void)
     qmoe_tensor_destroy(gl);
     qmoe_tensor_destroy(o);
     return k;
+}
+
+static qmoe_kernel found_kernel = QMOE_KERNEL_AUTO;
+static void find_once(void) { found_kernel = find_kernel(); }
+
+qmoe_kernel qg_kernel(void)
+{
+    /* asked for every weight the loader places: planned once */
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, find_once);
+    return found_kernel;
 }
 
 /* ---- the device ---- */

@@ -27,7 +27,17 @@ int qg_take_dense(void)
 {
     /* asked only while a model's weights are placed, so nothing depends on it changing later */
     const char *v = getenv("QMOE_GGML_DENSE");
-    return v && v[0] == '1' && v[1] == 0;
+    if (v && !strcmp(v, "0")) return 0;
+    if (v && !strcmp(v, "1")) return 1;
+    return qg_dense_kernel(qg_kernel());
+}
+
+int qg_dense_kernel(qmoe_kernel k)
+{
+    /* measured faster than llama.cpp's CPU path at prefill and level at decode (both read the
+     * projections at DRAM speed) on AVX-512 VNNI; AMX runs prefill faster still. Not on AVX2 /
+     * AVX-VNNI / NEON, whose kernels are about even with ggml's at prefill (docs/ggml.md) */
+    return k == QMOE_KERNEL_AVX512_VNNI || k == QMOE_KERNEL_AMX_INT8;
 }
 
 int qg_fuse_moe(void)
@@ -61,9 +71,8 @@ int qg_supports_matmul(const struct ggml_tensor *op)
     ggml_backend_buffer_t wb = weight_home(a)->buffer;
     if (wb && !qg_buffer_is_ours(wb)) return 0;
     /* llama.cpp's loader asks with a zero-byte buffer of ours (docs/ggml.md, "Which weights"):
-     * a dense 2-D weight is declined there unless QMOE_GGML_DENSE=1, because each dense matmul
-     * taken is a graph split of its own, and at decode the switches cost more than qmoe's
-     * matmul gains (measured: tg32 0.5x the CPU with them). A weight already in our buffer is
+     * a dense 2-D weight is taken there where qmoe's kernel is faster than ggml's at prefill
+     * (qg_take_dense; QMOE_GGML_DENSE=0 / 1 decides instead). A weight already in our buffer is
      * never declined. */
     if (op->op == GGML_OP_MUL_MAT && wb && !qg_buffer_holds_data(wb)) return qg_take_dense();
     return 1;

@@ -479,17 +479,24 @@ static void test_supports(ggml_backend_dev_t dev, ggml_backend_buffer_type_t buf
             CHECK(!ggml_backend_dev_supports_op(dev, op));
         }
     }
-    /* a dense weight: declined at the loader's probe unless QMOE_GGML_DENSE=1, taken when it
-     * has no buffer yet or lives in a QMOE buffer with data (never declined there) */
-    for (int dense = 0; dense < 2; dense++) {
-        if (dense) setenv("QMOE_GGML_DENSE", "1", 1);
+    /* a dense weight at the loader's probe: QMOE_GGML_DENSE=0 declines it, =1 takes it, and
+     * unset (or another value) takes it where the device says its kernel is AVX-512 VNNI or AMX;
+     * taken whatever the setting when it has no buffer yet or lives in a QMOE buffer with data
+     * (never declined there) */
+    const char *desc = ggml_backend_dev_description(dev);
+    const int fast = strstr(desc, "kernel avx512_vnni") != NULL || strstr(desc, "kernel amx_int8") != NULL;
+    const char *settings[] = {"0", "1", NULL, "yes"};
+    for (int i = 0; i < 4; i++) {
+        if (settings[i]) setenv("QMOE_GGML_DENSE", settings[i], 1);
         else unsetenv("QMOE_GGML_DENSE");
+        const int want = i == 1 || (i > 1 && fast);
         struct ggml_tensor *a = ggml_new_tensor_2d(ctx, GGML_TYPE_Q8_0, 256, 64);
         struct ggml_tensor *b = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 256, 4);
         struct ggml_tensor *op = ggml_mul_mat(ctx, a, b);
         CHECK(ggml_backend_dev_supports_op(dev, op));
         a->buffer = probe;
-        CHECK_MSG(ggml_backend_dev_supports_op(dev, op) == (dense == 1), "QMOE_GGML_DENSE=%d", dense);
+        CHECK_MSG(ggml_backend_dev_supports_op(dev, op) == want, "QMOE_GGML_DENSE=%s on \"%s\"",
+                  settings[i] ? settings[i] : "(unset)", desc);
         ggml_backend_buffer_t held = ggml_backend_buft_alloc_buffer(buft, 64 * 272);
         CHECK(held != NULL);
         a->buffer = held;
