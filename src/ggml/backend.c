@@ -82,43 +82,6 @@ static void set_n_threads(ggml_backend_t backend, int n_threads)
     ((qg_context *)backend->context)->n_threads = n_threads;
 }
 
-/* The kernel qmoe plans a tiny int8 grouped matmul with (QMOE_KERNEL_AUTO if it cannot): what
- * qmoe runs on this CPU, found without starting any thread. */
-static qmoe_kernel find_kernel(void)
-{
-    int64_t xd[2] = {1, 32}, wd[3] = {1, 32, 2}, sd[2] = {1, 2}, gd[1] = {1}, od[2] = {1, 2};
-    qmoe_tensor *x = NULL, *w = NULL, *s = NULL, *pts = NULL, *gl = NULL, *o = NULL;
-    qmoe_op *op = NULL;
-    qmoe_kernel k = QMOE_KERNEL_AUTO;
-    if (!qmoe_tensor_desc_create(xd, 2, NULL, QMOE_DTYPE_INT8, QMOE_FORMAT_ND, &x) &&
-        !qmoe_tensor_desc_create(wd, 3, NULL, QMOE_DTYPE_INT8, QMOE_FORMAT_ND, &w) &&
-        !qmoe_tensor_desc_create(sd, 2, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, &s) &&
-        !qmoe_tensor_desc_create(xd, 1, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, &pts) &&
-        !qmoe_tensor_desc_create(gd, 1, NULL, QMOE_DTYPE_INT64, QMOE_FORMAT_ND, &gl) &&
-        !qmoe_tensor_desc_create(od, 2, NULL, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, &o) &&
-        !qmoe_op_create_grouped_matmul(x, w, NULL, s, pts, gl, QMOE_GROUP_LIST_COUNT, o, NULL, &op))
-        k = qmoe_op_kernel(op);
-    qmoe_op_destroy(op);
-    qmoe_tensor_destroy(x);
-    qmoe_tensor_destroy(w);
-    qmoe_tensor_destroy(s);
-    qmoe_tensor_destroy(pts);
-    qmoe_tensor_destroy(gl);
-    qmoe_tensor_destroy(o);
-    return k;
-}
-
-static qmoe_kernel found_kernel = QMOE_KERNEL_AUTO;
-static void find_once(void) { found_kernel = find_kernel(); }
-
-qmoe_kernel qg_kernel(void)
-{
-    /* asked for every weight the loader places: planned once */
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, find_once);
-    return found_kernel;
-}
-
 /* ---- the device ---- */
 
 static const char *dev_name(ggml_backend_dev_t dev)
