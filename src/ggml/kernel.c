@@ -43,19 +43,19 @@ qmoe_kernel qg_kernel(void)
     return found_kernel;
 }
 
+static int dense_kernel(qmoe_kernel k)
+{
+    /* measured faster than llama.cpp's CPU path at prefill and level at decode (both read the
+     * projections at DRAM speed) on AVX-512 VNNI; AMX runs prefill faster still. Not on AVX2 /
+     * AVX-VNNI / NEON, whose kernels are about even with ggml's at prefill (docs/ggml.md) */
+    return k == QMOE_KERNEL_AVX512_VNNI || k == QMOE_KERNEL_AMX_INT8;
+}
+
 int qg_take_dense(void)
 {
     /* asked only while a model's weights are placed, so nothing depends on it changing later */
     const char *v = getenv("QMOE_GGML_DENSE");
     if (v && !strcmp(v, "0")) return 0;
     if (v && !strcmp(v, "1")) return 1;
-    return qg_dense_kernel(qg_kernel());
-}
-
-int qg_dense_kernel(qmoe_kernel k)
-{
-    /* measured faster than llama.cpp's CPU path at prefill and level at decode (both read the
-     * projections at DRAM speed) on AVX-512 VNNI; AMX runs prefill faster still. Not on AVX2 /
-     * AVX-VNNI / NEON, whose kernels are about even with ggml's at prefill (docs/ggml.md) */
-    return k == QMOE_KERNEL_AVX512_VNNI || k == QMOE_KERNEL_AMX_INT8;
+    return dense_kernel(qg_kernel());
 }

@@ -268,10 +268,8 @@ int qg_compute_moe_ffn(qg_context *ctx, struct ggml_cgraph *graph, int i, enum g
 /* ---- the kernel qmoe runs here, and the dense weights taken because of it (kernel.c) ---- */
 
 /* 1 when dense 2-D weights go to the backend at load: QMOE_GGML_DENSE=1 yes, =0 no; otherwise
- * qg_dense_kernel of the kernel qmoe runs here. */
+ * where the kernel qmoe runs here is AVX-512 VNNI or AMX. */
 int qg_take_dense(void);
-/* 1 for the kernels whose dense matmuls are taken by default (AVX-512 VNNI, AMX). */
-int qg_dense_kernel(qmoe_kernel k);
 /* The kernel qmoe runs int8 grouped matmuls with on this CPU (QMOE_KERNEL_AUTO if it cannot
  * tell), found once without starting any thread (kernel.c). */
 qmoe_kernel qg_kernel(void);
