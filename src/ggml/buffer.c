@@ -10,6 +10,7 @@
  * read-only file mapping (llama.cpp's mmap'd model) are dropped from the process once read
  * (source.c). */
 #define _DEFAULT_SOURCE /* madvise, MAP_ANONYMOUS */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -29,6 +30,17 @@ typedef struct qg_pending {
     size_t got[QG_PIECES][2];
     struct qg_pending *next;
 } qg_pending;
+
+/* A layer's gate or up expert weight written whole before its mate: its bytes wait in the buffer
+ * (its own pages, dropped as the pair is converted), so the two become one prepacked object
+ * (qg_weight_build_pair) without a second copy of either. lost: converting the pair failed after
+ * some of its pages were dropped; the weight reports that rather than reading zeros. */
+typedef struct qg_waiting {
+    struct ggml_tensor t; /* a copy of the tensor: name, type, shape, layout, data */
+    int role, layer, lost;
+    size_t lo, hi;
+    struct qg_waiting *next;
+} qg_waiting;
 
 static size_t page_size(void)
 {
@@ -70,6 +82,20 @@ static void drop_pending(qg_buffer *b, size_t lo, size_t hi)
     }
 }
 
+static void drop_waiting(qg_buffer *b, size_t lo, size_t hi)
+{
+    qg_waiting **p = (qg_waiting **)&b->waiting;
+    while (*p) {
+        qg_waiting *q = *p;
+        if (q->lo < hi && lo < q->hi) {
+            *p = q->next;
+            free(q);
+        } else {
+            p = &q->next;
+        }
+    }
+}
+
 /* Drops the converted weights (and pieces) that overlap [lo, hi), their bytes put back first. */
 static void drop_range(qg_buffer *b, size_t lo, size_t hi)
 {
@@ -84,6 +110,7 @@ static void drop_range(qg_buffer *b, size_t lo, size_t hi)
             p = &w->next;
         }
     }
+    drop_waiting(b, lo, hi);
 }
 
 static void buf_free(ggml_backend_buffer_t buffer)
@@ -95,6 +122,7 @@ static void buf_free(ggml_backend_buffer_t buffer)
         qg_weight_free(w);
     }
     drop_pending(b, 0, SIZE_MAX);
+    drop_waiting(b, 0, SIZE_MAX);
     pthread_mutex_destroy(&b->lock);
     munmap(b->base, b->mapped);
     free(b);
@@ -174,6 +202,73 @@ static int piece_arrived(qg_buffer *b, const struct ggml_tensor *t, size_t lo, s
 
 static qg_weight *weight_locked(ggml_backend_buffer_t buffer, const struct ggml_tensor *t);
 
+/* 0: a layer's ffn_gate_exps, 1: its ffn_up_exps (llama.cpp's names), -1: neither. */
+static int pair_role(const struct ggml_tensor *t, int *layer)
+{
+    int n = 0;
+    if (sscanf(t->name, "blk.%d.%n", layer, &n) != 1 || n == 0) return -1;
+    if (strcmp(t->name + n, "ffn_gate_exps.weight") == 0) return 0;
+    return strcmp(t->name + n, "ffn_up_exps.weight") == 0 ? 1 : -1;
+}
+
+static void add_weight(qg_buffer *b, qg_weight *w)
+{
+    w->next = b->weights;
+    b->weights = w;
+}
+
+/* Tensor t (role 0 / 1 of a layer) written whole from `data`: paired with its waiting mate, or
+ * left waiting for it; 1 when done, 0 to convert it alone. */
+static int set_paired(qg_buffer *b, const struct ggml_tensor *t, const void *data, size_t at, size_t size)
+{
+    int layer, role = pair_role(t, &layer);
+    if (role < 0 || !qg_pairable(t, t)) return 0;
+    qg_waiting **p = (qg_waiting **)&b->waiting, *q;
+    while ((q = *p) && !(q->layer == layer && q->role == 1 - role && !q->lost &&
+                         qg_pairable(role ? &q->t : t, role ? t : &q->t)))
+        p = &q->next;
+    if (!q) { /* the first of the two */
+        if (!(q = calloc(1, sizeof *q))) return 0;
+        /* copied in a piece at a time, each piece's source pages dropped once copied (a file
+         * mapping's: source.c), so the tensor is not held twice while it is copied */
+        const size_t piece = (size_t)16 << 20;
+        for (size_t o = 0; o < size; o += piece) {
+            size_t n = size - o < piece ? size - o : piece;
+            memcpy(b->base + at + o, (const uint8_t *)data + o, n);
+            qg_source_release((const uint8_t *)data + o, n);
+        }
+        q->t = *t;
+        q->role = role;
+        q->layer = layer;
+        q->lo = at;
+        q->hi = at + size;
+        q->next = b->waiting;
+        b->waiting = q;
+        return 1;
+    }
+    const int g = role; /* the waiting one is the gate when this is the up */
+    const struct ggml_tensor *ts[2] = {g ? &q->t : t, g ? t : &q->t};
+    const void *bytes[2] = {g ? b->base + q->lo : data, g ? data : b->base + q->lo};
+    const size_t lo[2] = {g ? q->lo : at, g ? at : q->lo}, hi[2] = {g ? q->hi : at + size, g ? at + size : q->hi};
+    const int own[2] = {g, !g};
+    qg_weight *w[2];
+    if (!qg_weight_build_pair(ts, bytes, lo, hi, own, w)) {
+        qg_log_error("pairing a layer's gate and up weights (each converted alone)");
+        /* a scaled format's waiting pages go as they are read: gone if the failure came late */
+        q->lost = qg_format_of(t->type)->scaled;
+        return 0;
+    }
+    *p = q->next;
+    free(q);
+    for (int i = 0; i < 2; i++) {
+        add_weight(b, w[i]);
+        if (i == g) release(b, w[i]); /* pages of the caller's one written before, if any */
+        w[i]->released = 1;           /* neither's bytes are held: get_tensor encodes them */
+    }
+    qg_log_debug("gate and up paired: GroupedMatmulSwigluQuant runs them", ts[0]->name);
+    return 1;
+}
+
 /* A whole weight in one write, over bytes no other weight or piece shares: converted straight from
  * the caller's bytes, so its pages in the buffer are never written (no copy, no page faults, one
  * tensor less at the load's peak); 1 when done. Bytes qmoe cannot regenerate (mxfp4's -0) are
@@ -186,6 +281,7 @@ static int set_converted(qg_buffer *b, const struct ggml_tensor *t, const void *
         if (o->lo < hi && at < o->hi) return 0;
     for (qg_pending *q = b->pending; q; q = q->next)
         if (q->lo < hi && at < q->hi) return 0;
+    if (set_paired(b, t, data, at, size)) return 1;
     qg_weight *w = qg_weight_build(t, data, at, hi);
     if (!w) return 0;
     w->next = b->weights;
@@ -280,6 +376,21 @@ static qg_weight *weight_locked(ggml_backend_buffer_t buffer, const struct ggml_
         int same = w->data == t->data && w->type == t->type;
         for (int i = 0; same && i < 4; i++) same = w->ne[i] == t->ne[i] && w->nb[i] == t->nb[i];
         if (same) return w;
+    }
+    /* a waiting half whose mate has not come is converted alone now, from its bytes here */
+    for (qg_waiting **p = (qg_waiting **)&b->waiting; *p;) {
+        qg_waiting *q = *p;
+        if (q->lo < hi && lo < q->hi && q->lost) {
+            qmoe_error_set(QMOE_ERR_INNER, QMOE_RULE_NONE, "weight",
+                           "ggml-qmoe: the weight's bytes were dropped while pairing it failed; load it again");
+            return NULL;
+        }
+        if (q->lo < hi && lo < q->hi) {
+            *p = q->next;
+            free(q);
+        } else {
+            p = &q->next;
+        }
     }
     /* converting reads the bytes: those of a converted weight it overlaps (a view) come back */
     for (qg_weight *o = b->weights; o; o = o->next)

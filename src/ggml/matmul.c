@@ -168,7 +168,7 @@ static qmoe_op *gmm_plan(const qg_chunk *c, qmoe_tensor *view, qg_plans *pl, int
     go.threads = threads;
     if (!desc(&x, QMOE_DTYPE_INT8, 2, Rc, K, NULL) && !desc(&pts, QMOE_DTYPE_FLOAT32, 1, Rc, 0, NULL) &&
         !desc(&gl, QMOE_DTYPE_INT64, 1, c->ne, 0, NULL) &&
-        !desc(&out, QMOE_DTYPE_FLOAT32, 2, Rc, c->nc + c->pad, ostr))
+        !desc(&out, QMOE_DTYPE_FLOAT32, 2, Rc, qg_chunk_cols(c), ostr))
         (void)qmoe_op_create_grouped_matmul(x, view, NULL, NULL, pts, gl, QMOE_GROUP_LIST_COUNT, out,
                                             &go, &op);
     qmoe_tensor_destroy(x);
@@ -184,6 +184,54 @@ static qmoe_op *gmm_plan(const qg_chunk *c, qmoe_tensor *view, qg_plans *pl, int
     pl->p[i].ld = ld;
     pl->p[i].threads = threads;
     return op;
+}
+
+/* The fused GroupedMatmulSwigluQuant over a paired gate's object (gate | up columns): int8
+ * [Rc, I] and scales [Rc] out; plans kept by row count as gmm_plan's. */
+static qmoe_op *fused_plan(qg_chunk *c, int64_t K, int64_t Rc, int threads)
+{
+    qg_plans *pl = &c->fplans;
+    for (int i = 0; i < QG_PLANS; i++)
+        if (pl->p[i].op && pl->p[i].rows == Rc && pl->p[i].threads == threads) return pl->p[i].op;
+    qmoe_tensor *x = NULL, *xs = NULL, *gl = NULL, *out = NULL, *os = NULL;
+    qmoe_op *op = NULL;
+    qmoe_grouped_matmul_swiglu_quant_options fo = QMOE_GROUPED_MATMUL_SWIGLU_QUANT_OPTIONS_INIT;
+    fo.group_list_type = QMOE_GROUP_LIST_COUNT;
+    fo.threads = threads;
+    if (!desc(&x, QMOE_DTYPE_INT8, 2, Rc, K, NULL) && !desc(&xs, QMOE_DTYPE_FLOAT32, 1, Rc, 0, NULL) &&
+        !desc(&gl, QMOE_DTYPE_INT64, 1, c->ne, 0, NULL) && !desc(&out, QMOE_DTYPE_INT8, 2, Rc, c->nc, NULL) &&
+        !desc(&os, QMOE_DTYPE_FLOAT32, 1, Rc, 0, NULL))
+        (void)qmoe_op_create_grouped_matmul_swiglu_quant(x, c->view, NULL, NULL, NULL, xs, gl, out, os,
+                                                         NULL, &fo, &op);
+    qmoe_tensor_destroy(x);
+    qmoe_tensor_destroy(xs);
+    qmoe_tensor_destroy(gl);
+    qmoe_tensor_destroy(out);
+    qmoe_tensor_destroy(os);
+    if (!op) return NULL;
+    int i = pl->next;
+    pl->next = (i + 1) % QG_PLANS;
+    qmoe_op_destroy(pl->p[i].op);
+    pl->p[i].op = op;
+    pl->p[i].rows = Rc;
+    pl->p[i].ld = c->nc;
+    pl->p[i].threads = threads;
+    return op;
+}
+
+int qg_weight_swiglu_quant(qg_context *ctx, qg_weight *wg, const qg_acts *a, int8_t *hq, float *hs)
+{
+    qg_chunk *c = &wg->chunks[0];
+    if (!wg->mate || wg->nchunks != 1 || c->col != 0) {
+        qmoe_error_set(QMOE_ERR_PARAM_INVALID, QMOE_RULE_UNSUPPORTED, "weight", "not a paired gate weight");
+        return 0;
+    }
+    pthread_mutex_lock(&wg->run);
+    qmoe_op *op = fused_plan(c, wg->K, a->R, ctx->dev_threads);
+    void *args[10] = {a->xq, NULL, NULL, NULL, NULL, a->xs, a->counts, hq, hs, NULL};
+    int ok = op && qg_run(ctx, op, args, 10);
+    pthread_mutex_unlock(&wg->run);
+    return ok;
 }
 
 /* The routed rows of the node: which matrix, which row of b, which row of dst. */
@@ -495,6 +543,13 @@ static int weight_run(qg_context *ctx, qg_weight *w, const qg_acts *a, const int
     return 1;
 }
 
+int64_t qg_weight_out_cols(const qg_weight *w)
+{
+    return w->mate ? qg_chunk_cols(&w->chunks[0]) : w->N + w->N % 2;
+}
+
+int64_t qg_weight_col(const qg_weight *w) { return w->mate ? w->chunks[0].col : 0; }
+
 int qg_weight_run(qg_context *ctx, qg_weight *w, const qg_acts *a, const int8_t *xq, const float *xs,
                   float *y, int64_t ld)
 {
@@ -517,7 +572,7 @@ enum ggml_status qg_compute_matmul(qg_context *ctx, struct ggml_tensor *node)
     if (!threads) return qg_failed("making the qmoe device");
     qg_weight *w = qg_node_weight(node);
     if (!w) return qg_failed(ggml_op_desc(node));
-    const int64_t N = w->N, Np = N + N % 2;
+    const int64_t N = w->N, Np = qg_weight_out_cols(w); /* a paired weight: its mate's too */
     qg_acts a;
     if (!qg_acts_prepare(ctx, node, w, &a)) return qg_failed(ggml_op_desc(node));
     if (a.R == 0) return GGML_STATUS_SUCCESS;
@@ -528,6 +583,6 @@ enum ggml_status qg_compute_matmul(qg_context *ctx, struct ggml_tensor *node)
         return qg_failed(ggml_op_desc(node));
     }
     if (!qg_weight_run(ctx, w, &a, a.xq, a.xs, y, Np)) return qg_failed("grouped matmul");
-    qg_scatter(ctx, &a, y, Np, N);
+    qg_scatter(ctx, &a, y + qg_weight_col(w), Np, N);
     return GGML_STATUS_SUCCESS;
 }

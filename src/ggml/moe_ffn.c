@@ -147,10 +147,23 @@ int qg_compute_moe_ffn(qg_context *ctx, struct ggml_cgraph *graph, int i, enum g
         *st = qg_failed(ggml_op_desc(h));
         return taken;
     }
-    /* gate into columns [0, I), then up into [I, 2 I): an odd I's zero pad column of the gate
-     * (column I) is overwritten by up's first */
+    /* gate and up paired at load (one object, gate columns first: qg_weight_build_pair) with
+     * the down projection after them: qmoe's fused GroupedMatmulSwigluQuant makes h's int8 rows
+     * and scales at once, no float block written */
+    const int paired = wg->mate == wu && qg_weight_col(wg) == 0 && qg_weight_col(wu) == I;
+    if (paired && down) {
+        if (!qg_weight_swiglu_quant(ctx, wg, &a, hq, hs) || !qg_weight_run(ctx, wd, &a, hq, hs, gu, Npd)) {
+            *st = qg_failed("GroupedMatmulSwigluQuant and the down projection");
+            return taken;
+        }
+        retarget(&a, down, n_used);
+        qg_scatter(ctx, &a, gu, Npd, Nd);
+        return taken;
+    }
+    /* gate into columns [0, I), then up into [I, 2 I) (a pair: both from the one object at once);
+     * an odd I's zero pad column of the gate (column I) is overwritten by up's first */
     if (!qg_weight_run(ctx, wg, &a, a.xq, a.xs, gu, ld) ||
-        !qg_weight_run(ctx, wu, &a, a.xq, a.xs, gu + I, ld)) {
+        (!paired && !qg_weight_run(ctx, wu, &a, a.xq, a.xs, gu + I, ld))) {
         *st = qg_failed("grouped matmul (gate, up)");
         return taken;
     }

@@ -98,11 +98,18 @@ typedef struct qg_plans {
  * group sums (matmul.c). */
 typedef struct qg_chunk {
     int64_t e0, ne, n0, nc, pad;
+    /* a paired weight's (qg_weight.mate): the object is its gate and up side by side, this
+     * tensor's columns from `col`, pad the mate's after a gate's (col 0, pad nc) or none after an
+     * up's (col nc, pad 0). 0 otherwise. The object's columns: col + nc + pad (qg_chunk_cols). */
+    int64_t col;
     qmoe_dtype wdt;      /* the dtype of w's scales (the narrowest that holds them: weights.c) */
     qmoe_weights *w, *mw;
     qmoe_tensor *view, *mview;
     qg_plans plans, mplans;
+    qg_plans fplans; /* a paired gate's fused GroupedMatmulSwigluQuant plans (moe_ffn.c) */
 } qg_chunk;
+
+static inline int64_t qg_chunk_cols(const qg_chunk *c) { return c->col + c->nc + c->pad; }
 
 /* A weight as one op reads it: where its bytes are, its layout, and its chunks. */
 typedef struct qg_weight {
@@ -120,6 +127,9 @@ typedef struct qg_weight {
     uint8_t *side;
     uint16_t *kd, *kdmin;
     int keep_bytes;      /* ggml's bytes must stay: mxfp4 rows with the code -0 */
+    /* the other half of a gate / up pair sharing one prepacked object (qg_weight_build_pair),
+     * NULL otherwise; the object goes with the last of the two */
+    struct qg_weight *mate;
     int released;        /* the buffer's whole pages inside [lo, hi) were given back (buffer.c) */
     qg_chunk *chunks;
     int nchunks;
@@ -135,6 +145,17 @@ typedef struct qg_weight {
  * the caller's copy of them in set_tensor); NULL on failure with qmoe's message in
  * qmoe_last_error() (qmoe_error_set for the backend's own failures). */
 qg_weight *qg_weight_build(const struct ggml_tensor *t, const void *bytes, size_t lo, size_t hi);
+/* A layer's gate and up weights (t[0] the gate, t[1] the up: same type, shape and layout, one
+ * chunk each, no min term) as one prepacked object [E, K, 2 I], gate columns first, with the
+ * A8W4 assist matrix the fused operator reads, so GroupedMatmulSwigluQuant runs them as one
+ * (moe_ffn.c); each weight is one of w[2], mates of each other. own[i]: t[i]'s bytes are the
+ * buffer's own pages, dropped (madvise) a slice at a time as they are read, so the pair's
+ * conversion holds little more than the object it makes. 0 on failure (qmoe's message set),
+ * nothing made. */
+int qg_weight_build_pair(const struct ggml_tensor *const t[2], const void *const bytes[2],
+                         const size_t lo[2], const size_t hi[2], const int own[2], qg_weight *w[2]);
+/* 1 when the two tensors can be paired: a gate and up of one layer as qg_weight_build_pair takes. */
+int qg_pairable(const struct ggml_tensor *a, const struct ggml_tensor *b);
 void qg_weight_free(qg_weight *w);
 /* 1 when the weight's rows are its bytes [lo, hi) back to back (a whole tensor, no view). */
 int qg_weight_contiguous(const qg_weight *w);
@@ -151,6 +172,7 @@ typedef struct qg_buffer {
     pthread_mutex_t lock;
     qg_weight *weights; /* converted weights living in this buffer */
     void *pending;      /* weights whose bytes are arriving in pieces (buffer.c) */
+    void *waiting;      /* a layer's gate or up weight, its bytes here until its mate arrives */
 } qg_buffer;
 
 ggml_backend_buffer_type_t qg_buffer_type(void);
@@ -233,6 +255,13 @@ int qg_acts_prepare(qg_context *ctx, const struct ggml_tensor *node, const qg_we
  * gets w->N (+ pad) columns from column 0; q4_K / q5_K's min term included. */
 int qg_weight_run(qg_context *ctx, qg_weight *w, const qg_acts *a, const int8_t *xq, const float *xs,
                   float *y, int64_t ld);
+/* The columns qg_weight_run writes per row: N and its pad, or a paired weight's gate and up
+ * (2 I); w's own columns start at qg_weight_col(w). */
+int64_t qg_weight_out_cols(const qg_weight *w);
+int64_t qg_weight_col(const qg_weight *w);
+/* The fused GroupedMatmulSwigluQuant of rows xq / xs (sorted as a) by a paired gate wg (its
+ * mate the up): h = SwiGLU(gate, up) as int8 rows hq [R, I] with scales hs [R]. */
+int qg_weight_swiglu_quant(qg_context *ctx, qg_weight *wg, const qg_acts *a, int8_t *hq, float *hs);
 /* Row s of y (ld floats apart, N columns) to rows[perm[s]].dst. */
 void qg_scatter(qg_context *ctx, const qg_acts *a, const float *y, int64_t ld, int64_t N);
 /* Plans of the small row-wise operators (matmul.c): kind 0 the dynamic quant of floats [R, K]
@@ -293,5 +322,7 @@ void qg_parallel(qg_context *ctx, void (*fn)(void *arg, int t, int n), void *arg
 
 /* Logs "qmoe: <what>: <qmoe_last_error()>" through ggml's logger. */
 void qg_log_error(const char *what);
+/* Logs "qmoe: <name>: <what>" at ggml's debug level (what the backend decided about a tensor). */
+void qg_log_debug(const char *what, const char *name);
 
 #endif

@@ -3,9 +3,12 @@
  * scale[e][k / gs][n] = its group's scale (A8W4 per group for q4_0 / q4_K, A8W8 per group for
  * the others), and beside it what the integers do not hold (qg_weight's side arrays). Matrices
  * past qmoe's expert limit and columns past its N limit go to further chunks. */
+#define _DEFAULT_SOURCE /* madvise */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "qmoe_ggml.h"
 
@@ -93,10 +96,10 @@ static int scale_dtype(const float *f, size_t n, int first, qmoe_dtype *dt)
  * the side bytes go to the weight's arrays. */
 static void gather(qg_weight *w, const qg_chunk *c, int64_t s0, int64_t ns, uint8_t *vals,
                    float *scales, int8_t *rowq, float *rowd, uint8_t *rows, int8_t *mvals,
-                   float *mscales)
+                   float *mscales, float *bias)
 {
     const qg_format *f = w->fmt;
-    const int64_t K = w->K, G = w->G, ncp = c->nc + c->pad, nb = K / f->blk, N = w->N;
+    const int64_t K = w->K, G = w->G, ncp = qg_chunk_cols(c), nb = K / f->blk, N = w->N;
     for (int64_t e = 0; e < ns; e++) {
         int64_t m = c->e0 + s0 + e, i2 = m % w->ne[2], i3 = m / w->ne[2];
         /* QG_TILE rows decoded, then written column-wise a run of QG_TILE at a time (one value
@@ -113,6 +116,11 @@ static void gather(qg_weight *w, const qg_chunk *c, int64_t s0, int64_t ns, uint
                                         : NULL; /* scaled: the object's scales hold them */
                 qg_decode_row(w->type, row, K, rowq + t * K, rowd + t * G, side);
                 if (qg_row_has_negative_zero(w->type, row, K)) w->keep_bytes = 1;
+                if (bias) { /* the assist matrix as qmoe_layout_weight_assist_matrix states it */
+                    double acc = 0;
+                    for (int64_t k = 0; k < K; k++) acc += (double)rowq[t * K + k] * rowd[t * G + k / f->gs];
+                    bias[(size_t)e * (size_t)ncp + (size_t)(c->col + n)] = (float)(8.0 * acc);
+                }
                 if (!f->c) continue;
                 const size_t J = (size_t)nb * 8, col = (size_t)ncp;
                 for (int64_t b = 0; b < nb; b++) { /* q4_K / q5_K: d, dmin, 12 bytes of codes */
@@ -132,15 +140,15 @@ static void gather(qg_weight *w, const qg_chunk *c, int64_t s0, int64_t ns, uint
                     ms[((size_t)nb + (size_t)b) * col] = -qg_half(w->kdmin[at]);
                 }
             }
-            size_t v = (size_t)e * (size_t)K * (size_t)ncp + (size_t)n0;
-            if (f->int4) /* n0 is even: each byte's two nibbles are columns of this tile */
+            size_t v = (size_t)e * (size_t)K * (size_t)ncp + (size_t)(c->col + n0);
+            if (f->int4) /* two values a byte, low nibble first (an odd col starts mid-byte) */
                 for (int64_t k = 0; k < K; k++, v += (size_t)ncp)
                     for (int64_t t = 0; t < tn; t++)
-                        vals[(v + (size_t)t) / 2] |= (uint8_t)((rowq[t * K + k] & 0xF) << (t % 2 ? 4 : 0));
+                        vals[(v + (size_t)t) / 2] |= (uint8_t)((rowq[t * K + k] & 0xF) << ((v + (size_t)t) % 2 ? 4 : 0));
             else
                 for (int64_t k = 0; k < K; k++, v += (size_t)ncp)
                     for (int64_t t = 0; t < tn; t++) vals[v + (size_t)t] = (uint8_t)rowq[t * K + k];
-            float *sg = scales + (size_t)e * (size_t)G * (size_t)ncp + (size_t)n0;
+            float *sg = scales + (size_t)e * (size_t)G * (size_t)ncp + (size_t)(c->col + n0);
             for (int64_t g = 0; g < G; g++)
                 for (int64_t t = 0; t < tn; t++) sg[(size_t)g * (size_t)ncp + (size_t)t] = rowd[t * G + g];
         }
@@ -149,7 +157,19 @@ static void gather(qg_weight *w, const qg_chunk *c, int64_t s0, int64_t ns, uint
 
 /* The caller's pages of matrices [m0, m0 + n) once read (source.c decides whether they can go):
  * in one call where they are one run of bytes. */
-static void release_source(const qg_weight *w, int64_t m0, int64_t n)
+static void drop(const uint8_t *p, size_t n, int own)
+{
+    if (!own) {
+        qg_source_release(p, n);
+        return;
+    }
+    long ps = sysconf(_SC_PAGESIZE);
+    uintptr_t page = ps > 0 ? (uintptr_t)ps : 4096, a = ((uintptr_t)p + page - 1) / page * page,
+              z = ((uintptr_t)p + n) / page * page;
+    if (z > a) (void)madvise((void *)a, z - a, MADV_DONTNEED); /* read as zeros from now on */
+}
+
+static void release_source(const qg_weight *w, int own, int64_t m0, int64_t n)
 {
     const size_t len = (size_t)w->N * w->nb[1];
     size_t lo = SIZE_MAX, hi = 0;
@@ -159,20 +179,27 @@ static void release_source(const qg_weight *w, int64_t m0, int64_t n)
         hi = at + len > hi ? at + len : hi;
     }
     if (n > 0 && hi - lo == (size_t)n * len) {
-        qg_source_release(w->data + lo, hi - lo);
+        drop(w->data + lo, hi - lo, own);
         return;
     }
     for (int64_t m = m0; m < m0 + n; m++)
-        qg_source_release(w->data + (size_t)(m % w->ne[2]) * w->nb[2] +
-                              (size_t)(m / w->ne[2]) * w->nb[3], len);
+        drop(w->data + (size_t)(m % w->ne[2]) * w->nb[2] + (size_t)(m / w->ne[2]) * w->nb[3], len, own);
 }
 
 /* The chunk's prepacked objects, built QG_SLICE matrices at a time (qmoe_weights_append): the
  * staging copies are one slice's, and the caller's pages of each slice can go as soon as it is
- * read, so a weight's conversion holds little more than the objects it makes. */
-static qmoe_status build_chunk(qg_weight *w, qg_chunk *c)
+ * read, so a weight's conversion holds little more than the objects it makes. A pair (np = 2:
+ * a gate and an up, one chunk each, side by side in one object) is gathered part by part into
+ * the same slice, with the assist matrix the fused operator reads; own[p]: part p's bytes are the
+ * buffer's pages (dropped as read where a restart cannot need them again: scaled formats, whose
+ * scale dtype never changes). */
+static qmoe_status build_parts(qg_weight *const *ws, qg_chunk *const *cs, int np, const int *own)
 {
-    const int64_t K = w->K, G = w->G, ncp = c->nc + c->pad, S = c->ne < QG_SLICE ? c->ne : QG_SLICE;
+    qg_weight *w = ws[0];
+    qg_chunk *c = cs[0];
+    /* a pair's slices are half as many matrices: the same staging bytes, twice the columns */
+    const int64_t slice = np > 1 ? QG_SLICE / 2 : QG_SLICE;
+    const int64_t K = w->K, G = w->G, ncp = qg_chunk_cols(c), S = c->ne < slice ? c->ne : slice;
     const int a8w4 = w->fmt->int4, mins = w->fmt->c != 0;
     const int64_t J = K / 32, nb = K / 256;
     size_t nv, ns, nbias, nmv = 0, nms = 0, nt;
@@ -203,8 +230,12 @@ static qmoe_status build_chunk(qg_weight *w, qg_chunk *c)
     for (int64_t s0 = 0; !st && s0 < c->ne; s0 += S) {
         const int64_t n = c->ne - s0 < S ? c->ne - s0 : S;
         memset(vals, 0, vbytes); /* int4 values are or'ed in */
-        gather(w, c, s0, n, vals, scales, rowq, rowd, rows, mvals, mscales);
-        if (c->n0 + c->nc == w->N) release_source(w, c->e0 + s0, n); /* no chunk reads them again */
+        for (int p = 0; p < np; p++) {
+            /* one part: GroupedMatmul reads no assist matrix (zero); a pair's is its own */
+            gather(ws[p], cs[p], s0, n, vals, scales, rowq, rowd, rows, mvals, mscales, np > 1 ? bias : NULL);
+            if (cs[p]->n0 + cs[p]->nc == ws[p]->N && (!own[p] || w->fmt->scaled))
+                release_source(ws[p], own[p], c->e0 + s0, n); /* no chunk reads them again */
+        }
         int wfit = wwide || scale_dtype(scales, (size_t)(n * G * ncp), s0 == 0, &wdt);
         int mfit = mwide || !mins || scale_dtype(mscales, (size_t)(n * 2 * nb * ncp), s0 == 0, &mdt);
         if (!wfit || !mfit) { /* the slices so far again, that object's scales float32 (pages re-read) */
@@ -219,7 +250,6 @@ static qmoe_status build_chunk(qg_weight *w, qg_chunk *c)
         int64_t wshape[3] = {n, K, ncp}, sshape[3] = {n, G, ncp}, bshape[2] = {n, ncp};
         if (a8w4) {
             st = tensor3(wshape, 3, QMOE_DTYPE_INT4, vals, &tw);
-            /* GroupedMatmul reads no assist matrix; the prepacked object wants one: zero */
             if (!st) st = tensor3(bshape, 2, QMOE_DTYPE_FLOAT32, bias, &tb);
         } else {
             st = tensor3(wshape, 3, QMOE_DTYPE_INT8, vals, &tw);
@@ -244,8 +274,12 @@ static qmoe_status build_chunk(qg_weight *w, qg_chunk *c)
             half = NULL;
         }
     }
-    c->wdt = wdt;
-    if (!st) st = qmoe_weights_tensor(c->w, &c->view);
+    for (int p = 0; p < np; p++) {
+        if (!st && own[p] && !w->fmt->scaled) release_source(ws[p], 1, 0, c->ne); /* kept for a restart */
+        cs[p]->wdt = wdt;
+        cs[p]->w = c->w;
+        if (!st) st = qmoe_weights_tensor(c->w, &cs[p]->view);
+    }
     if (!st && mins) st = qmoe_weights_tensor(c->mw, &c->mview);
 done:
     free(vals);
@@ -257,6 +291,12 @@ done:
     free(mvals);
     free(mscales);
     return st;
+}
+
+static qmoe_status build_chunk(qg_weight *w, qg_chunk *c)
+{
+    const int own = 0;
+    return build_parts(&w, &c, 1, &own);
 }
 
 /* The side arrays: ggml's sizes bound E * N * (K / blk) * side by the tensor's own bytes. None
@@ -277,7 +317,8 @@ static int alloc_side(qg_weight *w)
     return 0;
 }
 
-qg_weight *qg_weight_build(const struct ggml_tensor *t, const void *bytes, size_t lo, size_t hi)
+/* A weight of tensor t without its chunks: what every chunk reads (bytes: t's, wherever they are). */
+static qg_weight *shell(const struct ggml_tensor *t, const void *bytes, size_t lo, size_t hi)
 {
     const qg_format *f = qg_format_of(t->type);
     if (!f || t->ne[0] % f->blk) {
@@ -313,15 +354,27 @@ qg_weight *qg_weight_build(const struct ggml_tensor *t, const void *bytes, size_
         qg_weight_free(w);
         return NULL;
     }
-    int64_t ec = (w->E + QG_MAX_EXPERTS - 1) / QG_MAX_EXPERTS;
-    int64_t nc = (w->N + QG_MAX_COLS - 1) / QG_MAX_COLS;
-    w->chunks = calloc((size_t)(ec * nc > 0 ? ec * nc : 1), sizeof *w->chunks);
-    w->nchunks = w->chunks ? (int)(ec * nc) : 0;
-    if (!w->chunks) {
+    return w;
+}
+
+static int alloc_chunks(qg_weight *w, int64_t n)
+{
+    w->chunks = calloc((size_t)(n > 0 ? n : 1), sizeof *w->chunks);
+    w->nchunks = w->chunks ? (int)n : 0;
+    if (!w->chunks) qmoe_error_set(QMOE_ERR_INNER, QMOE_RULE_NONE, "weight", "ggml-qmoe: out of memory");
+    return w->chunks != NULL;
+}
+
+qg_weight *qg_weight_build(const struct ggml_tensor *t, const void *bytes, size_t lo, size_t hi)
+{
+    qg_weight *w = shell(t, bytes, lo, hi);
+    int64_t ec = w ? (w->E + QG_MAX_EXPERTS - 1) / QG_MAX_EXPERTS : 0;
+    int64_t nc = w ? (w->N + QG_MAX_COLS - 1) / QG_MAX_COLS : 0;
+    if (w && !alloc_chunks(w, ec * nc)) {
         qg_weight_free(w);
-        qmoe_error_set(QMOE_ERR_INNER, QMOE_RULE_NONE, "weight", "ggml-qmoe: out of memory");
         return NULL;
     }
+    if (!w) return NULL;
     int i = 0;
     for (int64_t e0 = 0; e0 < w->E; e0 += QG_MAX_EXPERTS) {
         for (int64_t n0 = 0; n0 < w->N; n0 += QG_MAX_COLS) {
@@ -341,6 +394,53 @@ qg_weight *qg_weight_build(const struct ggml_tensor *t, const void *bytes, size_
     return w;
 }
 
+int qg_pairable(const struct ggml_tensor *a, const struct ggml_tensor *b)
+{
+    const qg_format *f = qg_format_of(a->type);
+    /* no min term (the fused operator cannot add it before its SwiGLU); not mxfp4, whose -0
+     * codes would need the bytes kept, which a pair drops as it reads them */
+    if (!f || f->c || a->type == GGML_TYPE_MXFP4 || b->type != a->type || a->ne[0] % f->blk) return 0;
+    for (int i = 0; i < 4; i++)
+        if (a->ne[i] != b->ne[i] || a->nb[i] != b->nb[i]) return 0;
+    return a->ne[3] == 1 && a->ne[1] > 1 && a->ne[2] <= QG_MAX_EXPERTS && 2 * a->ne[1] <= QG_MAX_COLS &&
+           ggml_is_contiguous(a) && ggml_is_contiguous(b);
+}
+
+int qg_weight_build_pair(const struct ggml_tensor *const t[2], const void *const bytes[2],
+                         const size_t lo[2], const size_t hi[2], const int own[2], qg_weight *w[2])
+{
+    if (!qg_pairable(t[0], t[1])) {
+        qmoe_error_set(QMOE_ERR_PARAM_INVALID, QMOE_RULE_SHAPE, "weight",
+                       "ggml-qmoe: these gate and up weights cannot share one object");
+        return 0;
+    }
+    qg_weight *ws[2] = {NULL, NULL};
+    qg_chunk *cs[2];
+    int ok = 1;
+    for (int p = 0; p < 2 && ok; p++) {
+        ok = (ws[p] = shell(t[p], bytes[p], lo[p], hi[p])) && alloc_chunks(ws[p], 1);
+        if (!ok) break;
+        cs[p] = &ws[p]->chunks[0];
+        cs[p]->ne = ws[p]->E;
+        cs[p]->nc = ws[p]->N;
+        cs[p]->col = p ? ws[p]->N : 0;
+        cs[p]->pad = p ? 0 : ws[p]->N;
+    }
+    if (ok && build_parts(ws, cs, 2, own)) ok = 0;
+    if (!ok) {
+        if (ws[1] && ws[1]->nchunks) ws[1]->chunks[0].w = NULL; /* the object is the gate's to free */
+        qg_weight_free(ws[0]);
+        qg_weight_free(ws[1]);
+        return 0;
+    }
+    for (int p = 0; p < 2; p++) {
+        ws[p]->data = t[p]->data;
+        ws[p]->mate = ws[1 - p];
+        w[p] = ws[p];
+    }
+    return 1;
+}
+
 void qg_weight_free(qg_weight *w)
 {
     if (!w) return;
@@ -350,11 +450,13 @@ void qg_weight_free(qg_weight *w)
             qmoe_op_destroy(c->plans.p[p].op);
             qmoe_op_destroy(c->mplans.p[p].op);
         }
+        for (int p = 0; p < QG_PLANS; p++) qmoe_op_destroy(c->fplans.p[p].op);
         qmoe_tensor_destroy(c->view);
         qmoe_tensor_destroy(c->mview);
-        qmoe_weights_destroy(c->w);
+        if (!w->mate) qmoe_weights_destroy(c->w); /* a pair's object: the mate's now */
         qmoe_weights_destroy(c->mw);
     }
+    if (w->mate) w->mate->mate = NULL;
     free(w->chunks);
     free(w->side);
     free(w->kd);
@@ -429,7 +531,7 @@ qmoe_status qg_weight_encode(const qg_weight *w, size_t a, size_t z, uint8_t *ou
     /* rows r0 .. r1 - 1, row r = matrix r / N, column r % N; a chunk's expert unpacked once */
     for (int i = 0; !st && i < w->nchunks; i++) {
         const qg_chunk *c = &w->chunks[i];
-        const int64_t ncp = c->nc + c->pad;
+        const int64_t ncp = qg_chunk_cols(c);
         for (int64_t m = c->e0; !st && m < c->e0 + c->ne; m++) {
             int64_t n0 = m * N + c->n0, n1 = n0 + c->nc; /* this chunk's rows of matrix m */
             if (n1 <= r0 || n0 >= r1) continue;
@@ -448,8 +550,9 @@ qmoe_status qg_weight_encode(const qg_weight *w, size_t a, size_t z, uint8_t *ou
             if (sv && (st = qmoe_weights_unpack_scales(c->w, m - c->e0, c->wdt, sv))) break;
             for (int64_t r = n0 > r0 ? n0 : r0; r < (n1 < r1 ? n1 : r1); r++) {
                 int64_t n = r - m * N;
-                for (int64_t k = 0; k < K; k++) rowq[k] = vals[(size_t)k * (size_t)ncp + (size_t)(n - c->n0)];
-                row_side(w, c, m, n, sv, mv, ncp, n - c->n0, side);
+                const int64_t cn = c->col + n - c->n0; /* its column in the object */
+                for (int64_t k = 0; k < K; k++) rowq[k] = vals[(size_t)k * (size_t)ncp + (size_t)cn];
+                row_side(w, c, m, n, sv, mv, ncp, cn, side);
                 qg_encode_row(w->type, rowq, side, K, row);
                 size_t ra = w->lo + (size_t)r * rowb, s = ra > lo ? ra : lo, e = ra + rowb < hi ? ra + rowb : hi;
                 memcpy(out + (s - a), row + (s - ra), e - s);

@@ -509,12 +509,27 @@ static void test_supports(ggml_backend_dev_t dev, ggml_backend_buffer_type_t buf
     ggml_free(ctx);
 }
 
+/* ggml's log, watched for the backend's word that a layer's gate and up were paired */
+static int paired_seen;
+static void watch_log(enum ggml_log_level level, const char *text, void *user)
+{
+    (void)level;
+    (void)user;
+    if (strstr(text, "gate and up paired")) paired_seen++;
+}
+
 /* llama.cpp's MoE FFN {gate, up MUL_MAT_ID; GLU swiglu; down MUL_MAT_ID} on the device against
  * the documented numerics in double: x per-token int8, gate and up exact, h = silu(g) u, h per-row
  * int8 for the down projection. mode 0: the four nodes run as one and the three intermediates
  * are not written; 1: h is a graph output, so it is written (and checked) and the down node runs
- * on its own; 2: QMOE_GGML_FUSE=0 (on a backend made with it set), every node on its own. */
-static void test_moe_ffn(ggml_backend_t be, ggml_backend_buffer_type_t buft, enum ggml_type type, int mode)
+ * on its own; 2: QMOE_GGML_FUSE=0 (on a backend made with it set), every node on its own.
+ * named 0: the weights have no names; 1: llama.cpp's (blk.0.ffn_gate_exps.weight, ...), gate
+ * written first, so the backend pairs gate and up into one object (the fused
+ * GroupedMatmulSwigluQuant at mode 0) where the type allows (no min term, not mxfp4); 2: the same,
+ * up written first; 3: only the gate named, its mate never comes (converted alone on first use).
+ * Whatever the case, get_tensor gives every weight's bytes back. */
+static void test_moe_ffn(ggml_backend_t be, ggml_backend_buffer_type_t buft, enum ggml_type type, int mode,
+                         int named)
 {
     const int64_t K = 256, I = qg_format_of(type)->blk == 256 ? 256 : 96, H = 48, E = 8, T = 5, U = 2;
     struct ggml_init_params ip = {ggml_tensor_overhead() * 16 + ggml_graph_overhead(), NULL, true};
@@ -528,15 +543,27 @@ static void test_moe_ffn(ggml_backend_t be, ggml_backend_buffer_type_t buft, enu
     if (mode == 1) ggml_set_output(h);
     struct ggml_cgraph *gf = ggml_new_graph(ctx);
     ggml_build_forward_expand(gf, out);
+    if (named) {
+        ggml_set_name(wg, "blk.0.ffn_gate_exps.weight");
+        if (named < 3) ggml_set_name(wu, "blk.0.ffn_up_exps.weight");
+        ggml_set_name(wd, "blk.0.ffn_down_exps.weight");
+    }
     ggml_backend_buffer_t buf = weights_buffer(ctx, buft);
     if (!buf) return;
     struct ggml_tensor *ws[3] = {wg, wu, wd};
     uint8_t *wv[3];
-    for (int j = 0; j < 3; j++) {
+    paired_seen = 0;
+    ggml_log_set(watch_log, NULL);
+    for (int i = 0; i < 3; i++) {
+        int j = named == 2 && i < 2 ? 1 - i : i;
         wv[j] = malloc(ggml_nbytes(ws[j]));
         random_blocks(type, wv[j], (int64_t)(ggml_nbytes(ws[j]) / ggml_type_size(type)));
         ggml_backend_tensor_set(ws[j], wv[j], 0, ggml_nbytes(ws[j]));
     }
+    ggml_log_set(NULL, NULL);
+    const int pairs = (named == 1 || named == 2) && type != GGML_TYPE_MXFP4 && !qg_format_of(type)->c;
+    CHECK_MSG(paired_seen == pairs, "MoE FFN %s named %d: paired %d times", ggml_type_name(type), named,
+              paired_seen);
     float x[5 * 256], y[5 * 2 * 48], hv[5 * 2 * 256], sent[5 * 2 * 256];
     int32_t idv[5 * 2];
     for (int64_t k = 0; k < T * K; k++) x[k] = qt_uniform(&rng, -1.0f, 1.0f);
@@ -594,8 +621,15 @@ static void test_moe_ffn(ggml_backend_t be, ggml_backend_buffer_type_t buft, enu
      * of 1/127 of a row's largest value), so a looser bound */
     CHECK_MSG(!mode || eh <= 1e-10 * nh, "MoE FFN %s mode %d: h relative error %g", ggml_type_name(type),
               mode, sqrt(eh / (nh > 0 ? nh : 1)));
-    CHECK_MSG(eo <= 1e-6 * no, "MoE FFN %s mode %d: out relative error %g", ggml_type_name(type), mode,
-              sqrt(eo / (no > 0 ? no : 1)));
+    CHECK_MSG(eo <= 1e-6 * no, "MoE FFN %s mode %d named %d: out relative error %g", ggml_type_name(type),
+              mode, named, sqrt(eo / (no > 0 ? no : 1)));
+    for (int j = 0; j < 3; j++) {
+        uint8_t *back = malloc(ggml_nbytes(ws[j]));
+        ggml_backend_tensor_get(ws[j], back, 0, ggml_nbytes(ws[j]));
+        CHECK_MSG(memcmp(back, wv[j], ggml_nbytes(ws[j])) == 0, "MoE FFN %s named %d: weight %d read back differs",
+                  ggml_type_name(type), named, j);
+        free(back);
+    }
     for (int j = 0; j < 3; j++) free(wv[j]);
     ggml_backend_buffer_free(buf);
     ggml_free(ctx);
@@ -758,7 +792,8 @@ int main(int argc, char **argv)
         zero_lead = 1; /* slices whose scales need different dtypes */
         run_case(be, buft, GGML_OP_MUL_MAT_ID, type, f32, 2 * k, 16, 3 * QG_SLICE - 3, 1, 9, 4, 0);
         zero_lead = 0;
-        for (int mode = 0; mode < 3; mode++) test_moe_ffn(be, buft, type, mode);
+        for (int named = 0; named < 4; named++)
+            for (int mode = 0; mode < 3; mode++) test_moe_ffn(be, buft, type, mode, named);
     }
     test_two_contexts(dev, buft);
     ggml_backend_free(be);
