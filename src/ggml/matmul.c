@@ -199,7 +199,8 @@ static qmoe_op *fused_plan(qg_chunk *c, int64_t K, int64_t Rc, int threads)
     fo.group_list_type = QMOE_GROUP_LIST_COUNT;
     fo.threads = threads;
     if (!desc(&x, QMOE_DTYPE_INT8, 2, Rc, K, NULL) && !desc(&xs, QMOE_DTYPE_FLOAT32, 1, Rc, 0, NULL) &&
-        !desc(&gl, QMOE_DTYPE_INT64, 1, c->ne, 0, NULL) && !desc(&out, QMOE_DTYPE_INT8, 2, Rc, c->nc, NULL) &&
+        !desc(&gl, QMOE_DTYPE_INT64, 1, c->ne, 0, NULL) &&
+        !desc(&out, QMOE_DTYPE_INT8, 2, Rc, qg_chunk_cols(c) / 2, NULL) &&
         !desc(&os, QMOE_DTYPE_FLOAT32, 1, Rc, 0, NULL))
         (void)qmoe_op_create_grouped_matmul_swiglu_quant(x, c->view, NULL, NULL, NULL, xs, gl, out, os,
                                                          NULL, &fo, &op);
@@ -214,16 +215,24 @@ static qmoe_op *fused_plan(qg_chunk *c, int64_t K, int64_t Rc, int threads)
     qmoe_op_destroy(pl->p[i].op);
     pl->p[i].op = op;
     pl->p[i].rows = Rc;
-    pl->p[i].ld = c->nc;
+    pl->p[i].ld = qg_chunk_cols(c) / 2;
     pl->p[i].threads = threads;
     return op;
+}
+
+int64_t qg_weight_fusable(const qg_weight *w)
+{
+    const qg_chunk *c = w->nchunks == 1 ? &w->chunks[0] : NULL;
+    if (!c || c->col || w->fmt->c || qg_chunk_cols(c) % 2 || (w->fmt->int4 && !w->assist)) return 0;
+    if (w->mate) return w->mate->chunks[0].col == c->nc ? c->nc : 0; /* a paired gate */
+    return c->pad ? 0 : c->nc / 2; /* one gate | up tensor */
 }
 
 int qg_weight_swiglu_quant(qg_context *ctx, qg_weight *wg, const qg_acts *a, int8_t *hq, float *hs)
 {
     qg_chunk *c = &wg->chunks[0];
-    if (!wg->mate || wg->nchunks != 1 || c->col != 0) {
-        qmoe_error_set(QMOE_ERR_PARAM_INVALID, QMOE_RULE_UNSUPPORTED, "weight", "not a paired gate weight");
+    if (!qg_weight_fusable(wg)) {
+        qmoe_error_set(QMOE_ERR_PARAM_INVALID, QMOE_RULE_UNSUPPORTED, "weight", "not a gate | up weight");
         return 0;
     }
     pthread_mutex_lock(&wg->run);

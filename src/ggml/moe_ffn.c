@@ -5,7 +5,10 @@
  * quantized once for gate and up, both grouped matmuls write one [R, gate | up] block in the
  * sorted order, qmoe's SwiGLU and dynamic quant make the int8 rows the down projection reads
  * directly, and only the last node's output is written: the three intermediate tensors are not
- * (each has exactly one use, inside the pattern, which ggml's use counts say). */
+ * (each has exactly one use, inside the pattern, which ggml's use counts say). Where gate and up
+ * share one prepacked object — paired at load (buffer.c), or one ffn_gate_up_exps tensor, whose
+ * graph is {gu = MUL_MAT_ID(gate_up_exps), two VIEWs of gu, GLU, down} — qmoe's fused
+ * GroupedMatmulSwigluQuant makes the int8 rows in one operator instead. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -108,8 +111,77 @@ static void retarget(qg_acts *a, const struct ggml_tensor *dst, int64_t n_used)
         a->rows[r].dst = (uint8_t *)dst->data + (r % n_used) * dst->nb[1] + (r / n_used) * dst->nb[2];
 }
 
+/* GroupedMatmulSwigluQuant by wg (gate | up in one object, I columns each), then the down
+ * projection wd on its int8 rows, written to the down node's rows; the status. */
+static enum ggml_status fused_down(qg_context *ctx, qg_acts *a, qg_weight *wg, int64_t I, qg_weight *wd,
+                                   struct ggml_tensor *down)
+{
+    const int64_t R = a->R, Nd = wd->N, Npd = Nd + Nd % 2;
+    size_t nh = 0, ny = 0;
+    int8_t *hq = qg_bytes3(R, I, 1, &nh) ? qg_scratch(ctx, QG_S_HQ, nh) : NULL;
+    float *hs = hq ? qg_scratch(ctx, QG_S_HS, (size_t)R * sizeof(float)) : NULL;
+    float *y = hs && qg_bytes3(R, Npd, sizeof(float), &ny) ? qg_scratch(ctx, QG_S_GU, ny) : NULL;
+    if (!y) {
+        qmoe_error_set(QMOE_ERR_INNER, QMOE_RULE_NONE, "", "out of memory for the MoE FFN's rows");
+        return qg_failed(ggml_op_desc(down));
+    }
+    if (!qg_weight_swiglu_quant(ctx, wg, a, hq, hs) || !qg_weight_run(ctx, wd, a, hq, hs, y, Npd))
+        return qg_failed("GroupedMatmulSwigluQuant and the down projection");
+    retarget(a, down, down->src[2]->ne[0]);
+    qg_scatter(ctx, a, y, Npd, Nd);
+    return GGML_STATUS_SUCCESS;
+}
+
+/* A VIEW node of gu: its first I values of every row from value `at`, rows as gu's. */
+static int view_of(const struct ggml_tensor *v, const struct ggml_tensor *gu, int64_t I, int64_t at)
+{
+    return v->op == GGML_OP_VIEW && v->src[0] == gu && v->view_src == gu &&
+           v->view_offs == (size_t)at * sizeof(float) && v->ne[0] == I && v->ne[1] == gu->ne[1] &&
+           v->ne[2] == gu->ne[2] && v->ne[3] == 1 && v->nb[1] == gu->nb[1] && v->nb[2] == gu->nb[2];
+}
+
+/* llama.cpp's merged gate | up: gu = MUL_MAT_ID(gate_up_exps, x, ids) at i, gate and up its two
+ * views (either order), h = GLU swiglu(gate, up), down = MUL_MAT_ID(down_exps, h, ids), each
+ * intermediate with no other reader; 5 nodes taken when it is, 0 when not. */
+static int compute_merged(qg_context *ctx, struct ggml_cgraph *g, int i, enum ggml_status *st)
+{
+    if (i + 4 >= g->n_nodes) return 0;
+    struct ggml_tensor *gu = g->nodes[i], *h = g->nodes[i + 3], *down = g->nodes[i + 4];
+    const int64_t I = gu->ne[0] / 2;
+    if (gu->op != GGML_OP_MUL_MAT_ID || gu->ne[0] % 2 || !f32_rows(gu) || !qg_supports_matmul(gu) ||
+        h->op != GGML_OP_GLU || !qg_supports_glu(h) || !h->src[1] || !view_of(h->src[0], gu, I, 0) ||
+        !view_of(h->src[1], gu, I, I) ||
+        !((h->src[0] == g->nodes[i + 1] && h->src[1] == g->nodes[i + 2]) ||
+          (h->src[0] == g->nodes[i + 2] && h->src[1] == g->nodes[i + 1])) ||
+        !(gu->flags & GGML_TENSOR_FLAG_COMPUTE) || !ggml_node_has_n_uses(g, i, 2) ||
+        ggml_node_get_use_count(g, i + 1) != 1 || ggml_node_get_use_count(g, i + 2) != 1 || /* views */
+        (g->nodes[i + 1]->flags | g->nodes[i + 2]->flags) & GGML_TENSOR_FLAG_OUTPUT || !taken_once(g, i + 3) || down->op != GGML_OP_MUL_MAT_ID || down->src[1] != h ||
+        down->src[2] != gu->src[2] || down->src[0]->ne[0] != I || down->src[0]->ne[2] != gu->src[0]->ne[2] ||
+        !qg_supports_matmul(down) || !(down->flags & GGML_TENSOR_FLAG_COMPUTE))
+        return 0;
+    if (!qg_context_ready(ctx)) {
+        *st = qg_failed("making the qmoe device");
+        return 5;
+    }
+    qg_weight *w = qg_node_weight(gu), *wd = w ? qg_node_weight(down) : NULL;
+    if (!wd) {
+        *st = qg_failed(ggml_op_desc(gu));
+        return 5;
+    }
+    if (qg_weight_fusable(w) != I) return 0; /* node by node (a min term, an unnamed int4 weight) */
+    qg_acts a;
+    if (!qg_acts_prepare(ctx, gu, w, &a)) {
+        *st = qg_failed(ggml_op_desc(gu));
+        return 5;
+    }
+    *st = a.R ? fused_down(ctx, &a, w, I, wd, down) : GGML_STATUS_SUCCESS;
+    return 5;
+}
+
 int qg_compute_moe_ffn(qg_context *ctx, struct ggml_cgraph *graph, int i, enum ggml_status *st)
 {
+    int merged = ctx->fuse ? compute_merged(ctx, graph, i, st) : 0;
+    if (merged) return merged;
     struct ggml_tensor *gate, *up;
     if (!ctx->fuse || !match(graph, i, &gate, &up)) return 0;
     struct ggml_tensor *h = graph->nodes[i + 2], *down = match_down(graph, i, gate);
@@ -130,6 +202,14 @@ int qg_compute_moe_ffn(qg_context *ctx, struct ggml_cgraph *graph, int i, enum g
     if (a.R == 0) return taken;
     const int64_t I = wg->N, ld = 2 * (I + I % 2), R = a.R, n_used = gate->src[2]->ne[0];
     const int64_t Nd = down ? wd->N : 0, Npd = Nd + Nd % 2;
+    /* gate and up paired at load (one object, gate columns first: qg_weight_build_pair) with
+     * the down projection after them: qmoe's fused GroupedMatmulSwigluQuant makes h's int8 rows
+     * and scales at once, no float block written */
+    const int paired = wg->mate == wu && qg_weight_col(wg) == 0 && qg_weight_col(wu) == I;
+    if (paired && down && qg_weight_fusable(wg) == I) {
+        *st = fused_down(ctx, &a, wg, I, wd, down);
+        return taken;
+    }
     /* one block for gate | up, then h, then (once h is int8) the down projection's outputs:
      * each is dead when the next is written, so they share the memory (at a 512-token prompt of
      * Qwen3-30B-A3B's shape 38 MB instead of 71) */
@@ -145,19 +225,6 @@ int qg_compute_moe_ffn(qg_context *ctx, struct ggml_cgraph *graph, int i, enum g
     if (!gu || !hv || (down && (!hq || !hs))) {
         qmoe_error_set(QMOE_ERR_INNER, QMOE_RULE_NONE, "", "out of memory for the MoE FFN's rows");
         *st = qg_failed(ggml_op_desc(h));
-        return taken;
-    }
-    /* gate and up paired at load (one object, gate columns first: qg_weight_build_pair) with
-     * the down projection after them: qmoe's fused GroupedMatmulSwigluQuant makes h's int8 rows
-     * and scales at once, no float block written */
-    const int paired = wg->mate == wu && qg_weight_col(wg) == 0 && qg_weight_col(wu) == I;
-    if (paired && down) {
-        if (!qg_weight_swiglu_quant(ctx, wg, &a, hq, hs) || !qg_weight_run(ctx, wd, &a, hq, hs, gu, Npd)) {
-            *st = qg_failed("GroupedMatmulSwigluQuant and the down projection");
-            return taken;
-        }
-        retarget(&a, down, n_used);
-        qg_scatter(ctx, &a, gu, Npd, Nd);
         return taken;
     }
     /* gate into columns [0, I), then up into [I, 2 I) (a pair: both from the one object at once);

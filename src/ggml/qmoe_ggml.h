@@ -130,6 +130,9 @@ typedef struct qg_weight {
     /* the other half of a gate / up pair sharing one prepacked object (qg_weight_build_pair),
      * NULL otherwise; the object goes with the last of the two */
     struct qg_weight *mate;
+    /* the A8W4 object's assist matrix is the weights' own, as the fused operator reads it (pairs,
+     * ffn_gate_up_exps tensors); zero otherwise (GroupedMatmul does not read it) */
+    int assist;
     int released;        /* the buffer's whole pages inside [lo, hi) were given back (buffer.c) */
     qg_chunk *chunks;
     int nchunks;
@@ -259,8 +262,12 @@ int qg_weight_run(qg_context *ctx, qg_weight *w, const qg_acts *a, const int8_t 
  * (2 I); w's own columns start at qg_weight_col(w). */
 int64_t qg_weight_out_cols(const qg_weight *w);
 int64_t qg_weight_col(const qg_weight *w);
-/* The fused GroupedMatmulSwigluQuant of rows xq / xs (sorted as a) by a paired gate wg (its
- * mate the up): h = SwiGLU(gate, up) as int8 rows hq [R, I] with scales hs [R]. */
+/* I when w's one object holds gate | up, I columns each, as GroupedMatmulSwigluQuant reads them:
+ * a paired gate (its mate the up), or one ffn_gate_up_exps tensor of 2 I columns; no min term.
+ * 0 otherwise. */
+int64_t qg_weight_fusable(const qg_weight *w);
+/* The fused GroupedMatmulSwigluQuant of rows a->xq / a->xs (sorted as a) by such a weight wg:
+ * h = SwiGLU(gate, up) as int8 rows hq [R, I] with scales hs [R]. */
 int qg_weight_swiglu_quant(qg_context *ctx, qg_weight *wg, const qg_acts *a, int8_t *hq, float *hs);
 /* Row s of y (ld floats apart, N columns) to rows[perm[s]].dst. */
 void qg_scatter(qg_context *ctx, const qg_acts *a, const float *y, int64_t ld, int64_t N);

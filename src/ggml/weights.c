@@ -193,7 +193,7 @@ static void release_source(const qg_weight *w, int own, int64_t m0, int64_t n)
  * the same slice, with the assist matrix the fused operator reads; own[p]: part p's bytes are the
  * buffer's pages (dropped as read where a restart cannot need them again: scaled formats, whose
  * scale dtype never changes). */
-static qmoe_status build_parts(qg_weight *const *ws, qg_chunk *const *cs, int np, const int *own)
+static qmoe_status build_parts(qg_weight *const *ws, qg_chunk *const *cs, int np, const int *own, int assist)
 {
     qg_weight *w = ws[0];
     qg_chunk *c = cs[0];
@@ -231,8 +231,8 @@ static qmoe_status build_parts(qg_weight *const *ws, qg_chunk *const *cs, int np
         const int64_t n = c->ne - s0 < S ? c->ne - s0 : S;
         memset(vals, 0, vbytes); /* int4 values are or'ed in */
         for (int p = 0; p < np; p++) {
-            /* one part: GroupedMatmul reads no assist matrix (zero); a pair's is its own */
-            gather(ws[p], cs[p], s0, n, vals, scales, rowq, rowd, rows, mvals, mscales, np > 1 ? bias : NULL);
+            /* GroupedMatmul reads no assist matrix (zero); the fused operator's is the weights' */
+            gather(ws[p], cs[p], s0, n, vals, scales, rowq, rowd, rows, mvals, mscales, assist ? bias : NULL);
             if (cs[p]->n0 + cs[p]->nc == ws[p]->N && (!own[p] || w->fmt->scaled))
                 release_source(ws[p], own[p], c->e0 + s0, n); /* no chunk reads them again */
         }
@@ -296,7 +296,7 @@ done:
 static qmoe_status build_chunk(qg_weight *w, qg_chunk *c)
 {
     const int own = 0;
-    return build_parts(&w, &c, 1, &own);
+    return build_parts(&w, &c, 1, &own, w->assist);
 }
 
 /* The side arrays: ggml's sizes bound E * N * (K / blk) * side by the tensor's own bytes. None
@@ -375,6 +375,9 @@ qg_weight *qg_weight_build(const struct ggml_tensor *t, const void *bytes, size_
         return NULL;
     }
     if (!w) return NULL;
+    /* gate | up in one tensor (llama.cpp's name): the fused operator may run it */
+    const char *gu = strstr(t->name, "ffn_gate_up_exps.weight");
+    w->assist = gu && gu[strlen("ffn_gate_up_exps.weight")] == 0;
     int i = 0;
     for (int64_t e0 = 0; e0 < w->E; e0 += QG_MAX_EXPERTS) {
         for (int64_t n0 = 0; n0 < w->N; n0 += QG_MAX_COLS) {
@@ -426,7 +429,7 @@ int qg_weight_build_pair(const struct ggml_tensor *const t[2], const void *const
         cs[p]->col = p ? ws[p]->N : 0;
         cs[p]->pad = p ? 0 : ws[p]->N;
     }
-    if (ok && build_parts(ws, cs, 2, own)) ok = 0;
+    if (ok && build_parts(ws, cs, 2, own, 1)) ok = 0;
     if (!ok) {
         if (ws[1] && ws[1]->nchunks) ws[1]->chunks[0].w = NULL; /* the object is the gate's to free */
         qg_weight_free(ws[0]);
@@ -436,6 +439,7 @@ int qg_weight_build_pair(const struct ggml_tensor *const t[2], const void *const
     for (int p = 0; p < 2; p++) {
         ws[p]->data = t[p]->data;
         ws[p]->mate = ws[1 - p];
+        ws[p]->assist = 1;
         w[p] = ws[p];
     }
     return 1;

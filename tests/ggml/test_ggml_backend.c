@@ -635,6 +635,88 @@ static void test_moe_ffn(ggml_backend_t be, ggml_backend_buffer_type_t buft, enu
     ggml_free(ctx);
 }
 
+/* llama.cpp's merged gate | up (build_moe_ffn with ffn_gate_up_exps): gu = MUL_MAT_ID(wgu, x, ids),
+ * gate and up two views of gu, h = GLU swiglu(gate, up), out = MUL_MAT_ID(wd, h, ids). Where the
+ * weight's one object can feed the fused GroupedMatmulSwigluQuant (no min term; an int4 one only
+ * when named ffn_gate_up_exps, whose assist matrix is made at load) the five nodes run as one and
+ * gu is never written; otherwise node by node. Either way out equals the double reference. fuse 0:
+ * on a backend made with QMOE_GGML_FUSE=0. */
+static void test_moe_ffn_merged(ggml_backend_t be, ggml_backend_buffer_type_t buft, enum ggml_type type,
+                                int named, int fuse)
+{
+    const qg_format *f = qg_format_of(type);
+    const int64_t K = 256, I = f->blk == 256 ? 256 : 96, H = 48, E = 8, T = 5, U = 2;
+    struct ggml_init_params ip = {ggml_tensor_overhead() * 16 + ggml_graph_overhead(), NULL, true};
+    struct ggml_context *ctx = ggml_init(ip);
+    struct ggml_tensor *wgu = ggml_new_tensor_3d(ctx, type, K, 2 * I, E), *wd = ggml_new_tensor_3d(ctx, type, I, H, E);
+    struct ggml_tensor *b = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, K, 1, T);
+    struct ggml_tensor *ids = ggml_new_tensor_2d(ctx, GGML_TYPE_I32, U, T);
+    struct ggml_tensor *gu = ggml_mul_mat_id(ctx, wgu, b, ids);
+    struct ggml_tensor *g = ggml_view_3d(ctx, gu, I, gu->ne[1], gu->ne[2], gu->nb[1], gu->nb[2], 0);
+    struct ggml_tensor *u = ggml_view_3d(ctx, gu, I, gu->ne[1], gu->ne[2], gu->nb[1], gu->nb[2], (size_t)I * gu->nb[0]);
+    struct ggml_tensor *h = ggml_swiglu_split(ctx, g, u), *out = ggml_mul_mat_id(ctx, wd, h, ids);
+    if (named) ggml_set_name(wgu, "blk.3.ffn_gate_up_exps.weight");
+    struct ggml_cgraph *gf = ggml_new_graph(ctx);
+    ggml_build_forward_expand(gf, out);
+    ggml_backend_buffer_t buf = weights_buffer(ctx, buft);
+    if (!buf) return;
+    struct ggml_tensor *ws[2] = {wgu, wd};
+    uint8_t *wv[2];
+    for (int j = 0; j < 2; j++) {
+        wv[j] = malloc(ggml_nbytes(ws[j]));
+        random_blocks(type, wv[j], (int64_t)(ggml_nbytes(ws[j]) / ggml_type_size(type)));
+        ggml_backend_tensor_set(ws[j], wv[j], 0, ggml_nbytes(ws[j]));
+    }
+    float x[5 * 256], y[5 * 2 * 48], *sent = malloc(ggml_nbytes(gu)), *back = malloc(ggml_nbytes(gu));
+    int32_t idv[5 * 2];
+    for (int64_t k = 0; k < T * K; k++) x[k] = qt_uniform(&rng, -1.0f, 1.0f);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t i = 0; i < U; i++) idv[t * U + i] = (int32_t)((t * 3 + i * 5) % E);
+    ggml_backend_tensor_set(b, x, 0, sizeof(float) * (size_t)(T * K));
+    ggml_backend_tensor_set(ids, idv, 0, sizeof idv);
+    for (size_t k = 0; k < ggml_nbytes(gu) / sizeof(float); k++) sent[k] = -12345.0f;
+    ggml_backend_tensor_set(gu, sent, 0, ggml_nbytes(gu));
+    ggml_backend_t run = be;
+    if (!fuse) {
+        setenv("QMOE_GGML_FUSE", "0", 1);
+        run = ggml_backend_dev_init(ggml_backend_get_device(be), NULL);
+        unsetenv("QMOE_GGML_FUSE");
+        CHECK_MSG(run != NULL, "a second QMOE backend");
+        if (!run) return;
+    }
+    enum ggml_status st = ggml_backend_graph_compute(run, gf);
+    if (run != be) ggml_backend_free(run);
+    CHECK_MSG(st == GGML_STATUS_SUCCESS, "merged MoE FFN %s: status %d", ggml_type_name(type), (int)st);
+    ggml_backend_tensor_get(out, y, 0, ggml_nbytes(out));
+    ggml_backend_tensor_get(gu, back, 0, ggml_nbytes(gu));
+    const int fused = fuse && !f->c && (!f->int4 || named);
+    CHECK_MSG((memcmp(back, sent, ggml_nbytes(gu)) == 0) == fused, "merged MoE FFN %s named %d fuse %d: gu %s",
+              ggml_type_name(type), named, fuse, fused ? "written" : "not written");
+    size_t rk = ggml_row_size(type, K), ri = ggml_row_size(type, I);
+    double eo = 0, no = 0;
+    for (int64_t r = 0; r < U * T; r++) {
+        int64_t e = idv[r], t = r / U;
+        float hr[256];
+        for (int64_t n = 0; n < I; n++) {
+            double gv = ref_dot(type, wv[0] + (size_t)(e * 2 * I + n) * rk, x + t * K, K);
+            double uv = ref_dot(type, wv[0] + (size_t)(e * 2 * I + I + n) * rk, x + t * K, K);
+            hr[n] = (float)(gv / (1.0 + exp(-gv)) * uv);
+        }
+        for (int64_t n = 0; n < H; n++) {
+            double ov = ref_dot(type, wv[1] + (size_t)(e * H + n) * ri, hr, I);
+            eo += (y[r * H + n] - ov) * (y[r * H + n] - ov);
+            no += ov * ov;
+        }
+    }
+    CHECK_MSG(eo <= 1e-6 * no, "merged MoE FFN %s named %d fuse %d: out relative error %g", ggml_type_name(type),
+              named, fuse, sqrt(eo / (no > 0 ? no : 1)));
+    for (int j = 0; j < 2; j++) free(wv[j]);
+    free(sent);
+    free(back);
+    ggml_backend_buffer_free(buf);
+    ggml_free(ctx);
+}
+
 /* Two backend contexts (two llama.cpp contexts on one model) run MUL_MAT_ID on the same weight
  * at once, each cycling through more row counts than a weight keeps plans for: every result
  * equals the one computed alone (the weight's plan cache is shared; one context evicting a plan
@@ -794,6 +876,8 @@ int main(int argc, char **argv)
         zero_lead = 0;
         for (int named = 0; named < 4; named++)
             for (int mode = 0; mode < 3; mode++) test_moe_ffn(be, buft, type, mode, named);
+        for (int named = 0; named < 2; named++)
+            for (int fuse = 0; fuse < 2; fuse++) test_moe_ffn_merged(be, buft, type, named, fuse);
     }
     test_two_contexts(dev, buft);
     ggml_backend_free(be);
