@@ -155,6 +155,20 @@ qmoe_op *qg_small_plan(qg_context *ctx, int kind, int64_t R, int64_t K, int64_t 
 
 /* The grouped matmul of object `view` (chunk c's weight or min object, K rows) over Rc rows,
  * writing columns [n0, n0 + nc + pad) of rows ld floats apart; plans kept in `pl`. */
+/* op (NULL: a failed plan, returned as is) into the cache in place of its oldest plan. */
+static qmoe_op *keep_plan(qg_plans *pl, qmoe_op *op, int64_t rows, int64_t ld, int threads)
+{
+    if (!op) return NULL;
+    int i = pl->next;
+    pl->next = (i + 1) % QG_PLANS;
+    qmoe_op_destroy(pl->p[i].op);
+    pl->p[i].op = op;
+    pl->p[i].rows = rows;
+    pl->p[i].ld = ld;
+    pl->p[i].threads = threads;
+    return op;
+}
+
 static qmoe_op *gmm_plan(const qg_chunk *c, qmoe_tensor *view, qg_plans *pl, int64_t K, int64_t Rc,
                          int64_t ld, int threads)
 {
@@ -175,15 +189,7 @@ static qmoe_op *gmm_plan(const qg_chunk *c, qmoe_tensor *view, qg_plans *pl, int
     qmoe_tensor_destroy(pts);
     qmoe_tensor_destroy(gl);
     qmoe_tensor_destroy(out);
-    if (!op) return NULL;
-    int i = pl->next;
-    pl->next = (i + 1) % QG_PLANS;
-    qmoe_op_destroy(pl->p[i].op);
-    pl->p[i].op = op;
-    pl->p[i].rows = Rc;
-    pl->p[i].ld = ld;
-    pl->p[i].threads = threads;
-    return op;
+    return keep_plan(pl, op, Rc, ld, threads);
 }
 
 /* The fused GroupedMatmulSwigluQuant over a paired gate's object (gate | up columns): int8
@@ -209,15 +215,7 @@ static qmoe_op *fused_plan(qg_chunk *c, int64_t K, int64_t Rc, int threads)
     qmoe_tensor_destroy(gl);
     qmoe_tensor_destroy(out);
     qmoe_tensor_destroy(os);
-    if (!op) return NULL;
-    int i = pl->next;
-    pl->next = (i + 1) % QG_PLANS;
-    qmoe_op_destroy(pl->p[i].op);
-    pl->p[i].op = op;
-    pl->p[i].rows = Rc;
-    pl->p[i].ld = qg_chunk_cols(c) / 2;
-    pl->p[i].threads = threads;
-    return op;
+    return keep_plan(pl, op, Rc, qg_chunk_cols(c) / 2, threads);
 }
 
 int64_t qg_weight_fusable(const qg_weight *w)

@@ -509,6 +509,23 @@ static void test_supports(ggml_backend_dev_t dev, ggml_backend_buffer_type_t buf
     ggml_free(ctx);
 }
 
+/* Computes gf on be, or (fuse 0) on a second QMOE backend made with QMOE_GGML_FUSE=0: the variable
+ * is read when a backend is made. */
+static enum ggml_status compute_fused(ggml_backend_t be, struct ggml_cgraph *gf, int fuse)
+{
+    ggml_backend_t run = be;
+    if (!fuse) {
+        setenv("QMOE_GGML_FUSE", "0", 1);
+        run = ggml_backend_dev_init(ggml_backend_get_device(be), NULL);
+        unsetenv("QMOE_GGML_FUSE");
+        CHECK_MSG(run != NULL, "a second QMOE backend");
+        if (!run) return GGML_STATUS_FAILED;
+    }
+    enum ggml_status st = ggml_backend_graph_compute(run, gf);
+    if (run != be) ggml_backend_free(run);
+    return st;
+}
+
 /* ggml's log, watched for the backend's word that a layer's gate and up were paired */
 static int paired_seen;
 static void watch_log(enum ggml_log_level level, const char *text, void *user)
@@ -574,17 +591,7 @@ static void test_moe_ffn(ggml_backend_t be, ggml_backend_buffer_type_t buft, enu
     for (size_t k = 0; k < sizeof sent / sizeof sent[0]; k++) sent[k] = -12345.0f;
     struct ggml_tensor *mids[3] = {gate, up, h};
     for (int j = 0; j < 3; j++) ggml_backend_tensor_set(mids[j], sent, 0, ggml_nbytes(mids[j]));
-    /* the variable is read when a backend is made: mode 2 makes one of its own */
-    ggml_backend_t run = be;
-    if (mode == 2) {
-        setenv("QMOE_GGML_FUSE", "0", 1);
-        run = ggml_backend_dev_init(ggml_backend_get_device(be), NULL);
-        unsetenv("QMOE_GGML_FUSE");
-        CHECK_MSG(run != NULL, "a second QMOE backend");
-        if (!run) return;
-    }
-    enum ggml_status st = ggml_backend_graph_compute(run, gf);
-    if (run != be) ggml_backend_free(run);
+    enum ggml_status st = compute_fused(be, gf, mode != 2);
     CHECK_MSG(st == GGML_STATUS_SUCCESS, "MoE FFN %s mode %d: status %d", ggml_type_name(type), mode, (int)st);
     ggml_backend_tensor_get(out, y, 0, ggml_nbytes(out));
     ggml_backend_tensor_get(h, hv, 0, ggml_nbytes(h));
@@ -676,16 +683,7 @@ static void test_moe_ffn_merged(ggml_backend_t be, ggml_backend_buffer_type_t bu
     ggml_backend_tensor_set(ids, idv, 0, sizeof idv);
     for (size_t k = 0; k < ggml_nbytes(gu) / sizeof(float); k++) sent[k] = -12345.0f;
     ggml_backend_tensor_set(gu, sent, 0, ggml_nbytes(gu));
-    ggml_backend_t run = be;
-    if (!fuse) {
-        setenv("QMOE_GGML_FUSE", "0", 1);
-        run = ggml_backend_dev_init(ggml_backend_get_device(be), NULL);
-        unsetenv("QMOE_GGML_FUSE");
-        CHECK_MSG(run != NULL, "a second QMOE backend");
-        if (!run) return;
-    }
-    enum ggml_status st = ggml_backend_graph_compute(run, gf);
-    if (run != be) ggml_backend_free(run);
+    enum ggml_status st = compute_fused(be, gf, fuse);
     CHECK_MSG(st == GGML_STATUS_SUCCESS, "merged MoE FFN %s: status %d", ggml_type_name(type), (int)st);
     ggml_backend_tensor_get(out, y, 0, ggml_nbytes(out));
     ggml_backend_tensor_get(gu, back, 0, ggml_nbytes(gu));
