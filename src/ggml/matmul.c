@@ -552,10 +552,16 @@ static int weight_run(qg_context *ctx, qg_weight *w, const qg_acts *a, const int
 
 int64_t qg_weight_out_cols(const qg_weight *w)
 {
-    return w->mate ? qg_chunk_cols(&w->chunks[0]) : w->N + w->N % 2;
+    /* by the objects, not the mate: a half whose mate was dropped (rewritten) keeps both halves */
+    int64_t cols = 0;
+    for (int i = 0; i < w->nchunks; i++) {
+        int64_t z = w->chunks[i].n0 + qg_chunk_cols(&w->chunks[i]);
+        cols = z > cols ? z : cols;
+    }
+    return cols;
 }
 
-int64_t qg_weight_col(const qg_weight *w) { return w->mate ? w->chunks[0].col : 0; }
+int64_t qg_weight_col(const qg_weight *w) { return w->nchunks ? w->chunks[0].col : 0; }
 
 int qg_weight_run(qg_context *ctx, qg_weight *w, const qg_acts *a, const int8_t *xq, const float *xs,
                   float *y, int64_t ld)

@@ -193,6 +193,13 @@ int qg_compute_moe_ffn(qg_context *ctx, struct ggml_cgraph *graph, int i, enum g
     }
     qg_weight *wg = qg_node_weight(gate), *wu = wg ? qg_node_weight(up) : NULL;
     qg_weight *wd = wu && down ? qg_node_weight(down) : NULL;
+    /* the gate | up block below takes each weight's own columns: a half of a pair whose mate was
+     * rewritten (it still holds both) runs node by node instead, which picks its columns out */
+    const int64_t I0 = wg ? wg->N : 0;
+    if (wu && !(wg->mate == wu) &&
+        (qg_weight_col(wg) || qg_weight_col(wu) || qg_weight_out_cols(wg) != I0 + I0 % 2 ||
+         qg_weight_out_cols(wu) != I0 + I0 % 2))
+        return 0;
     qg_acts a;
     if (!wu || (down && !wd) || !qg_acts_prepare(ctx, gate, wg, &a)) {
         (void)qg_failed(ggml_op_desc(gate));
