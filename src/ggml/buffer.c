@@ -250,12 +250,11 @@ static int set_paired(qg_buffer *b, const struct ggml_tensor *t, const void *dat
     const struct ggml_tensor *ts[2] = {g ? &q->t : t, g ? t : &q->t};
     const void *bytes[2] = {g ? b->base + q->lo : data, g ? data : b->base + q->lo};
     const size_t lo[2] = {g ? q->lo : at, g ? at : q->lo}, hi[2] = {g ? q->hi : at + size, g ? at + size : q->hi};
-    const int own[2] = {g, !g};
+    int own[2] = {g, !g}; /* the waiting one's pages are the buffer's: own[1 - g] */
     qg_weight *w[2];
     if (!qg_weight_build_pair(ts, bytes, lo, hi, own, w)) {
         qg_log_error("pairing a layer's gate and up weights (each converted alone)");
-        /* a scaled format's waiting pages go as they are read: gone if the failure came late */
-        q->lost = qg_format_of(t->type)->scaled;
+        q->lost = own[1 - g] == 2; /* some of its pages went before the failure */
         return 0;
     }
     *p = q->next;

@@ -153,10 +153,10 @@ qg_weight *qg_weight_build(const struct ggml_tensor *t, const void *bytes, size_
  * A8W4 assist matrix the fused operator reads, so GroupedMatmulSwigluQuant runs them as one
  * (moe_ffn.c); each weight is one of w[2], mates of each other. own[i]: t[i]'s bytes are the
  * buffer's own pages, dropped (madvise) a slice at a time as they are read, so the pair's
- * conversion holds little more than the object it makes. 0 on failure (qmoe's message set),
- * nothing made. */
+ * conversion holds little more than the object it makes; own[i] becomes 2 once any of them
+ * were dropped. 0 on failure (qmoe's message set), nothing made. */
 int qg_weight_build_pair(const struct ggml_tensor *const t[2], const void *const bytes[2],
-                         const size_t lo[2], const size_t hi[2], const int own[2], qg_weight *w[2]);
+                         const size_t lo[2], const size_t hi[2], int own[2], qg_weight *w[2]);
 /* 1 when the two tensors can be paired: a gate and up of one layer as qg_weight_build_pair takes. */
 int qg_pairable(const struct ggml_tensor *a, const struct ggml_tensor *b);
 void qg_weight_free(qg_weight *w);

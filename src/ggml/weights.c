@@ -193,7 +193,7 @@ static void release_source(const qg_weight *w, int own, int64_t m0, int64_t n)
  * the same slice, with the assist matrix the fused operator reads; own[p]: part p's bytes are the
  * buffer's pages (dropped as read where a restart cannot need them again: scaled formats, whose
  * scale dtype never changes). */
-static qmoe_status build_parts(qg_weight *const *ws, qg_chunk *const *cs, int np, const int *own, int assist)
+static qmoe_status build_parts(qg_weight *const *ws, qg_chunk *const *cs, int np, int *own, int assist)
 {
     qg_weight *w = ws[0];
     qg_chunk *c = cs[0];
@@ -234,7 +234,10 @@ static qmoe_status build_parts(qg_weight *const *ws, qg_chunk *const *cs, int np
             /* GroupedMatmul reads no assist matrix (zero); the fused operator's is the weights' */
             gather(ws[p], cs[p], s0, n, vals, scales, rowq, rowd, rows, mvals, mscales, assist ? bias : NULL);
             if (cs[p]->n0 + cs[p]->nc == ws[p]->N && (!own[p] || w->fmt->scaled))
+            {
                 release_source(ws[p], own[p], c->e0 + s0, n); /* no chunk reads them again */
+                if (own[p]) own[p] = 2;                       /* gone: no retry can read them */
+            }
         }
         int wfit = wwide || scale_dtype(scales, (size_t)(n * G * ncp), s0 == 0, &wdt);
         int mfit = mwide || !mins || scale_dtype(mscales, (size_t)(n * 2 * nb * ncp), s0 == 0, &mdt);
@@ -275,7 +278,10 @@ static qmoe_status build_parts(qg_weight *const *ws, qg_chunk *const *cs, int np
         }
     }
     for (int p = 0; p < np; p++) {
-        if (!st && own[p] && !w->fmt->scaled) release_source(ws[p], 1, 0, c->ne); /* kept for a restart */
+        if (!st && own[p] && !w->fmt->scaled) { /* kept for a restart until now */
+            release_source(ws[p], 1, 0, c->ne);
+            own[p] = 2;
+        }
         cs[p]->wdt = wdt;
         cs[p]->w = c->w;
         if (!st) st = qmoe_weights_tensor(c->w, &cs[p]->view);
@@ -295,7 +301,7 @@ done:
 
 static qmoe_status build_chunk(qg_weight *w, qg_chunk *c)
 {
-    const int own = 0;
+    int own = 0;
     return build_parts(&w, &c, 1, &own, w->assist);
 }
 
@@ -410,7 +416,7 @@ int qg_pairable(const struct ggml_tensor *a, const struct ggml_tensor *b)
 }
 
 int qg_weight_build_pair(const struct ggml_tensor *const t[2], const void *const bytes[2],
-                         const size_t lo[2], const size_t hi[2], const int own[2], qg_weight *w[2])
+                         const size_t lo[2], const size_t hi[2], int own[2], qg_weight *w[2])
 {
     if (!qg_pairable(t[0], t[1])) {
         qmoe_error_set(QMOE_ERR_PARAM_INVALID, QMOE_RULE_SHAPE, "weight",
