@@ -257,14 +257,15 @@ static int set_paired(qg_buffer *b, const struct ggml_tensor *t, const void *dat
         q->lost = own[1 - g] == 2; /* some of its pages went before the failure */
         return 0;
     }
-    *p = q->next;
-    free(q);
     for (int i = 0; i < 2; i++) {
         add_weight(b, w[i]);
         if (i == g) release(b, w[i]); /* pages of the caller's one written before, if any */
         w[i]->released = 1;           /* neither's bytes are held: get_tensor encodes them */
     }
     qg_log_debug("gate and up paired: GroupedMatmulSwigluQuant runs them", ts[0]->name);
+    /* freed last: ts[] may point at the waiting one's copy of its tensor */
+    *p = q->next;
+    free(q);
     return 1;
 }
 
