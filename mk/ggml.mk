@@ -8,6 +8,7 @@
 #                     llama-quantize and llama-perplexity
 #   make ggml-backend build $(BUILD)/src/ggml/libggml-qmoe.so against that tree
 #   make ggml-tsan    the backend's unit tests under ThreadSanitizer (part of test-ggml)
+#   make ggml-asan    the backend's unit tests under AddressSanitizer + UBSan (part of test-ggml)
 #   make test-ggml    the backend's unit tests, the layering check again with the backend's objects
 #                     built (no cycle in src/ggml either), test-backend-ops -b QMOE -o MUL_MAT_ID / MUL_MAT in
 #                     test mode, llama-bench on small Qwen3-MoE-shaped models, and the end-to-end
@@ -32,7 +33,8 @@ GGML_LLAMA_CMAKE_ARGS ?= -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DGGM
   -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
   -DCMAKE_C_FLAGS=-U__AMX_INT8__ -DCMAKE_CXX_FLAGS=-U__AMX_INT8__
 
-.PHONY: ggml-fetch ggml-llama ggml-backend ggml-tsan test-ggml bench-ggml
+.PHONY: ggml-fetch ggml-llama ggml-backend ggml-tsan ggml-asan test-ggml bench-ggml
+, := ,
 test: test-ggml
 
 # Exit 3 from the fetch script means "the index cannot be reached": the callers below turn it
@@ -58,19 +60,31 @@ ggml-backend: ggml-llama $(BUILD)/CMakeCache.txt
 	  -DQMOE_LLAMA_CPP_BUILD_DIR=$(abspath $(GGML_LLAMA_BUILD)) >/dev/null
 	cmake --build $(BUILD) -j $(JOBS) --target ggml-qmoe test_ggml_backend
 
-# The backend's unit tests under ThreadSanitizer (two llama.cpp contexts on one weight at once,
-# tests/ggml/test_ggml_backend.c): built with gcc, whose TSan runtime is a shared library that a
-# dlopen'ed module can use (clang links its runtime into executables only, out of reach of a
-# module linked with --no-undefined), on the backend's own pool (libgomp is not instrumented: its
-# barriers would read as races).
-GGML_TSAN_BUILD ?= $(GGML_DIR)/tsan-build
-ggml-tsan: ggml-llama
-	@cmake -S . -B $(GGML_TSAN_BUILD) -DCMAKE_C_COMPILER=cc -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-	  -DQMOE_SANITIZE=thread -DQMOE_GGML_OPENMP=OFF -DQMOE_LLAMA_CPP_DIR=$(abspath $(GGML_LLAMA_SRC)) \
-	  -DQMOE_LLAMA_CPP_BUILD_DIR=$(abspath $(GGML_LLAMA_BUILD)) $(CMAKE_ARGS) >/dev/null
-	cmake --build $(GGML_TSAN_BUILD) -j $(JOBS) --target ggml-qmoe test_ggml_backend
-	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 $(GGML_TSAN_BUILD)/tests/ggml/test_ggml_backend \
-	  $(GGML_TSAN_BUILD)/src/ggml/libggml-qmoe.so
+# The backend's unit tests under a sanitizer, each in a build of its own, built with gcc: its
+# sanitizer runtimes are shared libraries that a dlopen'ed module can use (clang links its
+# runtime into executables only, out of reach of a module linked with --no-undefined).
+#   ggml-tsan  ThreadSanitizer: two llama.cpp contexts on one weight at once
+#              (tests/ggml/test_ggml_backend.c), on the backend's own pool (libgomp is not
+#              instrumented: its barriers would read as races)
+#   ggml-asan  AddressSanitizer + UndefinedBehaviorSanitizer: the buffer's weight lifetimes (a
+#              gate / up pair's halves, rewrites, views) read no freed or foreign memory; leaks
+#              are checked (LeakSanitizer) on the backend's own allocations. Without
+#              detect_stack_use_after_return: gcc 12's fake stack frames do not keep the 64-byte
+#              alignment it gives a local array that an AVX-512 load reads (pack_avx512vnni.c's
+#              strip_index), so the aligned load faults there; the clang build (sanitize.mk)
+#              checks use after return on the same code
+# $(call ggml_san,NAME,SANITIZERS,CMAKE OPTIONS,ENVIRONMENT)
+define ggml_san
+ggml-$(1): ggml-llama
+	@cmake -S . -B $$(GGML_DIR)/$(1)-build -DCMAKE_C_COMPILER=cc -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DQMOE_SANITIZE=$(2) $(3) -DQMOE_LLAMA_CPP_DIR=$$(abspath $$(GGML_LLAMA_SRC)) \
+	  -DQMOE_LLAMA_CPP_BUILD_DIR=$$(abspath $$(GGML_LLAMA_BUILD)) $$(CMAKE_ARGS) >/dev/null
+	cmake --build $$(GGML_DIR)/$(1)-build -j $$(JOBS) --target ggml-qmoe test_ggml_backend
+	$(4) $$(GGML_DIR)/$(1)-build/tests/ggml/test_ggml_backend \
+	  $$(GGML_DIR)/$(1)-build/src/ggml/libggml-qmoe.so
+endef
+$(eval $(call ggml_san,tsan,thread,-DQMOE_GGML_OPENMP=OFF,TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1))
+$(eval $(call ggml_san,asan,address$(,)undefined,,ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1))
 
 # One shell: a NOT RUN (no index) ends the suite there with the reason, written to
 # $(GGML_RESULT) and printed, and make test goes on; any other failure fails it. `lap` adds the
@@ -90,6 +104,7 @@ test-ggml:
 	ctest --test-dir $(BUILD) -L ggml --output-on-failure && \
 	ctest --test-dir $(BUILD) -R '^layers$$' --output-on-failure && lap "unit tests" && \
 	$(MAKE) --no-print-directory ggml-tsan && lap "unit tests under TSan" && \
+	$(MAKE) --no-print-directory ggml-asan && lap "unit tests under ASan + UBSan" && \
 	tests/ggml/run-backend-ops.sh $(GGML_LLAMA_BUILD)/bin/test-backend-ops $(GGML_BACKEND_LIB) \
 	  $(GGML_DIR)/logs >$(GGML_RESULT); rc=$$?; lap "test-backend-ops"; \
 	if [ -f $(GGML_RESULT) ] && ! scripts/venv.sh $(GGML_VENV) tests/ggml/requirements.txt >/dev/null; then \
