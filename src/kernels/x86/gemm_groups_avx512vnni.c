@@ -120,17 +120,29 @@ static inline __attribute__((always_inline)) void sub_tile(int i4, int first, in
             ROW(0) ROW(1) ROW(2) ROW(3) ROW(4) ROW(5)
 #undef ROW
         }
-        /* fold this group: (float)(acc - xoff) * xs * ws, left to right; then f + v */
+        /* fold this group: (float)(acc - xoff) * xs * ws, left to right; then f + v. A unit's
+         * scales are loaded (and widened) once for all rows, one unit at a time (registers), and
+         * xs's test is taken once a unit, not once an accumulator (both cost as much as the
+         * fold's own arithmetic: a few % of the loop in L1, docs/performance.md) */
         const int64_t ws_at = g * a->ws_stride;
-#define FOLD(R, U)                                                                               \
-    if (mr > R && nu > U) {                                                                      \
+#define FOLD(R, U, XS)                                                                           \
+    if (mr > R) {                                                                                \
         __m512i o = _mm512_set1_epi32(xo[R * a->xoff_stride]);                                   \
         __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(c##R##U, o));                             \
-        if (a->xs) v = _mm512_mul_ps(v, _mm512_set1_ps(a->xs[R])); /* a broadcast operand */    \
-        v = _mm512_mul_ps(v, ws_load(a->ws, a->ws_kind, ws_at + 16 * U));                        \
-        f##R##U = _mm512_add_ps(f##R##U, v);                                                     \
+        if (XS) v = _mm512_mul_ps(v, _mm512_set1_ps(a->xs[R])); /* a broadcast operand */        \
+        f##R##U = _mm512_add_ps(f##R##U, _mm512_mul_ps(v, s));                                   \
     }
-        EACH(FOLD)
+#define FOLD_UNIT(U)                                                                             \
+    if (nu > U) {                                                                                \
+        const __m512 s = ws_load(a->ws, a->ws_kind, ws_at + 16 * U);                             \
+        if (a->xs) {                                                                             \
+            FOLD(0, U, 1) FOLD(1, U, 1) FOLD(2, U, 1) FOLD(3, U, 1) FOLD(4, U, 1) FOLD(5, U, 1)  \
+        } else {                                                                                 \
+            FOLD(0, U, 0) FOLD(1, U, 0) FOLD(2, U, 0) FOLD(3, U, 0) FOLD(4, U, 0) FOLD(5, U, 0)  \
+        }                                                                                        \
+    }
+        FOLD_UNIT(0) FOLD_UNIT(1) FOLD_UNIT(2) FOLD_UNIT(3)
+#undef FOLD_UNIT
 #undef FOLD
     }
 #define OUT(R, U)                                                                                \
