@@ -378,20 +378,13 @@ static qg_weight *weight_locked(ggml_backend_buffer_t buffer, const struct ggml_
         if (same) return w;
     }
     /* a waiting half whose mate has not come is converted alone now, from its bytes here */
-    for (qg_waiting **p = (qg_waiting **)&b->waiting; *p;) {
-        qg_waiting *q = *p;
+    for (qg_waiting *q = b->waiting; q; q = q->next)
         if (q->lo < hi && lo < q->hi && q->lost) {
             qmoe_error_set(QMOE_ERR_INNER, QMOE_RULE_NONE, "weight",
                            "ggml-qmoe: the weight's bytes were dropped while pairing it failed; load it again");
             return NULL;
         }
-        if (q->lo < hi && lo < q->hi) {
-            *p = q->next;
-            free(q);
-        } else {
-            p = &q->next;
-        }
-    }
+    drop_waiting(b, lo, hi);
     /* converting reads the bytes: those of a converted weight it overlaps (a view) come back */
     for (qg_weight *o = b->weights; o; o = o->next)
         if (o->lo < hi && lo < o->hi) restore(b, o);

@@ -535,6 +535,17 @@ static void watch_log(enum ggml_log_level level, const char *text, void *user)
     if (strstr(text, "gate and up paired")) paired_seen++;
 }
 
+/* Random activations x [T, K] into b, and token t's U experts (t * ta + i * ia) % E into ids. */
+static void set_routed(struct ggml_tensor *b, struct ggml_tensor *ids, float *x, int32_t *idv, int64_t T,
+                       int64_t K, int64_t U, int64_t E, int ta, int ia)
+{
+    for (int64_t k = 0; k < T * K; k++) x[k] = qt_uniform(&rng, -1.0f, 1.0f);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t i = 0; i < U; i++) idv[t * U + i] = (int32_t)((t * ta + i * ia) % E);
+    ggml_backend_tensor_set(b, x, 0, sizeof(float) * (size_t)(T * K));
+    ggml_backend_tensor_set(ids, idv, 0, sizeof(int32_t) * (size_t)(T * U));
+}
+
 /* llama.cpp's MoE FFN {gate, up MUL_MAT_ID; GLU swiglu; down MUL_MAT_ID} on the device against
  * the documented numerics in double: x per-token int8, gate and up exact, h = silu(g) u, h per-row
  * int8 for the down projection. mode 0: the four nodes run as one and the three intermediates
@@ -589,11 +600,7 @@ static void test_moe_ffn(ggml_backend_t be, ggml_backend_buffer_type_t buft, enu
               paired_seen);
     float x[5 * 256], y[5 * 2 * 48], hv[5 * 2 * 256], sent[5 * 2 * 256];
     int32_t idv[5 * 2];
-    for (int64_t k = 0; k < T * K; k++) x[k] = qt_uniform(&rng, -1.0f, 1.0f);
-    for (int64_t t = 0; t < T; t++)
-        for (int64_t i = 0; i < U; i++) idv[t * U + i] = (int32_t)((t * 5 + i * 3) % E);
-    ggml_backend_tensor_set(b, x, 0, sizeof(float) * (size_t)(T * K));
-    ggml_backend_tensor_set(ids, idv, 0, sizeof idv);
+    set_routed(b, ids, x, idv, T, K, U, E, 5, 3);
     for (size_t k = 0; k < sizeof sent / sizeof sent[0]; k++) sent[k] = -12345.0f;
     struct ggml_tensor *mids[3] = {gate, up, h};
     for (int j = 0; j < 3; j++) ggml_backend_tensor_set(mids[j], sent, 0, ggml_nbytes(mids[j]));
@@ -683,11 +690,7 @@ static void test_moe_ffn_merged(ggml_backend_t be, ggml_backend_buffer_type_t bu
     }
     float x[5 * 256], y[5 * 2 * 48], *sent = malloc(ggml_nbytes(gu)), *back = malloc(ggml_nbytes(gu));
     int32_t idv[5 * 2];
-    for (int64_t k = 0; k < T * K; k++) x[k] = qt_uniform(&rng, -1.0f, 1.0f);
-    for (int64_t t = 0; t < T; t++)
-        for (int64_t i = 0; i < U; i++) idv[t * U + i] = (int32_t)((t * 3 + i * 5) % E);
-    ggml_backend_tensor_set(b, x, 0, sizeof(float) * (size_t)(T * K));
-    ggml_backend_tensor_set(ids, idv, 0, sizeof idv);
+    set_routed(b, ids, x, idv, T, K, U, E, 3, 5);
     for (size_t k = 0; k < ggml_nbytes(gu) / sizeof(float); k++) sent[k] = -12345.0f;
     ggml_backend_tensor_set(gu, sent, 0, ggml_nbytes(gu));
     enum ggml_status st = compute_fused(be, gf, fuse);
