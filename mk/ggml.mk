@@ -83,7 +83,7 @@ ggml-$(1): ggml-llama
 	$(4) $$(GGML_DIR)/$(1)-build/tests/ggml/test_ggml_backend \
 	  $$(GGML_DIR)/$(1)-build/src/ggml/libggml-qmoe.so
 endef
-$(eval $(call ggml_san,tsan,thread,-DQMOE_GGML_OPENMP=OFF,TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1))
+$(eval $(call ggml_san,tsan,thread,-DQMOE_GGML_OPENMP=OFF,QMOE_LOAD_ORDERS=4 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1))
 $(eval $(call ggml_san,asan,address$(,)undefined,,ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1))
 
 # One shell: a NOT RUN (no index) ends the suite there with the reason, written to

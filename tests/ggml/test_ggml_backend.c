@@ -546,6 +546,42 @@ static void set_routed(struct ggml_tensor *b, struct ggml_tensor *ids, float *x,
     ggml_backend_tensor_set(ids, idv, 0, sizeof(int32_t) * (size_t)(T * U));
 }
 
+/* The MoE FFN's documented numerics in double (x per-token int8, gate and up exact, h = silu(g) u,
+ * h per-row int8 for the down projection) against the device's out y [U T, H] and, where hv is
+ * not NULL, its h [U T, I]: the relative L2 error of out, and of h in *h_err (0 without hv).
+ * w[0], w[1]: the bytes of the gate's and the up's rows, ge rows an expert, the up's from row uo
+ * (separate tensors: ge = I, uo = 0; one gate | up tensor: ge = 2 I, uo = I); w[2]: the down
+ * projection's [E, H, I]. */
+static double ffn_error(enum ggml_type type, uint8_t *const w[3], int64_t ge, int64_t uo, const float *x,
+                        const int32_t *idv, int64_t K, int64_t I, int64_t H, int64_t T, int64_t U,
+                        const float *y, const float *hv, double *h_err)
+{
+    size_t rk = ggml_row_size(type, K), ri = ggml_row_size(type, I);
+    double eh = 0, nh = 0, eo = 0, no = 0;
+    float *hr = malloc((size_t)I * sizeof(float));
+    for (int64_t r = 0; r < U * T; r++) {
+        int64_t e = idv[r], t = r / U;
+        for (int64_t n = 0; n < I; n++) {
+            double gv = ref_dot(type, w[0] + (size_t)(e * ge + n) * rk, x + t * K, K);
+            double uv = ref_dot(type, w[1] + (size_t)(e * ge + uo + n) * rk, x + t * K, K);
+            double hd = gv / (1.0 + exp(-gv)) * uv;
+            hr[n] = (float)hd;
+            if (hv) {
+                eh += (hv[r * I + n] - hd) * (hv[r * I + n] - hd);
+                nh += hd * hd;
+            }
+        }
+        for (int64_t n = 0; n < H; n++) {
+            double ov = ref_dot(type, w[2] + (size_t)(e * H + n) * ri, hr, I);
+            eo += (y[r * H + n] - ov) * (y[r * H + n] - ov);
+            no += ov * ov;
+        }
+    }
+    free(hr);
+    *h_err = sqrt(eh / (nh > 0 ? nh : 1));
+    return sqrt(eo / (no > 0 ? no : 1));
+}
+
 /* llama.cpp's MoE FFN {gate, up MUL_MAT_ID; GLU swiglu; down MUL_MAT_ID} on the device against
  * the documented numerics in double: x per-token int8, gate and up exact, h = silu(g) u, h per-row
  * int8 for the down projection. mode 0: the four nodes run as one and the three intermediates
@@ -617,33 +653,12 @@ static void test_moe_ffn(ggml_backend_t be, ggml_backend_buffer_type_t buft, enu
     }
     if (mode == 0 && as_one)
         CHECK_MSG(memcmp(hv, sent, ggml_nbytes(h)) == 0, "MoE FFN %s: h was written", ggml_type_name(type));
-    size_t rk = ggml_row_size(type, K), ri = ggml_row_size(type, I);
-    double eh = 0, nh = 0, eo = 0, no = 0;
-    for (int64_t r = 0; r < U * T; r++) {
-        int64_t e = idv[r], t = r / U;
-        float hr[256];
-        for (int64_t n = 0; n < I; n++) {
-            double gv = ref_dot(type, wv[0] + (size_t)(e * I + n) * rk, x + t * K, K);
-            double uv = ref_dot(type, wv[1] + (size_t)(e * I + n) * rk, x + t * K, K);
-            double hd = gv / (1.0 + exp(-gv)) * uv;
-            hr[n] = (float)hd;
-            if (mode) {
-                eh += (hv[r * I + n] - hd) * (hv[r * I + n] - hd);
-                nh += hd * hd;
-            }
-        }
-        for (int64_t n = 0; n < H; n++) {
-            double ov = ref_dot(type, wv[2] + (size_t)(e * H + n) * ri, hr, I);
-            eo += (y[r * H + n] - ov) * (y[r * H + n] - ov);
-            no += ov * ov;
-        }
-    }
+    double he, oe = ffn_error(type, wv, I, 0, x, idv, K, I, H, T, U, y, mode ? hv : NULL, &he);
     /* h: float32 rounding only; out: h's int8 rows may round a value the other way (a few units
      * of 1/127 of a row's largest value), so a looser bound */
-    CHECK_MSG(!mode || eh <= 1e-10 * nh, "MoE FFN %s mode %d: h relative error %g", ggml_type_name(type),
-              mode, sqrt(eh / (nh > 0 ? nh : 1)));
-    CHECK_MSG(eo <= 1e-6 * no, "MoE FFN %s mode %d named %d: out relative error %g", ggml_type_name(type),
-              mode, named, sqrt(eo / (no > 0 ? no : 1)));
+    CHECK_MSG(!mode || he <= 1e-5, "MoE FFN %s mode %d: h relative error %g", ggml_type_name(type), mode, he);
+    CHECK_MSG(oe <= 1e-3, "MoE FFN %s mode %d named %d: out relative error %g", ggml_type_name(type), mode,
+              named, oe);
     for (int j = 0; j < 3; j++) {
         uint8_t *back = malloc(ggml_nbytes(ws[j]));
         ggml_backend_tensor_get(ws[j], back, 0, ggml_nbytes(ws[j]));
@@ -700,29 +715,122 @@ static void test_moe_ffn_merged(ggml_backend_t be, ggml_backend_buffer_type_t bu
     const int fused = fuse && !f->c && (!f->int4 || named);
     CHECK_MSG((memcmp(back, sent, ggml_nbytes(gu)) == 0) == fused, "merged MoE FFN %s named %d fuse %d: gu %s",
               ggml_type_name(type), named, fuse, fused ? "written" : "not written");
-    size_t rk = ggml_row_size(type, K), ri = ggml_row_size(type, I);
-    double eo = 0, no = 0;
-    for (int64_t r = 0; r < U * T; r++) {
-        int64_t e = idv[r], t = r / U;
-        float hr[256];
-        for (int64_t n = 0; n < I; n++) {
-            double gv = ref_dot(type, wv[0] + (size_t)(e * 2 * I + n) * rk, x + t * K, K);
-            double uv = ref_dot(type, wv[0] + (size_t)(e * 2 * I + I + n) * rk, x + t * K, K);
-            hr[n] = (float)(gv / (1.0 + exp(-gv)) * uv);
-        }
-        for (int64_t n = 0; n < H; n++) {
-            double ov = ref_dot(type, wv[1] + (size_t)(e * H + n) * ri, hr, I);
-            eo += (y[r * H + n] - ov) * (y[r * H + n] - ov);
-            no += ov * ov;
-        }
-    }
-    CHECK_MSG(eo <= 1e-6 * no, "merged MoE FFN %s named %d fuse %d: out relative error %g", ggml_type_name(type),
-              named, fuse, sqrt(eo / (no > 0 ? no : 1)));
+    uint8_t *w3[3] = {wv[0], wv[0], wv[1]};
+    double he, oe = ffn_error(type, w3, 2 * I, I, x, idv, K, I, H, T, U, y, NULL, &he);
+    CHECK_MSG(oe <= 1e-3, "merged MoE FFN %s named %d fuse %d: out relative error %g", ggml_type_name(type),
+              named, fuse, oe);
     for (int j = 0; j < 2; j++) free(wv[j]);
     free(sent);
     free(back);
     ggml_backend_buffer_free(buf);
     ggml_free(ctx);
+}
+
+/* llama.cpp writes a layer's weights in any order and in pieces, and a later write may replace a
+ * weight whole or in part (a LoRA merge, a reload). Random sequences of such writes to one
+ * layer's named gate, up and down weights (whole, in two or three pieces of any byte size in
+ * any order, or a run of whole blocks rewritten), with the FFN computed between some of them:
+ * every compute equals the reference of the bytes last written, and every weight reads back
+ * those bytes. Pairs are made, lost to a rewrite, made again (the buffer's waiting, paired and
+ * pending states in every order). */
+static void test_load_orders(ggml_backend_t be, ggml_backend_buffer_type_t buft, enum ggml_type type,
+                             int sequences)
+{
+    const int64_t K = 256, I = qg_format_of(type)->blk == 256 ? 256 : 96, H = 48, E = 8, T = 5, U = 2;
+    const size_t bs = ggml_type_size(type);
+    int computed = 0, bad_reads = 0, bad_out = 0, failed = 0;
+    paired_seen = 0;
+    ggml_log_set(watch_log, NULL);
+    for (int sq = 0; sq < sequences; sq++) {
+        struct ggml_init_params ip = {ggml_tensor_overhead() * 16 + ggml_graph_overhead(), NULL, true};
+        struct ggml_context *ctx = ggml_init(ip);
+        struct ggml_tensor *ws[3] = {ggml_new_tensor_3d(ctx, type, K, I, E), ggml_new_tensor_3d(ctx, type, K, I, E),
+                                     ggml_new_tensor_3d(ctx, type, I, H, E)};
+        ggml_set_name(ws[0], "blk.3.ffn_gate_exps.weight");
+        ggml_set_name(ws[1], "blk.3.ffn_up_exps.weight");
+        ggml_set_name(ws[2], "blk.3.ffn_down_exps.weight");
+        struct ggml_tensor *b = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, K, 1, T);
+        struct ggml_tensor *ids = ggml_new_tensor_2d(ctx, GGML_TYPE_I32, U, T);
+        struct ggml_tensor *gate = ggml_mul_mat_id(ctx, ws[0], b, ids), *up = ggml_mul_mat_id(ctx, ws[1], b, ids);
+        struct ggml_tensor *out = ggml_mul_mat_id(ctx, ws[2], ggml_swiglu_split(ctx, gate, up), ids);
+        struct ggml_cgraph *gf = ggml_new_graph(ctx);
+        ggml_build_forward_expand(gf, out);
+        ggml_backend_buffer_t buf = weights_buffer(ctx, buft);
+        if (!buf) return;
+        uint8_t *wv[3], *fresh = NULL;
+        int written[3] = {0, 0, 0};
+        for (int j = 0; j < 3; j++) wv[j] = calloc(1, ggml_nbytes(ws[j]));
+        const int steps = (int)qt_range(&rng, 3, 9);
+        for (int step = 0;; step++) {
+            int j = (int)qt_range(&rng, 0, 2), how = written[j] ? (int)qt_range(&rng, 0, 2) : (int)qt_range(&rng, 0, 1);
+            if (step >= steps) { /* then each weight never written, whole, and a compute to end */
+                for (j = 0; j < 3 && written[j]; j++) {}
+                how = j < 3 ? 0 : 3;
+                j = j < 3 ? j : 0;
+            }
+            size_t n = ggml_nbytes(ws[j]);
+            if (how < 3) {
+                fresh = malloc(n);
+                random_blocks(type, fresh, (int64_t)(n / bs));
+            }
+            if (how == 0) { /* whole */
+                memcpy(wv[j], fresh, n);
+                ggml_backend_tensor_set(ws[j], fresh, 0, n);
+            } else if (how == 1) { /* pieces at any byte, in any order */
+                size_t cut[4] = {0, (size_t)qt_range(&rng, 1, (int64_t)n - 2), 0, n};
+                cut[2] = (size_t)qt_range(&rng, (int64_t)cut[1] + 1, (int64_t)n - 1);
+                int order[3] = {0, 1, 2};
+                for (int i = 2; i > 0; i--) {
+                    int r = (int)qt_range(&rng, 0, i), tmp = order[i];
+                    order[i] = order[r];
+                    order[r] = tmp;
+                }
+                for (int i = 0; i < 3; i++) {
+                    size_t a = cut[order[i]], z = cut[order[i] + 1];
+                    ggml_backend_tensor_set(ws[j], fresh + a, a, z - a);
+                }
+                memcpy(wv[j], fresh, n);
+            } else if (how == 2) { /* a run of whole blocks of a written weight, rewritten */
+                size_t nb = n / bs, a = (size_t)qt_range(&rng, 0, (int64_t)nb - 1);
+                size_t z = (size_t)qt_range(&rng, (int64_t)a + 1, (int64_t)nb);
+                memcpy(wv[j] + a * bs, fresh + a * bs, (z - a) * bs);
+                ggml_backend_tensor_set(ws[j], fresh + a * bs, a * bs, (z - a) * bs);
+            }
+            if (how < 3) written[j] = 1;
+            free(fresh);
+            fresh = NULL;
+            if (how != 3 && (!written[0] || !written[1] || !written[2] || qt_range(&rng, 0, 2))) continue;
+            float x[5 * 256], y[5 * 2 * 48];
+            int32_t idv[5 * 2];
+            set_routed(b, ids, x, idv, T, K, U, E, (int)qt_range(&rng, 1, 7), (int)qt_range(&rng, 1, 7));
+            if (ggml_backend_graph_compute(be, gf) == GGML_STATUS_SUCCESS) {
+                ggml_backend_tensor_get(out, y, 0, ggml_nbytes(out));
+                double he, oe = ffn_error(type, wv, I, 0, x, idv, K, I, H, T, U, y, NULL, &he);
+                bad_out += !(oe <= 1e-3);
+                computed++;
+            } else {
+                failed++;
+            }
+            if (how == 3) break;
+        }
+        for (int j = 0; j < 3; j++) {
+            uint8_t *back = malloc(ggml_nbytes(ws[j]));
+            ggml_backend_tensor_get(ws[j], back, 0, ggml_nbytes(ws[j]));
+            bad_reads += memcmp(back, wv[j], ggml_nbytes(ws[j])) != 0;
+            free(back);
+            free(wv[j]);
+        }
+        ggml_backend_buffer_free(buf);
+        ggml_free(ctx);
+    }
+    ggml_log_set(NULL, NULL);
+    CHECK_MSG(computed >= sequences && !failed && !bad_out && !bad_reads,
+              "load orders %s: %d computes, %d failed, %d off the reference, %d weights read back wrong",
+              ggml_type_name(type), computed, failed, bad_out, bad_reads);
+    /* the sequences did make pairs where the type pairs (and none where it does not) */
+    const int pairable = type != GGML_TYPE_MXFP4 && !qg_format_of(type)->c;
+    CHECK_MSG(pairable ? paired_seen >= sequences / 10 : paired_seen == 0, "load orders %s: %d pairs made",
+              ggml_type_name(type), paired_seen);
 }
 
 /* Two backend contexts (two llama.cpp contexts on one model) run MUL_MAT_ID on the same weight
@@ -887,6 +995,11 @@ int main(int argc, char **argv)
         for (int named = 0; named < 2; named++)
             for (int fuse = 0; fuse < 2; fuse++) test_moe_ffn_merged(be, buft, type, named, fuse);
     }
+    /* QMOE_LOAD_ORDERS: sequences a type (40); the TSan run takes fewer (its threads are not
+     * what these sequences test, and each costs it 20x the time) */
+    const char *lo = getenv("QMOE_LOAD_ORDERS");
+    int orders = lo && atoi(lo) > 0 ? atoi(lo) : 40;
+    for (int t = 0; t < NTAKEN; t++) test_load_orders(be, buft, taken[t], orders);
     test_two_contexts(dev, buft);
     ggml_backend_free(be);
     return qt_finish("ggml_backend");
