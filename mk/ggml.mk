@@ -34,6 +34,7 @@ GGML_LLAMA_CMAKE_ARGS ?= -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DGGM
   -DCMAKE_C_FLAGS=-U__AMX_INT8__ -DCMAKE_CXX_FLAGS=-U__AMX_INT8__
 
 .PHONY: ggml-fetch ggml-llama ggml-backend ggml-tsan ggml-asan test-ggml bench-ggml
+# a comma, for a $(call) argument that holds one (address,undefined below)
 , := ,
 test: test-ggml
 
