@@ -352,18 +352,34 @@ int qg_bytes3(int64_t a, int64_t b, size_t c, size_t *out)
  * row's int8 values over sub-block j (the int8 activations the matmul used, so the weights stay
  * exact). That is a grouped matmul of the sums [xsum | xsum] by the chunk's min object (rows
  * sc_j then m_j, groups of 8 with scales c d_b and -dmin_b); the sums (|.| <= 4096) are not int8,
- * so it runs twice, on their low 6 bits and on the rest: xsum = lo + 64 hi, exactly. */
-static void min_sums(const int8_t *xq, int64_t R, int64_t K, int8_t *xl, int8_t *xh)
+ * so each row is given twice, its low 6 bits and the rest (xsum = lo + 64 hi, exactly), both in
+ * one run: matrix e's rows [start_e, start_e + n_e) become rows 2 start_e + i (lo) and
+ * 2 start_e + n_e + i (hi), so its min weights stream once for both (a row's result does not
+ * depend on the rows beside it). */
+typedef struct min_rows {
+    int8_t *x;      /* [2 R, 2 K/32] */
+    float *xs;      /* [2 R] */
+    int64_t *count; /* [E]: 2 n_e */
+} min_rows;
+
+static void min_sums(const int8_t *xq, const float *xs, const qg_acts *a, int64_t E, int64_t K,
+                     const min_rows *m)
 {
     const int64_t J = K / 32;
-    for (int64_t r = 0; r < R; r++) {
-        const int8_t *x = xq + (size_t)r * (size_t)K;
-        int8_t *l = xl + (size_t)r * (size_t)(2 * J), *h = xh + (size_t)r * (size_t)(2 * J);
-        for (int64_t j = 0; j < J; j++) {
-            int32_t sum = 0;
-            for (int k = 0; k < 32; k++) sum += x[j * 32 + k];
-            l[j] = l[J + j] = (int8_t)(sum & 63);
-            h[j] = h[J + j] = (int8_t)((sum - (sum & 63)) / 64); /* in [-64, 63] */
+    for (int64_t e = 0; e < E; e++) {
+        const int64_t s = a->start[e], n = a->counts[e];
+        m->count[e] = 2 * n;
+        for (int64_t i = 0; i < n; i++) {
+            const int8_t *x = xq + (size_t)(s + i) * (size_t)K;
+            const size_t lo = (size_t)(2 * s + i), hi = lo + (size_t)n;
+            int8_t *l = m->x + lo * (size_t)(2 * J), *h = m->x + hi * (size_t)(2 * J);
+            m->xs[lo] = m->xs[hi] = xs[s + i];
+            for (int64_t j = 0; j < J; j++) {
+                int32_t sum = 0;
+                for (int k = 0; k < 32; k++) sum += x[j * 32 + k];
+                l[j] = l[J + j] = (int8_t)(sum & 63);
+                h[j] = h[J + j] = (int8_t)((sum - (sum & 63)) / 64); /* in [-64, 63] */
+            }
         }
     }
 }
@@ -471,21 +487,24 @@ static int weight_run(qg_context *ctx, qg_weight *w, const qg_acts *a, const int
     const int64_t K = w->K, N = w->N, Np = N + N % 2, R = a->R;
     const size_t fR = (size_t)R, fK = (size_t)K;
     const int64_t *start = a->start, *counts = a->counts;
-    /* the min term's sums: 2 x R x K/16 bytes (below R * K floats) and outputs 2 x R x Np floats */
+    /* the min term's rows: 2 R of K/16 bytes (below R * K floats), their 2 R scales, the
+     * doubled row counts, and 2 R outputs of Np floats */
     const int mins = w->fmt->c != 0;
     const int64_t K2 = K / 16;
-    size_t ny = 0;
-    int8_t *xl = NULL, *xh = NULL;
-    float *ym = NULL, *yh = NULL;
+    size_t ny = 0, nx = 2 * fR * (size_t)K2, nxa = (nx + 63) & ~(size_t)63;
+    min_rows mr = {NULL, NULL, NULL};
+    float *ym = NULL;
     if (mins) {
-        xl = qg_scratch(ctx, QG_S_MIN, 2 * fR * (size_t)K2);
-        ym = qg_bytes3(R, Np, 2 * sizeof(float), &ny) ? qg_scratch(ctx, QG_S_MINY, ny) : NULL;
-        if (!xl || !ym) {
+        uint8_t *m = qg_scratch(ctx, QG_S_MIN,
+                                nxa + 2 * fR * sizeof(float) + (size_t)w->E * sizeof(int64_t));
+        ym = qg_bytes3(2 * R, Np, sizeof(float), &ny) ? qg_scratch(ctx, QG_S_MINY, ny) : NULL;
+        if (!m || !ym) {
             qmoe_error_set(QMOE_ERR_INNER, QMOE_RULE_NONE, "", "out of memory for the min term");
             return 0;
         }
-        xh = xl + fR * (size_t)K2;
-        yh = ym + fR * (size_t)Np;
+        mr.x = (int8_t *)m;
+        mr.xs = (float *)(void *)(m + nxa);
+        mr.count = (int64_t *)(void *)(m + nxa + 2 * fR * sizeof(float));
     }
     /* plans first (they fix the workspace), then the run: every chunk's matmul */
     qmoe_op *ops[64], *mops[64];
@@ -500,7 +519,7 @@ static int weight_run(qg_context *ctx, qg_weight *w, const qg_acts *a, const int
             return 0;
         }
         qmoe_op *op = gmm_plan(c, c->view, &c->plans, K, Rc, ld, threads);
-        qmoe_op *mop = mins ? gmm_plan(c, c->mview, &c->mplans, K2, Rc, Np, threads) : NULL;
+        qmoe_op *mop = mins ? gmm_plan(c, c->mview, &c->mplans, K2, 2 * Rc, Np, threads) : NULL;
         if (!op || (mins && !mop)) return 0;
         mops[nops] = mop;
         ops[nops++] = op;
@@ -527,26 +546,27 @@ static int weight_run(qg_context *ctx, qg_weight *w, const qg_acts *a, const int
     }
     if (qmoe_stream_synchronize(ctx->stream)) return 0;
     if (!mins) return 1;
-    min_sums(xq, R, K, xl, xh);
+    min_sums(xq, xs, a, w->E, K, &mr);
     k = 0;
     for (int i = 0; i < w->nchunks; i++) {
         qg_chunk *c = &w->chunks[i];
         int64_t rb = start[c->e0], Rc = start[c->e0 + c->ne] - rb;
         if (Rc == 0) continue;
-        size_t yo = (size_t)rb * (size_t)Np + (size_t)c->n0, xo = (size_t)rb * (size_t)K2;
-        void *lo[7] = {xl + xo, NULL, NULL, NULL, (void *)(xs + rb), (void *)(counts + c->e0), ym + yo};
-        void *hi[7] = {xh + xo, NULL, NULL, NULL, (void *)(xs + rb), (void *)(counts + c->e0), yh + yo};
-        if (qmoe_op_execute(mops[k], lo, 7, ws, wsz, ctx->stream) ||
-            qmoe_op_execute(mops[k], hi, 7, ws, wsz, ctx->stream)) {
+        void *margs[7] = {mr.x + (size_t)(2 * rb) * (size_t)K2, NULL, NULL, NULL, mr.xs + 2 * rb,
+                          mr.count + c->e0, ym + (size_t)(2 * rb) * (size_t)Np + (size_t)c->n0};
+        if (qmoe_op_execute(mops[k++], margs, 7, ws, wsz, ctx->stream)) {
             (void)qmoe_stream_synchronize(ctx->stream);
             return 0;
         }
-        k++;
     }
     if (qmoe_stream_synchronize(ctx->stream)) return 0;
-    for (size_t r = 0; r < fR; r++)
-        for (size_t n = 0; n < (size_t)N; n++)
-            y[r * (size_t)ld + n] += ym[r * (size_t)Np + n] + 64.0f * yh[r * (size_t)Np + n];
+    for (int64_t e = 0; e < w->E; e++)
+        for (int64_t i = 0; i < counts[e]; i++) {
+            const size_t r = (size_t)(start[e] + i), lo = (size_t)(2 * start[e] + i),
+                         hi = lo + (size_t)counts[e];
+            for (size_t n = 0; n < (size_t)N; n++)
+                y[r * (size_t)ld + n] += ym[lo * (size_t)Np + n] + 64.0f * ym[hi * (size_t)Np + n];
+        }
     return 1;
 }
 

@@ -199,8 +199,9 @@ enum {
     QG_S_ROWS,   /* per routed row: matrix, source row, destination row (int64 x 3) */
     QG_S_PERM,   /* routed rows sorted by matrix [R] */
     QG_S_COUNTS, /* rows per matrix and their starts, int64 [2 E + 1] */
-    QG_S_MIN,    /* q4_K / q5_K min term: the rows' group sums, low and high parts, int8 [2, R, 2 K/32] */
-    QG_S_MINY,   /* and the min objects' outputs, float [2, R, Np] */
+    QG_S_MIN,    /* q4_K / q5_K min term: the rows' group sums, low and high parts as rows of
+                  * one grouped matmul, int8 [2 R, 2 K/32], their scales and counts */
+    QG_S_MINY,   /* and the min object's outputs, float [2 R, Np] */
     QG_S_GU,     /* the SwiGLU pattern (moe_ffn.c): gate | up outputs, float [R, 2 Np], and its
                   * SwiGLU h [R, I] after them; then the down projection's outputs over both */
     QG_S_HQ,     /* that, quantized per row: int8 [R, I] */
