@@ -22,6 +22,12 @@
  * by rows (3 + 1 for decode's 4) expanded them twice and ran slower than the per-group fold. */
 enum { SR8 = 3, SU8 = 4, SR4 = 6, SU4 = 2 };
 enum { PREFETCH = 8192 };    /* bytes ahead of the weight stream, as gemm_pf (into L2: parts.h) */
+/* Groups ahead whose scales the first sub-tile prefetches, for all units of the call (the
+ * others find them in cache, as the weights): the scales are a stream of their own, a row of
+ * the panel's [G][QMOE_PP_LD] block a group, which the hardware did not fetch in time: float32
+ * scales made the one-row int4 kernel 2.2x slower than float16 ones, with 64% of its samples on
+ * the scale load (docs/performance.md). Eight groups are 2-4 KB of the call's weight stream. */
+enum { WS_AHEAD = 8 };
 
 /* int4 step of a unit (prepacked, core/prepack.h) -> the 64-byte step, as gemm_i4 does. */
 static inline __attribute__((always_inline)) __m512i expand_i4(const uint8_t *p)
@@ -58,6 +64,7 @@ typedef struct groups_args {
     int64_t ldf;
     int64_t pf;    /* bytes of each step to prefetch: the whole step */
     int64_t ahead; /* how far ahead: PREFETCH in the first sub-tile, the next chunk in the others */
+    int64_t wspf;  /* bytes of a group's scales to prefetch WS_AHEAD groups ahead (0: none) */
     int first;
 } groups_args;
 
@@ -82,8 +89,14 @@ static inline __attribute__((always_inline)) void sub_tile(int i4, int first, in
     const int64_t pf = a->pf; /* at most a step of 4 units: 256 bytes */
     const uint8_t *pp = wp + a->ahead;
     const int64_t ustep = i4 ? 32 : 64;
+    /* as an address: past the block's end it is only ever prefetched, which cannot fault */
+    const uintptr_t wsb = (uintptr_t)((a->ws_kind ? 2 : 4) * a->ws_stride);
+    uintptr_t wsp = (uintptr_t)a->ws + WS_AHEAD * wsb;
     for (int64_t g = 0; g < a->ng; g++) {
         const int32_t *xo = a->xoff + g;
+        for (int64_t o = 0; o < a->wspf; o += 64)
+            _mm_prefetch((const char *)(wsp + (uintptr_t)o), QMOE_AVX512_WEIGHT_HINT);
+        wsp += wsb;
 #define DECL_C(R, U) __m512i c##R##U = _mm512_setzero_si512();
         EACH(DECL_C)
 #undef DECL_C
@@ -194,7 +207,8 @@ void qmoe_gemm_groups_avx512(int mr, int nu, int i4, int64_t ng, int64_t kq, con
                              xoff + r * xoff_stride, xoff_stride, xs ? xs + r : NULL,
                              (const uint8_t *)ws + es * (size_t)(16 * u), ws_kind, ws_stride,
                              f + r * ldf + 16 * u, ldf, nu * ustep,
-                             lead ? PREFETCH - u * ustep : ng * kq * wstep - u * ustep, first};
+                             lead ? PREFETCH - u * ustep : ng * kq * wstep - u * ustep,
+                             lead ? (int64_t)es * 16 * nu : 0, first};
             if (i4) subs4[first != 0][rows - 1][units - 1](&a);
             else subs8[first != 0][rows - 1][units - 1](&a);
         }
