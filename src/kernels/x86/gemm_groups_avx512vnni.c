@@ -26,7 +26,8 @@ enum { PREFETCH = 8192 };    /* bytes ahead of the weight stream, as gemm_pf (in
  * others find them in cache, as the weights): the scales are a stream of their own, a row of
  * the panel's [G][QMOE_PP_LD] block a group, which the hardware did not fetch in time: float32
  * scales made the one-row int4 kernel 2.2x slower than float16 ones, with 64% of its samples on
- * the scale load (docs/performance.md). Eight groups are 2-4 KB of the call's weight stream. */
+ * the scale load (docs/performance.md). Eight groups are 8-16 KB of the call's weight stream
+ * (int4 / int8, 4 units), about the weights' own PREFETCH distance; 16 measured no better. */
 enum { WS_AHEAD = 8 };
 
 /* int4 step of a unit (prepacked, core/prepack.h) -> the 64-byte step, as gemm_i4 does. */
