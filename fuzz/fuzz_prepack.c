@@ -199,7 +199,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int mutations = (int)fz_range(&in, 0, 3);
     for (int i = 0; i < mutations; i++) {
         desc *m = &d[fz_range(&in, 0, SLOTS - 1)];
-        switch (fz_range(&in, 0, 7)) {
+        switch (fz_range(&in, 0, 8)) {
         case 0: m->present = !m->present; break;
         case 1: m->dtype = (int)fz_range(&in, 0, 7); break; /* buffers have room for 64-bit */
         case 2: m->format = !m->format; break;
@@ -210,6 +210,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         case 7: /* an object of more experts, the rest appended below */
             po.struct_size = (uint32_t)sizeof po;
             po.experts = fz_range(&in, 0, 3 * E);
+            break;
+        case 8: /* scale blocks: most fuzzed scales do not factor and are refused */
+            po.struct_size = (uint32_t)sizeof po;
+            po.scale_block = fz_range(&in, -2, 70);
             break;
         }
     }

@@ -35,9 +35,17 @@ typedef struct qmoe_weights_options {
     /* The object's experts; 0: the weight's E. More than that: qmoe_weights_prepack packs the
      * first E and qmoe_weights_append the rest, a slice at a time (since 0.3.1). */
     int64_t experts;
+    /* Since 0.3.2. 0: the scales are kept as float32, or 2 bytes each when given as float16 /
+     * bfloat16. B > 0: each column's scales are kept in blocks of B groups (the last block may
+     * be shorter) as one float32 base and one int8 multiplier per group, when every scale of the
+     * weight is exactly base * multiplier in float32 arithmetic (the K-quants' d * sc, for
+     * one): 1 byte a group instead of 4, widened per panel as the kernels read them, so the
+     * results are the same bits. Scales that are not such products fail with
+     * QMOE_ERR_PARAM_INVALID (prepack, or the append of the slice that holds them). */
+    int64_t scale_block;
 } qmoe_weights_options;
 
-#define QMOE_WEIGHTS_OPTIONS_INIT {(uint32_t)sizeof(qmoe_weights_options), QMOE_KERNEL_AUTO, 0, 0}
+#define QMOE_WEIGHTS_OPTIONS_INIT {(uint32_t)sizeof(qmoe_weights_options), QMOE_KERNEL_AUTO, 0, 0, 0}
 
 /*
  * Builds the prepacked weights of the fused operator (GroupedMatmulSwigluQuant) from `weight`
@@ -48,8 +56,9 @@ typedef struct qmoe_weights_options {
  * when `weight_scale` is float16 or bfloat16 (kept as given and widened exactly as the kernels
  * read them: the same results, half the scale bytes; qmoe_weights_bytes).
  * QMOE_ERR_PARAM_NULLPTR / QMOE_ERR_PARAM_INVALID as phase one for the same tensors (and for
- * the reference kernel, which reads raw weights only); QMOE_ERR_INNER when out of memory.
- * On error *out is left as it was.
+ * the reference kernel, which reads raw weights only), and for options.scale_block < 0 or
+ * scales that are not blocks of base * int8 (options.scale_block > 0); QMOE_ERR_INNER when out
+ * of memory. On error *out is left as it was.
  */
 QMOE_API qmoe_status qmoe_weights_prepack(const qmoe_tensor *weight,
                                           const qmoe_tensor *weight_scale,
@@ -103,7 +112,7 @@ QMOE_API qmoe_status qmoe_weights_unpack(const qmoe_weights *weights, int64_t ex
  * The weight scales of one expert back out of the object: scales [G, N] row-major (G = 1 per
  * channel), as the object keeps them: `dtype` QMOE_DTYPE_FLOAT16 or QMOE_DTYPE_BFLOAT16 (the bits
  * given) for an object made from such scales, else QMOE_DTYPE_FLOAT32 (the values the kernels
- * use). Lets a caller drop its own copy of the scales (since 0.3.1).
+ * use; for an object made with options.scale_block, base * multiplier). Lets a caller drop its own copy of the scales (since 0.3.1).
  * QMOE_ERR_PARAM_NULLPTR for NULL weights or scales; QMOE_ERR_PARAM_INVALID for an expert outside
  * [0, E) or not packed yet, another dtype, or an object of another build. Reads the object only.
  */

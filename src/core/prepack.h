@@ -15,7 +15,10 @@
  * (act columns then gate columns, 0 past N2) at ws + (e * panels + i) * G * 128 elements, stored
  * as float32, or as the 16 bits given when the weightScale was float16 / bfloat16 (ws_kind; the
  * driver widens a panel's scales into its scratchpad, exactly, before the panel's products:
- * half the scale bytes to stream, the same floats), and the
+ * half the scale bytes to stream, the same floats) or, in an object made with a scale block B
+ * (ws_block > 0), as int8 multipliers [G][128] at ws with, per record, a float32 base per block
+ * of B groups [nblk][128] at wsb + (e * panels + i) * nblk * 128 (the driver widens them to
+ * base * multiplier, which prepacking checked equal to each scale), and the
  * column correction [128] at corr + (e * panels + i) * 128 (A8W4: bias - 8 sum_g ws_g colsum_g,
  * exactly as the raw path computes it; A8W8: 0).
  */
@@ -27,7 +30,7 @@
 #include "qmoe/qmoe.h"
 
 enum {
-    QMOE_PP_VERSION = 2, /* 2: 16-bit scales kept 16-bit */
+    QMOE_PP_VERSION = 3, /* 2: 16-bit scales kept 16-bit; 3: scale blocks */
     QMOE_PP_COLS = 64, /* output columns per panel (per half) */
     QMOE_PP_LD = 128,  /* floats per scale / correction row of a panel: both halves */
 };
@@ -53,6 +56,8 @@ struct qmoe_weights {
     int32_t src_layout;     /* qmoe_wlayout it was made from (information) */
     int32_t force_nz;       /* options.force_weight_nz it was made with (qmoe_weights_append) */
     int32_t has_bias;       /* made with a bias tensor */
+    int64_t ws_block;       /* groups per scale block (ws: int8 multipliers, wsb: bases); 0: none */
+    int64_t nblk;           /* blocks per column: ceil(G / ws_block) */
     int64_t filled;         /* experts packed so far: [0, filled); usable when E */
     int64_t E, K, N, N2, G, gk, gkp, Kp;
     int64_t panels;         /* per expert: ceil(N2 / 64) */
@@ -62,7 +67,8 @@ struct qmoe_weights {
     uint64_t weight_bytes;  /* E * expert_wbytes */
     uint64_t bytes;         /* everything held */
     uint8_t *w;
-    void *ws; /* ws_kind elements */
+    void *ws;   /* ws_kind elements, or int8 multipliers (ws_block) */
+    float *wsb; /* the blocks' bases (ws_block), else NULL */
     float *corr;
 };
 

@@ -630,6 +630,15 @@ static void half_to_f32(const qmoe_gemm_isa *isa, float *d, const uint16_t *s, i
     for (int64_t j = 0; j < n; j++) d[j] = bf16 ? qmoe_bf16_to_f32(s[j]) : qmoe_f16_to_f32(s[j]);
 }
 
+/* Scale blocks -> float32 (gmm_fast.h widen_s8). */
+static void widen_s8(float *d, const int8_t *q, const float *base, int64_t G, int64_t block)
+{
+    for (int64_t g = 0; g < G; g++) {
+        const float *b = base + g / block * QMOE_PP_LD;
+        for (int64_t c = 0; c < QMOE_PP_LD; c++) d[g * QMOE_PP_LD + c] = b[c] * (float)q[g * QMOE_PP_LD + c];
+    }
+}
+
 /* The 16 bits of the panel's scales as given, in panel_scales' order and zero where it has 0. */
 static void panel_scale_bits(const qmoe_gmm_params *p, int64_t e, const panel *pn, uint16_t *d)
 {
@@ -658,7 +667,13 @@ static void prepacked_panel(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p,
     pn->blk = (L->Kp / 4) * pn->wstep;
     uint64_t ws_at = (uint64_t)(e * pp->panels + i) * (uint64_t)(pp->G * QMOE_PP_LD);
     pn->ws16 = NULL;
-    if (pp->ws_kind == QMOE_SCALE_F32) {
+    if (pp->ws_block) { /* base * multiplier: a quarter of the scale bytes to stream */
+        pn->wsg = (float *)(sp + L->wsg);
+        (isa->widen_s8 ? isa->widen_s8 : widen_s8)(pn->wsg, (const int8_t *)pp->ws + ws_at,
+                                                   pp->wsb + (uint64_t)(e * pp->panels + i) *
+                                                                 (uint64_t)(pp->nblk * QMOE_PP_LD),
+                                                   pp->G, pp->ws_block);
+    } else if (pp->ws_kind == QMOE_SCALE_F32) {
         pn->wsg = (float *)pp->ws + ws_at;
     } else { /* 16-bit scales: read in place by gemm_groups, else widened into the scratchpad */
         pn->wsg = (float *)(sp + L->wsg);
@@ -687,7 +702,7 @@ static void prepacked_panel(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p,
 /* Prepacking: expert e's records, packed by the same staging, rearrange and correction code as
  * the raw path (so the bytes and the corrections are the raw path's), then stored. */
 void qmoe_fast_prepack_expert(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p, int64_t e,
-                              int64_t de, void *scratch, struct qmoe_weights *pp)
+                              int64_t de, void *scratch, struct qmoe_weights *pp, float *ws32)
 {
     fast_layout L = layout_for(isa, p, 1, p->N2, 1);
     uint8_t *sp = scratch;
@@ -719,7 +734,9 @@ void qmoe_fast_prepack_expert(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p
                 for (int b = 0; b < 32; b++) rec[b] = (uint8_t)(v[b] | v[32 + b] << 4);
         }
         uint64_t ws_at = (uint64_t)(de * pp->panels + i) * (uint64_t)(pp->G * QMOE_PP_LD);
-        if (pp->ws_kind == QMOE_SCALE_F32)
+        if (ws32)
+            memcpy(ws32 + i * p->G * QMOE_PP_LD, pn.wsg, sizeof(float) * (size_t)(p->G * QMOE_PP_LD));
+        else if (pp->ws_kind == QMOE_SCALE_F32)
             memcpy((float *)pp->ws + ws_at, pn.wsg, sizeof(float) * (size_t)(p->G * QMOE_PP_LD));
         else
             panel_scale_bits(p, e, &pn, (uint16_t *)pp->ws + ws_at);

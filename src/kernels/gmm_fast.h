@@ -130,6 +130,11 @@ typedef struct qmoe_gemm_isa {
      * which no arithmetic use can tell apart): prepacked 16-bit weight scales, per panel. */
     void (*half_to_f32)(float *d, const uint16_t *s, int bf16, int64_t n);
 
+    /* Optional (NULL: the portable loop): prepacked scale blocks -> float32, d[g * 128 + c] =
+     * base[(g / block) * 128 + c] * (float)q[g * 128 + c] for g < G, c < 128 (one rounding: the
+     * values prepacking checked). */
+    void (*widen_s8)(float *d, const int8_t *q, const float *base, int64_t G, int64_t block);
+
     /* Optional (NULL: the portable loop): n floats -> bfloat16 by core/halfconv.h's
      * qmoe_f32_to_bf16, the same bits (epilogues with bf16 output). */
     void (*to_bf16)(uint16_t *d, const float *v, int64_t n);
@@ -163,11 +168,13 @@ void qmoe_fast_acc_block(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p, qmo
                          int64_t e, int64_t m0, int64_t m1, int64_t j0, int64_t j1, int32_t *acc);
 
 /* Prepacked weights (core/prepack.h): the scratchpad prepacking needs, and p's expert e written
- * as pp's expert de (pp's geometry set by the caller) by the raw path's own packing code. */
+ * as pp's expert de (pp's geometry set by the caller) by the raw path's own packing code; its
+ * scales go to pp's ws as its ws_kind says or, with ws32, to ws32 as float32 [panels][G][128]
+ * (the caller keeps them as scale blocks). */
 struct qmoe_weights;
 uint64_t qmoe_fast_prepack_scratch_bytes(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p);
 void qmoe_fast_prepack_expert(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p, int64_t e,
-                              int64_t de, void *scratch, struct qmoe_weights *pp);
+                              int64_t de, void *scratch, struct qmoe_weights *pp, float *ws32);
 
 /* The table behind a kernel id; NULL for the reference kernel or one this build lacks. */
 const qmoe_gemm_isa *qmoe_gemm_isa_for(int32_t kernel_id);

@@ -2,7 +2,7 @@
  * float32 -> bfloat16 on 16 lanes at a time, bit for bit core/halfconv.h's qmoe_f32_to_bf16
  * (round to nearest even, NaN quieted) in 32-bit integer arithmetic: AVX512_BF16's
  * vcvtneps2bf16 is not used, as it flushes subnormal inputs to zero. And the way back, float16 /
- * bfloat16 -> float32 (exact: vcvtph2ps, or a shift).
+ * bfloat16 -> float32 (exact: vcvtph2ps, or a shift), and prepacked scale blocks -> float32.
  */
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
@@ -38,5 +38,19 @@ void qmoe_half_to_f32_avx512(float *d, const uint16_t *s, int bf16, int64_t n)
         _mm512_storeu_ps(d + j, f);
     }
     for (; j < n; j++) d[j] = bf16 ? qmoe_bf16_to_f32(s[j]) : qmoe_f16_to_f32(s[j]);
+}
+
+/* d[g * 128 + c] = base[(g / block) * 128 + c] * (float)q[g * 128 + c]: one rounding, as the
+ * portable loop (gmm_fast.h widen_s8). */
+void qmoe_widen_s8_avx512(float *d, const int8_t *q, const float *base, int64_t G, int64_t block)
+{
+    for (int64_t g = 0; g < G; g++) {
+        const float *b = base + g / block * 128;
+        for (int c = 0; c < 128; c += 16) {
+            __m512 v = _mm512_cvtepi32_ps(
+                _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(q + g * 128 + c))));
+            _mm512_storeu_ps(d + g * 128 + c, _mm512_mul_ps(_mm512_loadu_ps(b + c), v));
+        }
+    }
 }
 #endif

@@ -49,6 +49,8 @@ void qmoe_quantize_row_avx512(const float *s, int64_t n2, int8_t *out, int64_t o
 void qmoe_f32_to_bf16_avx512(uint16_t *d, const float *v, int64_t n);
 /* ... and n float16 (bf16 0) / bfloat16 values -> float32 (gmm_fast.h half_to_f32) */
 void qmoe_half_to_f32_avx512(float *d, const uint16_t *s, int bf16, int64_t n);
+/* ... and prepacked scale blocks -> float32 (gmm_fast.h widen_s8) */
+void qmoe_widen_s8_avx512(float *d, const int8_t *q, const float *base, int64_t G, int64_t block);
 /* convert_avx2.c: the same with 256-bit F16C (also used by the AVX-VNNI table) */
 void qmoe_half_to_f32_avx2(float *d, const uint16_t *s, int bf16, int64_t n);
 

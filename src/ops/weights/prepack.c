@@ -122,6 +122,11 @@ static qmoe_status allocate(const qmoe_gmm_params *p, qmoe_dtype ws_dtype, int64
     pp->src_layout = p->w_layout;
     pp->force_nz = o->force_weight_nz != 0;
     pp->has_bias = has_bias;
+    if (o->scale_block > 0) { /* kept as int8 multipliers of a float32 base per block */
+        pp->ws_kind = QMOE_SCALE_F32;
+        pp->ws_block = o->scale_block < p->G ? o->scale_block : p->G;
+        pp->nblk = (p->G + pp->ws_block - 1) / pp->ws_block;
+    }
     pp->E = E;
     pp->K = p->K;
     pp->N = p->N;
@@ -139,24 +144,28 @@ static qmoe_status allocate(const qmoe_gmm_params *p, qmoe_dtype ws_dtype, int64
         pp->expert_wbytes = (uint64_t)(pp->panels - 1) * pp->panel_wbytes +
                             align64(2 * steps * (uint64_t)qmoe_pp_units(pp, pp->panels - 1) *
                                     (uint64_t)pp->step_bytes);
-    uint64_t recs, ws_n, corr_n, ws_b, corr_b;
+    uint64_t recs, ws_n, corr_n, ws_b, corr_b, base_n = 0, base_b = 0;
+    const uint64_t ws_es = pp->ws_block ? 1 : pp->ws_kind == QMOE_SCALE_F32 ? 4 : 2;
     int ok = mul_u64((uint64_t)pp->E, pp->expert_wbytes, &pp->weight_bytes) &&
              mul_u64((uint64_t)pp->E, (uint64_t)pp->panels, &recs) &&
              mul_u64(recs, (uint64_t)pp->G * QMOE_PP_LD, &ws_n) &&
-             mul_u64(recs, QMOE_PP_LD, &corr_n) && mul_u64(ws_n, pp->ws_kind == QMOE_SCALE_F32 ? 4 : 2, &ws_b) &&
-             mul_u64(corr_n, sizeof(float), &corr_b) && ws_b <= UINT64_MAX - corr_b &&
-             ws_b + corr_b <= UINT64_MAX - pp->weight_bytes && pp->weight_bytes <= SIZE_MAX &&
-             ws_b + corr_b <= SIZE_MAX;
+             mul_u64(recs, QMOE_PP_LD, &corr_n) && mul_u64(ws_n, ws_es, &ws_b) &&
+             mul_u64(recs, (uint64_t)pp->nblk * QMOE_PP_LD, &base_n) &&
+             mul_u64(base_n, sizeof(float), &base_b) && corr_n <= UINT64_MAX / 8 &&
+             mul_u64(corr_n, sizeof(float), &corr_b) && ws_b <= UINT64_MAX - corr_b - base_b &&
+             ws_b + corr_b + base_b <= UINT64_MAX - pp->weight_bytes && pp->weight_bytes <= SIZE_MAX &&
+             ws_b + corr_b + base_b <= SIZE_MAX;
     if (!ok) {
         free(pp);
         return INVALID(LIMIT, "weight", "prepack: the prepacked size of E = %lld experts overflows",
                        (long long)E);
     }
-    pp->bytes = pp->weight_bytes + ws_b + corr_b;
+    pp->bytes = pp->weight_bytes + ws_b + corr_b + base_b;
     pp->w = aligned_alloc(64, pp->weight_bytes ? (size_t)pp->weight_bytes : 64);
     pp->ws = aligned_alloc(64, (size_t)align64(ws_b ? ws_b : 64));
     pp->corr = aligned_alloc(64, (size_t)align64(corr_b ? corr_b : 64));
-    if (!pp->w || !pp->ws || !pp->corr) {
+    pp->wsb = pp->ws_block ? aligned_alloc(64, (size_t)align64(base_b ? base_b : 64)) : NULL;
+    if (!pp->w || !pp->ws || !pp->corr || (pp->ws_block && !pp->wsb)) {
         qmoe_weights_destroy(pp);
         return qmoe_fail(QMOE_ERR_INNER, "prepack: out of memory for %llu bytes",
                          (unsigned long long)pp->bytes);
@@ -166,23 +175,93 @@ static qmoe_status allocate(const qmoe_gmm_params *p, qmoe_dtype ws_dtype, int64
     return QMOE_OK;
 }
 
+static uint32_t f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+/* n scales s[0], s[ld], ... as base * q[i] with the same bits (the driver's widen_s8), q in
+ * int8: 1 when found. The base is the smallest nonzero magnitude over j = 1..128, the largest
+ * that works: for d * sc (|sc| <= 128, d * sc exact in float32) j = |sc| of the smallest gives
+ * d itself, so such scales always factor. */
+static int factor_run(const float *s, int64_t n, int64_t ld, float *base, int8_t *q)
+{
+    float smin = 0.0f;
+    for (int64_t i = 0; i < n; i++) {
+        float a = s[i * ld] < 0 ? -s[i * ld] : s[i * ld];
+        if (a != 0.0f && (smin == 0.0f || a < smin)) smin = a;
+    }
+    for (int j = 1; j <= (smin == 0.0f ? 1 : 128); j++) {
+        float b = smin / (float)j;
+        int64_t i = 0;
+        for (; i < n; i++) {
+            float r = b == 0.0f ? 0.0f : s[i * ld] / b;
+            if (!(r > -128.5f && r < 127.5f)) break; /* NaN too: before the integer cast */
+            r = r < 0 ? -(float)(int)(-r + 0.5f) : (float)(int)(r + 0.5f);
+            if (r > 127.0f || f32_bits(b * r) != f32_bits(s[i * ld])) break;
+            q[i * ld] = (int8_t)r;
+        }
+        if (i == n) {
+            *base = b;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Expert de's float32 record scales ws32 [panels][G][128] as the object's scale blocks; an
+ * error names the first column and block that do not factor. */
+static qmoe_status keep_blocks(struct qmoe_weights *pp, int64_t de, const float *ws32)
+{
+    const int64_t G = pp->G, B = pp->ws_block;
+    for (int64_t i = 0; i < pp->panels; i++) {
+        const uint64_t r = (uint64_t)(de * pp->panels + i);
+        const float *s = ws32 + i * G * QMOE_PP_LD;
+        int8_t *q = (int8_t *)pp->ws + r * (uint64_t)(G * QMOE_PP_LD);
+        float *base = pp->wsb + r * (uint64_t)(pp->nblk * QMOE_PP_LD);
+        for (int64_t b = 0; b < pp->nblk; b++)
+            for (int64_t c = 0; c < QMOE_PP_LD; c++) {
+                int64_t g0 = b * B, n = G - g0 < B ? G - g0 : B;
+                if (factor_run(s + g0 * QMOE_PP_LD + c, n, QMOE_PP_LD, base + b * QMOE_PP_LD + c,
+                               q + g0 * QMOE_PP_LD + c))
+                    continue;
+                int64_t col = (c / QMOE_PP_COLS) * pp->N2 + i * QMOE_PP_COLS + c % QMOE_PP_COLS;
+                return INVALID(VALUE, "weightScale",
+                               "weightScale: expert %lld, column %lld, groups [%lld, %lld): not one "
+                               "float32 times int8 multipliers (options.scale_block = %lld)",
+                               (long long)(de - pp->filled), (long long)col, (long long)g0,
+                               (long long)(g0 + n), (long long)pp->ws_block);
+            }
+    }
+    return QMOE_OK;
+}
+
 /* p's experts packed as the object's next ones, [filled, filled + p->E): each expert's pages
  * are touched only when it is packed (a weight appended in slices grows the memory it holds as
  * it goes). */
 static qmoe_status fill(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p, struct qmoe_weights *pp)
 {
     void *scratch = aligned_alloc(64, (size_t)align64(qmoe_fast_prepack_scratch_bytes(isa, p)));
-    if (!scratch) return qmoe_fail(QMOE_ERR_INNER, "prepack: out of memory for the packing scratchpad");
-    for (int64_t e = 0; e < p->E; e++) {
+    /* scale blocks: one expert's float32 scales at a time (bounded by allocate's checks) */
+    float *ws32 = pp->ws_block ? malloc(sizeof(float) * (size_t)(pp->panels * pp->G * QMOE_PP_LD) + 1)
+                               : NULL;
+    qmoe_status st = QMOE_OK;
+    if (!scratch || (pp->ws_block && !ws32))
+        st = qmoe_fail(QMOE_ERR_INNER, "prepack: out of memory for the packing scratchpad");
+    for (int64_t e = 0; !st && e < p->E; e++) {
         int64_t de = pp->filled + e;
         /* the 64-byte padding of records is never read; keep it defined */
         memset(pp->w + (uint64_t)de * pp->expert_wbytes, 0, (size_t)pp->expert_wbytes);
-        qmoe_fast_prepack_expert(isa, p, e, de, scratch, pp);
+        qmoe_fast_prepack_expert(isa, p, e, de, scratch, pp, ws32);
+        if (ws32) st = keep_blocks(pp, de, ws32);
     }
     if (isa->release) isa->release(); /* state the packing's micro-kernels set up (AMX tiles) */
     free(scratch);
-    pp->filled += p->E;
-    return QMOE_OK;
+    free(ws32);
+    if (!st) pp->filled += p->E;
+    return st;
 }
 
 /* The source's plan and kernel table, after the argument checks both entry points share. */
@@ -223,6 +302,9 @@ qmoe_status qmoe_weights_prepack(const qmoe_tensor *weight, const qmoe_tensor *w
     if (E < p.E)
         return INVALID(SHAPE, "options", "options: experts = %lld, fewer than the weight's %lld",
                        (long long)opts.experts, (long long)p.E);
+    if (opts.scale_block < 0)
+        return INVALID(OPTION, "options", "options: scale_block = %lld; 0 (none) or groups per block",
+                       (long long)opts.scale_block);
     struct qmoe_weights *pp = NULL;
     if ((st = allocate(&p, weight_scale->dtype, E, &opts, bias != NULL, &pp))) return st;
     if ((st = fill(isa, &p, pp))) {
@@ -276,6 +358,7 @@ void qmoe_weights_destroy(qmoe_weights *weights)
     free(weights->w);
     free(weights->ws);
     free(weights->corr);
+    free(weights->wsb);
     weights->magic = 0; /* a stale view is refused rather than misread, as long as memory lasts */
     free(weights);
 }

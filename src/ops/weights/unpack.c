@@ -53,7 +53,20 @@ qmoe_status qmoe_weights_unpack_scales(const qmoe_weights *weights, int64_t expe
     const int64_t G = pp->G, N = pp->N;
     for (int64_t i = 0; i < pp->panels; i++) {
         const int64_t jc = i * QMOE_PP_COLS, nc = pp->N2 - jc < QMOE_PP_COLS ? pp->N2 - jc : QMOE_PP_COLS;
-        const uint8_t *rec = (const uint8_t *)pp->ws + (size_t)((expert * pp->panels + i) * G * QMOE_PP_LD) * es;
+        const int64_t r = expert * pp->panels + i;
+        if (pp->ws_block) { /* base * multiplier, as the driver widens them */
+            const int8_t *q = (const int8_t *)pp->ws + (size_t)(r * G * QMOE_PP_LD);
+            const float *base = pp->wsb + (size_t)(r * pp->nblk * QMOE_PP_LD);
+            for (int64_t g = 0; g < G; g++)
+                for (int64_t h = 0; h < 2; h++)
+                    for (int64_t c = 0; c < nc; c++) {
+                        const int64_t at = h * QMOE_PP_COLS + c;
+                        ((float *)scales)[g * N + h * pp->N2 + jc + c] =
+                            base[g / pp->ws_block * QMOE_PP_LD + at] * (float)q[g * QMOE_PP_LD + at];
+                    }
+            continue;
+        }
+        const uint8_t *rec = (const uint8_t *)pp->ws + (size_t)(r * G * QMOE_PP_LD) * es;
         for (int64_t g = 0; g < G; g++)
             for (int64_t h = 0; h < 2; h++)
                 memcpy((uint8_t *)scales + (size_t)(g * N + h * pp->N2 + jc) * es,
