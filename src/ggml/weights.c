@@ -223,10 +223,16 @@ static qmoe_status build_parts(qg_weight *const *ws, qg_chunk *const *cs, int np
                             "ggml-qmoe: out of memory converting a weight");
         goto done;
     }
-    qmoe_weights_options wo = QMOE_WEIGHTS_OPTIONS_INIT;
-    wo.experts = c->ne;
+    qmoe_weights_options wo = QMOE_WEIGHTS_OPTIONS_INIT, mo = QMOE_WEIGHTS_OPTIONS_INIT;
+    wo.experts = mo.experts = c->ne;
+    /* The K-quants' group scales are d * sc (an fp16 times a 6- or 8-bit integer, exact in
+     * float32): kept as one base per super-block and int8 multipliers, 1 byte a group instead of
+     * 4, the same values. They always factor; if qmoe refused, the weight is converted again with
+     * float32 scales (its pages are kept until the end for that). */
+    const int64_t kblock = w->fmt->scaled ? 0 : w->fmt->blk / w->fmt->gs;
     qmoe_dtype wdt = QMOE_DTYPE_FLOAT32, mdt = QMOE_DTYPE_FLOAT32;
     int wwide = 0, mwide = 0; /* 1: started again with float32 scales */
+    int noblock = 0;          /* 1: started again without scale blocks */
     for (int64_t s0 = 0; !st && s0 < c->ne; s0 += S) {
         const int64_t n = c->ne - s0 < S ? c->ne - s0 : S;
         memset(vals, 0, vbytes); /* int4 values are or'ed in */
@@ -258,6 +264,7 @@ static qmoe_status build_parts(qg_weight *const *ws, qg_chunk *const *cs, int np
             st = tensor3(wshape, 3, QMOE_DTYPE_INT8, vals, &tw);
         }
         if (!st) st = scale_tensor(sshape, scales, (size_t)(n * G * ncp), wdt, &half, &ts);
+        if (s0 == 0) wo.scale_block = wdt == QMOE_DTYPE_FLOAT32 && !noblock ? kblock : 0;
         if (!st) st = s0 == 0 ? qmoe_weights_prepack(tw, ts, tb, &wo, &c->w) : qmoe_weights_append(c->w, tw, ts, tb);
         qmoe_tensor_destroy(tw);
         qmoe_tensor_destroy(ts);
@@ -265,11 +272,20 @@ static qmoe_status build_parts(qg_weight *const *ws, qg_chunk *const *cs, int np
         tw = ts = tb = NULL;
         free(half);
         half = NULL;
+        if (st == QMOE_ERR_PARAM_INVALID && wo.scale_block) { /* the slices so far again, float32 */
+            qmoe_weights_destroy(c->w);
+            qmoe_weights_destroy(c->mw);
+            c->w = c->mw = NULL;
+            noblock = 1;
+            st = QMOE_OK;
+            s0 = -S;
+            continue;
+        }
         if (!st && mins) {
             int64_t mshape[3] = {n, 2 * J, ncp}, msshape[3] = {n, 2 * nb, ncp};
             st = tensor3(mshape, 3, QMOE_DTYPE_INT8, mvals, &tw);
             if (!st) st = scale_tensor(msshape, mscales, (size_t)(n * 2 * nb * ncp), mdt, &half, &ts);
-            if (!st) st = s0 == 0 ? qmoe_weights_prepack(tw, ts, NULL, &wo, &c->mw) : qmoe_weights_append(c->mw, tw, ts, NULL);
+            if (!st) st = s0 == 0 ? qmoe_weights_prepack(tw, ts, NULL, &mo, &c->mw) : qmoe_weights_append(c->mw, tw, ts, NULL);
             qmoe_tensor_destroy(tw);
             qmoe_tensor_destroy(ts);
             tw = ts = NULL;
