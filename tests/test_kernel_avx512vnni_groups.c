@@ -6,7 +6,8 @@
  *     int8 steps and prepacked int4 steps (against expand_i4 + gemm), with and without xScale,
  *     in one call and split into two (first = 0 continues the float tile); zero and negative
  *     scales, so signed zeros and their sums are compared too; scales given as float32 and as
- *     float16 / bfloat16 bits (read in place, widened on the load) against their float values;
+ *     float16 / bfloat16 bits (read in place, widened on the load) and as prepacked scale
+ *     blocks (int8 multipliers of per-block bases, a block of 1-9 groups) against their values;
  *   - through the driver, the kernel sweep's per-group cases and groups of 32 at K = 1024
  *     (A8W8 and A8W4): the table as it is against a copy without gemm_groups.
  */
@@ -28,6 +29,9 @@ static int micro_case(const qmoe_gemm_isa *isa, qt_rng *r, int mr, int nu, int i
                       int kind, int64_t ng, int64_t kq)
 {
     static uint16_t wh[MAXG * 64]; /* kind 1 / 2: the scales' float16 / bfloat16 bits */
+    static int8_t wq8[MAXG * 64];  /* kind 3: multipliers of the bases wb, blocks of blk groups */
+    static float wb[MAXG * 64];
+    const int64_t blk = qt_range(r, 1, 9);
     int64_t K = 4 * ng * kq, wstep = 4 * QMOE_PK_STEP, wstep4 = 4 * QMOE_PK_STEP / 2;
     static int8_t x[6 * MAXK];
     static uint8_t w[MAXK / 4 * 4 * QMOE_PK_STEP], w4[MAXK / 4 * 4 * QMOE_PK_STEP / 2];
@@ -44,8 +48,13 @@ static int micro_case(const qmoe_gemm_isa *isa, qt_rng *r, int mr, int nu, int i
     }
     for (int i = 0; i < 6 * MAXG; i++) xoff[i] = (int32_t)qt_range(r, -300000, 300000);
     for (int i = 0; i < 6; i++) xs[i] = scale(r);
+    for (int i = 0; i < MAXG * 64; i++) wb[i] = scale(r);
     for (int i = 0; i < MAXG * 64; i++) {
         ws[i] = scale(r);
+        if (kind == 3) { /* base * multiplier, one rounding */
+            wq8[i] = (int8_t)qt_range(r, -128, 127);
+            ws[i] = wb[i / 64 / blk * 64 + i % 64] * (float)wq8[i];
+        }
         if (kind == 2) { /* bfloat16: the float's top half, any sign, zero or subnormal */
             wh[i] = qmoe_f32_to_bf16(ws[i]);
             ws[i] = qmoe_bf16_to_f32(wh[i]);
@@ -56,8 +65,9 @@ static int micro_case(const qmoe_gemm_isa *isa, qt_rng *r, int mr, int nu, int i
             ws[i] = qmoe_f16_to_f32(wh[i]);
         }
     }
-    const void *wsv = kind ? (const void *)wh : (const void *)ws;
-    const size_t es = kind ? 2 : 4;
+    const void *wsv = kind == 3 ? (const void *)wq8 : kind ? (const void *)wh : (const void *)ws;
+    const size_t es = kind == 3 ? 1 : kind ? 2 : 4;
+    const float *wbv = kind == 3 ? wb : NULL;
     const float *xsp = use_xs ? xs : NULL;
     for (int64_t g = 0; g < ng; g++) {
         isa->gemm(mr, nu, kq, x + 4 * g * kq, K, w + g * kq * wstep, wstep, acc, 64, 0);
@@ -65,13 +75,15 @@ static int micro_case(const qmoe_gemm_isa *isa, qt_rng *r, int mr, int nu, int i
     }
     const uint8_t *wq = i4 ? w4 : w;
     int64_t ws_ = i4 ? wstep4 : wstep;
-    isa->gemm_groups(mr, nu, i4, ng, kq, x, K, wq, ws_, xoff, MAXG, xsp, wsv, kind, 64, got, 64, 1);
+    isa->gemm_groups(mr, nu, i4, ng, kq, x, K, wq, ws_, xoff, MAXG, xsp, wsv, kind, 64, wbv, blk, 0,
+                     got, 64, 1);
     int64_t a = ng / 2; /* two calls: groups [0, a) then [a, ng) continuing the tile */
     if (a > 0)
-        isa->gemm_groups(mr, nu, i4, a, kq, x, K, wq, ws_, xoff, MAXG, xsp, wsv, kind, 64, part, 64, 1);
+        isa->gemm_groups(mr, nu, i4, a, kq, x, K, wq, ws_, xoff, MAXG, xsp, wsv, kind, 64, wbv, blk, 0,
+                         part, 64, 1);
     isa->gemm_groups(mr, nu, i4, ng - a, kq, x + 4 * a * kq, K, wq + a * kq * ws_, ws_, xoff + a,
-                     MAXG, xsp, (const uint8_t *)wsv + es * (size_t)(a * 64), kind, 64, part, 64,
-                     a == 0);
+                     MAXG, xsp, (const uint8_t *)wsv + es * (size_t)(a * 64), kind, 64,
+                     wbv ? wbv + a / blk * 64 : NULL, blk, a % blk, part, 64, a == 0);
     int ok = 1;
     for (int i = 0; i < mr; i++) {
         ok &= !memcmp(want + 64 * i, got + 64 * i, sizeof(float) * (size_t)(16 * nu));
@@ -88,7 +100,7 @@ static void check_micro(const qmoe_gemm_isa *isa)
         for (int nu = 1; nu <= 4; nu++)
             for (int i4 = 0; i4 < 2; i4++)
                 for (int use_xs = 0; use_xs < 2; use_xs++)
-                    for (int kind = 0; kind < 3; kind++)
+                    for (int kind = 0; kind < 4; kind++)
                         for (int t = 0; t < 4; t++) {
                             int64_t ng = qt_range(&r, 1, MAXG), kq = qt_range(&r, 1, MAXQ);
                             int ok = micro_case(isa, &r, mr, nu, i4, use_xs, kind, ng, kq);
@@ -98,7 +110,7 @@ static void check_micro(const qmoe_gemm_isa *isa)
                             bad += !ok;
                             cases++;
                         }
-    CHECK(cases == 6 * 4 * 2 * 2 * 3 * 4 && bad == 0);
+    CHECK(cases == 6 * 4 * 2 * 2 * 4 * 4 && bad == 0);
 }
 
 /* One expert of M rows, K in groups of gk, N = 256 (4 column panels of 32 + 32), ND weights

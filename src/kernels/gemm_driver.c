@@ -270,6 +270,11 @@ typedef struct panel {
      * read wsg, into which they are widened first (run_block). NULL: wsg holds the scales. */
     const uint16_t *ws16;
     int ws16_kind; /* 1 float16, 2 bfloat16 */
+    /* prepacked scale blocks, read in place by gemm_groups as ws16 is: multipliers (same layout)
+     * and bases [G / wblk][ld]. NULL: none, or widened into wsg. */
+    const int8_t *ws8;
+    const float *wsb8;
+    int64_t wblk;
     float *corr;        /* [2 * 16 * U] */
     int64_t ld;         /* 2 * 16 * U */
     int i4;             /* wp holds prepacked int4 steps for the isa's gemm_i4 (32 bytes a unit) */
@@ -515,10 +520,12 @@ static void groups_chunk(const qmoe_gemm_isa *isa, const panel *pn, const int8_t
                 isa->gemm_groups(mr, nu, pn->i4, ng, kq, x + r * ldx + 4 * g0 * kq, ldx,
                                  pn->wp + h * pn->blk + g0 * kq * pn->wstep + u0 * ustep,
                                  pn->wstep, xoff + r * G + g0, G, xs ? xs + r : NULL,
-                                 pn->ws16 ? (const void *)(pn->ws16 + g0 * pn->ld + c)
-                                          : (const void *)(pn->wsg + g0 * pn->ld + c),
-                                 pn->ws16 ? pn->ws16_kind : 0, pn->ld, f + r * pn->ld + c,
-                                 pn->ld, g0 == 0);
+                                 pn->ws16  ? (const void *)(pn->ws16 + g0 * pn->ld + c)
+                                 : pn->ws8 ? (const void *)(pn->ws8 + g0 * pn->ld + c)
+                                           : (const void *)(pn->wsg + g0 * pn->ld + c),
+                                 pn->ws16 ? pn->ws16_kind : pn->ws8 ? 3 : 0, pn->ld,
+                                 pn->ws8 ? pn->wsb8 + g0 / pn->wblk * pn->ld + c : NULL, pn->wblk,
+                                 pn->ws8 ? g0 % pn->wblk : 0, f + r * pn->ld + c, pn->ld, g0 == 0);
             }
     }
 }
@@ -667,12 +674,12 @@ static void prepacked_panel(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p,
     pn->blk = (L->Kp / 4) * pn->wstep;
     uint64_t ws_at = (uint64_t)(e * pp->panels + i) * (uint64_t)(pp->G * QMOE_PP_LD);
     pn->ws16 = NULL;
+    pn->ws8 = NULL;
     if (pp->ws_block) { /* base * multiplier: a quarter of the scale bytes to stream */
         pn->wsg = (float *)(sp + L->wsg);
-        (isa->widen_s8 ? isa->widen_s8 : widen_s8)(pn->wsg, (const int8_t *)pp->ws + ws_at,
-                                                   pp->wsb + (uint64_t)(e * pp->panels + i) *
-                                                                 (uint64_t)(pp->nblk * QMOE_PP_LD),
-                                                   pp->G, pp->ws_block);
+        pn->ws8 = (const int8_t *)pp->ws + ws_at;
+        pn->wsb8 = pp->wsb + (uint64_t)(e * pp->panels + i) * (uint64_t)(pp->nblk * QMOE_PP_LD);
+        pn->wblk = pp->ws_block;
     } else if (pp->ws_kind == QMOE_SCALE_F32) {
         pn->wsg = (float *)pp->ws + ws_at;
     } else { /* 16-bit scales: read in place by gemm_groups, else widened into the scratchpad */
@@ -716,6 +723,9 @@ void qmoe_fast_prepack_expert(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p
     pn.wsg = (float *)(sp + L.wsg);
     pn.ws16 = NULL;
     pn.ws16_kind = 0;
+    pn.ws8 = NULL;
+    pn.wsb8 = NULL;
+    pn.wblk = 1;
     pn.corr = (float *)(sp + L.corr);
     for (int64_t i = 0; i < pp->panels; i++) {
         pn.jc = i * QMOE_PP_COLS;
@@ -773,6 +783,9 @@ static void run_block(const block_args *A, uint8_t *sp, const fast_layout *L)
     pn.wsg = (float *)(sp + L->wsg);
     pn.ws16 = NULL;
     pn.ws16_kind = 0;
+    pn.ws8 = NULL;
+    pn.wsb8 = NULL;
+    pn.wblk = 1;
     pn.corr = (float *)(sp + L->corr);
     int32_t *acc = (int32_t *)(sp + L->acc);
     float *f = (float *)(sp + L->f), *xs = (float *)(sp + L->xs);
@@ -830,6 +843,10 @@ static void run_block(const block_args *A, uint8_t *sp, const fast_layout *L)
             if (!grouped && pn.ws16) { /* the other paths read float scales: widened once */
                 half_to_f32(isa, pn.wsg, pn.ws16, pn.ws16_kind == 2, p->G * QMOE_PP_LD);
                 pn.ws16 = NULL;
+            }
+            if (!grouped && pn.ws8) {
+                (isa->widen_s8 ? isa->widen_s8 : widen_s8)(pn.wsg, pn.ws8, pn.wsb8, p->G, pn.wblk);
+                pn.ws8 = NULL;
             }
             if (grouped)
                 groups_block(isa, &pn, x, ldx, rows, p->G, L->gkp / 4, xo, a8w4 ? NULL : xs, f);

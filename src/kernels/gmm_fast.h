@@ -115,11 +115,14 @@ typedef struct qmoe_gemm_isa {
      * v_g = (float)(acc_g[r][c] - xoff[r * xoff_stride + g]) * xs[r] * ws[g * ws_stride + c],
      * xs NULL: no xs factor, for r < mr, c < 16 * nu. For small groups, where a fold per group
      * through memory costs as much as the group's products. ws holds float32 (ws_kind 0) or the
-     * 16 bits of float16 (1) / bfloat16 (2) scales, widened exactly as half_to_f32 does. */
+     * 16 bits of float16 (1) / bfloat16 (2) scales, widened exactly as half_to_f32 does, or
+     * (3) int8 multipliers of the bases wsb, row (wb0 + g) / wblk for group g (ws_stride apart),
+     * widened as widen_s8 does; wsb NULL for the other kinds. */
     void (*gemm_groups)(int mr, int nu, int i4, int64_t ng, int64_t kq, const int8_t *x,
                         int64_t ldx, const uint8_t *wp, int64_t wstep, const int32_t *xoff,
                         int64_t xoff_stride, const float *xs, const void *ws, int ws_kind,
-                        int64_t ws_stride, float *f, int64_t ldf, int first);
+                        int64_t ws_stride, const float *wsb, int64_t wblk, int64_t wb0, float *f,
+                        int64_t ldf, int first);
 
     /* Optional (NULL: portable loop): prepacked int4 steps (32 bytes, gemm_i4's format) -> the
      * 64-byte steps gemm reads, `steps` of them, src and dst contiguous. */

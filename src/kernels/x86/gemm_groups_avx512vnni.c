@@ -49,6 +49,16 @@ static inline __attribute__((always_inline)) __m512 ws_load(const void *ws, int 
                      : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
+/* ... and prepacked scale blocks (ws_kind 3): base * (float)multiplier, widen_s8's values. */
+static inline __attribute__((always_inline)) __m512 ws_block_load(const void *ws, const float *base,
+                                                                  int64_t at, int64_t c)
+{
+    __m128i q = _mm_loadu_si128((const __m128i *)(const void *)((const int8_t *)ws + at));
+    return _mm512_mul_ps(_mm512_loadu_ps(base + c), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)));
+}
+
+static inline size_t ws_bytes(int kind) { return kind == 0 ? 4 : kind == 3 ? 1 : 2; }
+
 typedef struct groups_args {
     int64_t ng, kq;
     const int8_t *x;
@@ -58,9 +68,11 @@ typedef struct groups_args {
     const int32_t *xoff;
     int64_t xoff_stride;
     const float *xs;
-    const void *ws; /* unit 0 of the sub-tile, group 0: float32, or 16 bits (ws_kind 1, 2) */
+    const void *ws; /* unit 0 of the sub-tile, group 0: float32, 16 bits (ws_kind 1, 2) or int8 (3) */
     int ws_kind;
     int64_t ws_stride;
+    const float *wsb; /* ws_kind 3: the bases of group 0's block, unit 0 of the sub-tile */
+    int64_t wblk, wb0; /* ws_kind 3: groups per block; group 0's place in its block */
     float *f;
     int64_t ldf;
     int64_t pf;    /* bytes of each step to prefetch: the whole step */
@@ -91,7 +103,7 @@ static inline __attribute__((always_inline)) void sub_tile(int i4, int first, in
     const uint8_t *pp = wp + a->ahead;
     const int64_t ustep = i4 ? 32 : 64;
     /* as an address: past the block's end it is only ever prefetched, which cannot fault */
-    const uintptr_t wsb = (uintptr_t)((a->ws_kind ? 2 : 4) * a->ws_stride);
+    const uintptr_t wsb = (uintptr_t)(ws_bytes(a->ws_kind) * a->ws_stride);
     uintptr_t wsp = (uintptr_t)a->ws + WS_AHEAD * wsb;
     for (int64_t g = 0; g < a->ng; g++) {
         const int32_t *xo = a->xoff + g;
@@ -139,6 +151,7 @@ static inline __attribute__((always_inline)) void sub_tile(int i4, int first, in
          * xs's test is taken once a unit, not once an accumulator (both cost as much as the
          * fold's own arithmetic: a few % of the loop in L1, docs/performance.md) */
         const int64_t ws_at = g * a->ws_stride;
+        const float *base = a->ws_kind == 3 ? a->wsb + (a->wb0 + g) / a->wblk * a->ws_stride : NULL;
 #define FOLD(R, U, XS)                                                                           \
     if (mr > R) {                                                                                \
         __m512i o = _mm512_set1_epi32(xo[R * a->xoff_stride]);                                   \
@@ -148,7 +161,8 @@ static inline __attribute__((always_inline)) void sub_tile(int i4, int first, in
     }
 #define FOLD_UNIT(U)                                                                             \
     if (nu > U) {                                                                                \
-        const __m512 s = ws_load(a->ws, a->ws_kind, ws_at + 16 * U);                             \
+        const __m512 s = a->ws_kind == 3 ? ws_block_load(a->ws, base, ws_at + 16 * U, 16 * U)      \
+                                         : ws_load(a->ws, a->ws_kind, ws_at + 16 * U);           \
         if (a->xs) {                                                                             \
             FOLD(0, U, 1) FOLD(1, U, 1) FOLD(2, U, 1) FOLD(3, U, 1) FOLD(4, U, 1) FOLD(5, U, 1)  \
         } else {                                                                                 \
@@ -191,9 +205,10 @@ static const sub_fn subs4[2][SR4][SU4] = {
 void qmoe_gemm_groups_avx512(int mr, int nu, int i4, int64_t ng, int64_t kq, const int8_t *x,
                              int64_t ldx, const uint8_t *wp, int64_t wstep, const int32_t *xoff,
                              int64_t xoff_stride, const float *xs, const void *ws, int ws_kind,
-                             int64_t ws_stride, float *f, int64_t ldf, int first)
+                             int64_t ws_stride, const float *wsb, int64_t wblk, int64_t wb0,
+                             float *f, int64_t ldf, int first)
 {
-    const size_t es = ws_kind ? 2 : 4;
+    const size_t es = ws_bytes(ws_kind);
     const int64_t ustep = i4 ? 32 : 64;
     const int sr = i4 ? SR4 : SR8, su = i4 ? SU4 : SU8;
     for (int r = 0; r < mr; r += sr)
@@ -207,7 +222,7 @@ void qmoe_gemm_groups_avx512(int mr, int nu, int i4, int64_t ng, int64_t kq, con
             groups_args a = {ng, kq, x + r * ldx, ldx, wp + u * ustep, wstep,
                              xoff + r * xoff_stride, xoff_stride, xs ? xs + r : NULL,
                              (const uint8_t *)ws + es * (size_t)(16 * u), ws_kind, ws_stride,
-                             f + r * ldf + 16 * u, ldf, nu * ustep,
+                             wsb ? wsb + 16 * u : NULL, wblk, wb0, f + r * ldf + 16 * u, ldf, nu * ustep,
                              lead ? PREFETCH - u * ustep : ng * kq * wstep - u * ustep,
                              lead ? (int64_t)es * 16 * nu : 0, first};
             if (i4) subs4[first != 0][rows - 1][units - 1](&a);

@@ -30,7 +30,8 @@ void qmoe_rearrange_avx512(const uint8_t *const *src, const int64_t *stride, int
 void qmoe_gemm_groups_avx512(int mr, int nu, int i4, int64_t ng, int64_t kq, const int8_t *x,
                              int64_t ldx, const uint8_t *wp, int64_t wstep, const int32_t *xoff,
                              int64_t xoff_stride, const float *xs, const void *ws, int ws_kind,
-                             int64_t ws_stride, float *f, int64_t ldf, int first);
+                             int64_t ws_stride, const float *wsb, int64_t wblk, int64_t wb0,
+                             float *f, int64_t ldf, int first);
 
 /* gemm_s8_amx.c: releases this thread's tile state if the AMX kernel configured it (the end of
  * every AMX kernel call). */
