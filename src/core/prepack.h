@@ -72,6 +72,14 @@ struct qmoe_weights {
     float *corr;
 };
 
+/* Scale g, element at, of a record kept as scale blocks: its block's base times its multiplier,
+ * one float32 rounding (what prepacking checked equal to the scale, and every reader computes). */
+static inline float qmoe_pp_block_scale(const int8_t *q, const float *base, int64_t block, int64_t g,
+                                        int64_t at)
+{
+    return base[g / block * QMOE_PP_LD + at] * (float)q[g * QMOE_PP_LD + at];
+}
+
 /* Units in panel i (per half). */
 static inline int64_t qmoe_pp_units(const struct qmoe_weights *pp, int64_t i)
 {

@@ -640,10 +640,8 @@ static void half_to_f32(const qmoe_gemm_isa *isa, float *d, const uint16_t *s, i
 /* Scale blocks -> float32 (gmm_fast.h widen_s8). */
 static void widen_s8(float *d, const int8_t *q, const float *base, int64_t G, int64_t block)
 {
-    for (int64_t g = 0; g < G; g++) {
-        const float *b = base + g / block * QMOE_PP_LD;
-        for (int64_t c = 0; c < QMOE_PP_LD; c++) d[g * QMOE_PP_LD + c] = b[c] * (float)q[g * QMOE_PP_LD + c];
-    }
+    for (int64_t g = 0; g < G; g++)
+        for (int64_t c = 0; c < QMOE_PP_LD; c++) d[g * QMOE_PP_LD + c] = qmoe_pp_block_scale(q, base, block, g, c);
 }
 
 /* The 16 bits of the panel's scales as given, in panel_scales' order and zero where it has 0. */

@@ -29,6 +29,13 @@
 
 static uint64_t align64(uint64_t n) { return (n + 63u) & ~(uint64_t)63u; }
 
+static int add_u64(uint64_t a, uint64_t b, uint64_t *out)
+{
+    if (b > UINT64_MAX - a) return 0;
+    *out = a + b;
+    return 1;
+}
+
 static int mul_u64(uint64_t a, uint64_t b, uint64_t *out)
 {
     if (a && b > UINT64_MAX / a) return 0;
@@ -144,23 +151,22 @@ static qmoe_status allocate(const qmoe_gmm_params *p, qmoe_dtype ws_dtype, int64
         pp->expert_wbytes = (uint64_t)(pp->panels - 1) * pp->panel_wbytes +
                             align64(2 * steps * (uint64_t)qmoe_pp_units(pp, pp->panels - 1) *
                                     (uint64_t)pp->step_bytes);
-    uint64_t recs, ws_n, corr_n, ws_b, corr_b, base_n = 0, base_b = 0;
+    uint64_t recs, ws_n, corr_n, ws_b, corr_b, base_n = 0, base_b = 0, side = 0, total = 0;
     const uint64_t ws_es = pp->ws_block ? 1 : pp->ws_kind == QMOE_SCALE_F32 ? 4 : 2;
     int ok = mul_u64((uint64_t)pp->E, pp->expert_wbytes, &pp->weight_bytes) &&
              mul_u64((uint64_t)pp->E, (uint64_t)pp->panels, &recs) &&
              mul_u64(recs, (uint64_t)pp->G * QMOE_PP_LD, &ws_n) &&
              mul_u64(recs, QMOE_PP_LD, &corr_n) && mul_u64(ws_n, ws_es, &ws_b) &&
              mul_u64(recs, (uint64_t)pp->nblk * QMOE_PP_LD, &base_n) &&
-             mul_u64(base_n, sizeof(float), &base_b) && corr_n <= UINT64_MAX / 8 &&
-             mul_u64(corr_n, sizeof(float), &corr_b) && ws_b <= UINT64_MAX - corr_b - base_b &&
-             ws_b + corr_b + base_b <= UINT64_MAX - pp->weight_bytes && pp->weight_bytes <= SIZE_MAX &&
-             ws_b + corr_b + base_b <= SIZE_MAX;
+             mul_u64(base_n, sizeof(float), &base_b) && mul_u64(corr_n, sizeof(float), &corr_b) &&
+             add_u64(ws_b, corr_b, &side) && add_u64(side, base_b, &side) &&
+             add_u64(side, pp->weight_bytes, &total) && pp->weight_bytes <= SIZE_MAX && side <= SIZE_MAX;
     if (!ok) {
         free(pp);
         return INVALID(LIMIT, "weight", "prepack: the prepacked size of E = %lld experts overflows",
                        (long long)E);
     }
-    pp->bytes = pp->weight_bytes + ws_b + corr_b + base_b;
+    pp->bytes = total;
     pp->w = aligned_alloc(64, pp->weight_bytes ? (size_t)pp->weight_bytes : 64);
     pp->ws = aligned_alloc(64, (size_t)align64(ws_b ? ws_b : 64));
     pp->corr = aligned_alloc(64, (size_t)align64(corr_b ? corr_b : 64));

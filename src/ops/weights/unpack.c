@@ -60,9 +60,8 @@ qmoe_status qmoe_weights_unpack_scales(const qmoe_weights *weights, int64_t expe
             for (int64_t g = 0; g < G; g++)
                 for (int64_t h = 0; h < 2; h++)
                     for (int64_t c = 0; c < nc; c++) {
-                        const int64_t at = h * QMOE_PP_COLS + c;
                         ((float *)scales)[g * N + h * pp->N2 + jc + c] =
-                            base[g / pp->ws_block * QMOE_PP_LD + at] * (float)q[g * QMOE_PP_LD + at];
+                            qmoe_pp_block_scale(q, base, pp->ws_block, g, h * QMOE_PP_COLS + c);
                     }
             continue;
         }
