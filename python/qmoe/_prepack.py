@@ -19,10 +19,10 @@ from ._op import ArrayLike, _c_int, _kernel, _plain, _Weight, _weight_scale
 
 
 class WeightsOptions(ctypes.Structure):
-    """struct qmoe_weights_options (the 0.3.1 layout; struct_size tells the library which)."""
+    """struct qmoe_weights_options (the 0.3.2 layout; struct_size tells the library which)."""
 
     _fields_ = [("struct_size", ctypes.c_uint32), ("kernel", c_int), ("force_weight_nz", c_int),
-                ("experts", c_int64)]
+                ("experts", c_int64), ("scale_block", c_int64)]
 
 
 def _declare(lib: ctypes.CDLL) -> None:
@@ -188,6 +188,7 @@ def prepack(
     weight_scale_dtype: Optional[str] = None,
     kernel: Union[str, int] = "auto",
     experts: Optional[int] = None,
+    scale_block: int = 0,
 ) -> PrepackedWeights:
     """Prepacks expert weights once for the fused operator.
 
@@ -203,13 +204,20 @@ def prepack(
     with :meth:`PrepackedWeights.append`, a slice at a time (so a large weight needs the
     staging of one slice only), and the operator refuses the object until they are all in.
     Fewer than the weight's E raises :class:`QmoeError` (161002).
+
+    ``scale_block``: B > 0 keeps each column's scales in blocks of B groups as one float32 base
+    and int8 multipliers (1 byte a group instead of 4, the same results) when every scale is
+    exactly base x multiplier (e.g. ggml K-quants' d x sc); other scales raise
+    :class:`QmoeError` (161002). :meth:`PrepackedWeights.unpack_scales` then gives float32.
     """
     src = _Source(weight, weight_scale, bias, weight_format, int4_packed, weight_scale_dtype)
     opts = WeightsOptions(struct_size=ctypes.sizeof(WeightsOptions), kernel=_kernel(kernel),
-                          force_weight_nz=0, experts=_c_int(experts, "experts", 64))
+                          force_weight_nz=0, experts=_c_int(experts, "experts", 64),
+                          scale_block=_c_int(scale_block, "scale_block", 64))
     handle = c_void_p()
     with Tensors() as t:
         _lib.check(_lib.lib.qmoe_weights_prepack(*src.tensors(t), ctypes.byref(opts),
                                                  ctypes.byref(handle)))
     # accepted, so weight_scale is [E, N] or [E, G, N]
-    return PrepackedWeights(handle, src.ws.shape[1:], src.ws_dtype)
+    # scale blocks are kept (and unpacked) as float32 whatever the source's dtype
+    return PrepackedWeights(handle, src.ws.shape[1:], _lib.DTYPE_FLOAT32 if scale_block else src.ws_dtype)

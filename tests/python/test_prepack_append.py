@@ -203,10 +203,35 @@ def test_append_waits_for_the_calls_in_flight(rng):
 
 
 def test_options_layout_is_the_headers():
-    # the 0.3.1 layout: experts (int64_t) after force_weight_nz (the first layout's 12 bytes),
-    # aligned as int64_t is (offset 16, 24 bytes in all on x86-64 and arm64, as C gives)
-    assert [n for n, _ in _prepack.WeightsOptions._fields_][-1] == "experts"
+    # the 0.3.2 layout: experts and scale_block (int64_t) after force_weight_nz (the first
+    # layout's 12 bytes), aligned as int64_t is (offset 16, 32 bytes in all on x86-64 and arm64)
+    assert [n for n, _ in _prepack.WeightsOptions._fields_][-2:] == ["experts", "scale_block"]
     assert _prepack.WeightsOptions.force_weight_nz.offset == 8
     a = ctypes.alignment(ctypes.c_int64)
     assert _prepack.WeightsOptions.experts.offset == (12 + a - 1) // a * a
-    assert ctypes.sizeof(_prepack.WeightsOptions) == (12 + a - 1) // a * a + 8
+    assert _prepack.WeightsOptions.scale_block.offset == (12 + a - 1) // a * a + 8
+    assert ctypes.sizeof(_prepack.WeightsOptions) == (12 + a - 1) // a * a + 16
+
+
+def test_scale_blocks_give_the_same_results(rng):
+    # scales d * sc (d per block of 4 groups, sc integers): kept as blocks, fewer bytes, the raw
+    # weights' outputs (and the reference's), the scales back as given; scales that are not
+    # such products are refused
+    p = Problem(rng, M=9, K=256, N=128, E=E, group_list=[2, 4, 5, 7, 9], int4=True, G=8)
+    d = np.ldexp(rng.integers(1024, 2048, (E, 2, 128)), -22).astype(np.float32)
+    ws = (np.repeat(d, 4, axis=1) * rng.integers(0, 64, (E, 8, 128))).astype(np.float32)
+    weight, kw = weight_layouts(p, True)["int32-nz"]
+    raw = run(p, weight, "auto", ws, p.bias, **kw)
+    with qmoe.prepack(weight, ws, bias=p.bias, **kw) as plain, \
+            qmoe.prepack(weight, ws, bias=p.bias, scale_block=4, **kw) as blocks:
+        assert blocks.nbytes < plain.nbytes
+        got = run(p, blocks, "auto", None, None)
+        assert_same(got, raw, "blocks")
+        assert_same(got, run(p, plain, "auto", None, None), "blocks")
+        for e in range(E):
+            assert blocks.unpack_scales(e).tobytes() == ws[e].tobytes(), e
+    assert_accepted(got[0], got[1], *p.expected(ws=ws))
+    bad = ws.copy()
+    bad[3, 5, 77] = np.float32(0.123456)
+    message = expect_refusal(161002, qmoe.prepack, weight, bad, bias=p.bias, scale_block=4, **kw)
+    assert "column 77" in message, message
