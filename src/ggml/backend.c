@@ -48,9 +48,15 @@ static enum ggml_status be_compute(ggml_backend_t backend, struct ggml_cgraph *g
             i += taken - 1;
             continue;
         }
-        if (node->op == GGML_OP_MUL_MAT || node->op == GGML_OP_MUL_MAT_ID) st = qg_compute_matmul(ctx, node);
-        else if (node->op == GGML_OP_GLU) st = qg_compute_glu(ctx, node);
-        else {
+        if (node->op == GGML_OP_MUL_MAT || node->op == GGML_OP_MUL_MAT_ID) {
+            /* the experts' weighting after it, written by the matmul's scatter */
+            struct ggml_tensor *mul = ctx->fuse ? qg_mul_after(graph, i) : NULL;
+            st = qg_compute_matmul_mul(ctx, node, mul);
+            i += mul != NULL;
+        } else if (node->op == GGML_OP_GLU || node->op == GGML_OP_ADD || node->op == GGML_OP_MUL ||
+                   node->op == GGML_OP_ADD_ID) {
+            st = qg_compute_elementwise(ctx, node);
+        } else {
             qmoe_error_set(QMOE_ERR_PARAM_INVALID, QMOE_RULE_UNSUPPORTED, "graph",
                            "the node's op is not one the backend takes");
             qg_log_error(ggml_op_desc(node));
@@ -155,7 +161,7 @@ static bool dev_supports_op(ggml_backend_dev_t dev, const struct ggml_tensor *op
 {
     (void)dev;
     if (is_layout_only(op)) return true;
-    return qg_supports_matmul(op) || qg_supports_glu(op);
+    return qg_supports_matmul(op) || qg_supports_elementwise(op);
 }
 
 static bool dev_supports_buft(ggml_backend_dev_t dev, ggml_backend_buffer_type_t buft)

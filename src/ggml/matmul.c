@@ -256,6 +256,7 @@ static int route(const struct ggml_tensor *node, int64_t E, qg_row *rows)
                 rows[r].mat = e;
                 rows[r].src = (const uint8_t *)b->data + (i % b->ne[1]) * b->nb[1] + t * b->nb[2];
                 rows[r].dst = (uint8_t *)node->data + i * node->nb[1] + t * node->nb[2];
+                rows[r].mul = NULL;
             }
         return 1;
     }
@@ -266,6 +267,7 @@ static int route(const struct ggml_tensor *node, int64_t E, qg_row *rows)
                 rows[r].mat = i2 / r2 + (i3 / r3) * a->ne[2];
                 rows[r].src = (const uint8_t *)b->data + i1 * b->nb[1] + i2 * b->nb[2] + i3 * b->nb[3];
                 rows[r].dst = (uint8_t *)node->data + i1 * node->nb[1] + i2 * node->nb[2] + i3 * node->nb[3];
+                rows[r].mul = NULL;
             }
     return 1;
 }
@@ -316,8 +318,17 @@ static void scatter_share(void *arg, int t, int n)
     const moved *m = arg;
     int64_t lo, hi;
     share_of(m, t, n, &lo, &hi);
-    for (int64_t r = lo; r < hi; r++)
-        memcpy(m->rows[m->perm[r]].dst, m->y + (size_t)r * (size_t)m->Np, (size_t)m->N * sizeof(float));
+    for (int64_t r = lo; r < hi; r++) {
+        const qg_row *to = &m->rows[m->perm[r]];
+        const float *y = m->y + (size_t)r * (size_t)m->Np;
+        if (!to->mul) {
+            memcpy(to->dst, y, (size_t)m->N * sizeof(float));
+            continue;
+        }
+        const float f = *to->mul; /* ggml's MUL: each value times the row's factor */
+        float *d = (float *)(void *)to->dst;
+        for (int64_t c = 0; c < m->N; c++) d[c] = y[c] * f;
+    }
 }
 
 enum { QG_PARALLEL_COPY_BYTES = 1 << 18, QG_SMALL_QUANT = 1 << 16, QG_QUANT_ROWS = 256 };
@@ -601,6 +612,11 @@ void qg_scatter(qg_context *ctx, const qg_acts *a, const float *y, int64_t ld, i
 
 enum ggml_status qg_compute_matmul(qg_context *ctx, struct ggml_tensor *node)
 {
+    return qg_compute_matmul_mul(ctx, node, NULL);
+}
+
+enum ggml_status qg_compute_matmul_mul(qg_context *ctx, struct ggml_tensor *node, struct ggml_tensor *mul)
+{
     int threads = qg_context_ready(ctx);
     if (!threads) return qg_failed("making the qmoe device");
     qg_weight *w = qg_node_weight(node);
@@ -616,6 +632,7 @@ enum ggml_status qg_compute_matmul(qg_context *ctx, struct ggml_tensor *node)
         return qg_failed(ggml_op_desc(node));
     }
     if (!qg_weight_run(ctx, w, &a, a.xq, a.xs, y, Np)) return qg_failed("grouped matmul");
+    if (mul) qg_rows_to_mul(&a, mul);
     qg_scatter(ctx, &a, y + qg_weight_col(w), Np, N);
     return GGML_STATUS_SUCCESS;
 }

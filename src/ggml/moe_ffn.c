@@ -9,7 +9,6 @@
  * share one prepacked object — paired at load (buffer.c), or one ffn_gate_up_exps tensor, whose
  * graph is {gu = MUL_MAT_ID(gate_up_exps), two VIEWs of gu, GLU, down} — qmoe's fused
  * GroupedMatmulSwigluQuant makes the int8 rows in one operator instead. */
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,53 +18,6 @@
 static int f32_rows(const struct ggml_tensor *t)
 {
     return t && t->type == GGML_TYPE_F32 && ggml_is_contiguous_1(t);
-}
-
-int qg_supports_glu(const struct ggml_tensor *op)
-{
-    if (op->op != GGML_OP_GLU || ggml_get_glu_op(op) != GGML_GLU_OP_SWIGLU) return 0;
-    const struct ggml_tensor *a = op->src[0], *b = op->src[1];
-    if (!f32_rows(a) || !f32_rows(op) || (b && !f32_rows(b))) return 0;
-    int64_t nc = b ? a->ne[0] : a->ne[0] / 2;
-    if (op->ne[0] != nc || ggml_nrows(op) != ggml_nrows(a)) return 0; /* odd: the last value unread, as ggml */
-    return !b || (b->ne[0] == nc && ggml_nrows(b) == ggml_nrows(a));
-}
-
-/* ---- a GLU node alone: dst = silu(g) * u per row, as ggml's CPU backend computes it ---- */
-
-typedef struct glu_job {
-    const struct ggml_tensor *node;
-    int64_t nr, nc;
-} glu_job;
-
-static void glu_share(void *arg, int t, int n)
-{
-    const glu_job *j = arg;
-    const struct ggml_tensor *d = j->node, *a = d->src[0], *b = d->src[1];
-    const int swapped = b ? 0 : ((const int32_t *)d->op_params)[1];
-    for (int64_t r = j->nr * t / n; r < j->nr * (t + 1) / n; r++) {
-        const float *g = (const float *)((const char *)a->data + r * a->nb[1]);
-        const float *u = b ? (const float *)((const char *)b->data + r * b->nb[1]) : g;
-        if (!b) {
-            g += swapped ? j->nc : 0;
-            u += swapped ? 0 : j->nc;
-        }
-        float *y = (float *)((char *)d->data + r * d->nb[1]);
-        for (int64_t k = 0; k < j->nc; k++) y[k] = g[k] / (1.0f + expf(-g[k])) * u[k];
-    }
-}
-
-enum ggml_status qg_compute_glu(qg_context *ctx, struct ggml_tensor *node)
-{
-    if (!qg_supports_glu(node)) {
-        qmoe_error_set(QMOE_ERR_PARAM_INVALID, QMOE_RULE_UNSUPPORTED, "graph", "a GLU the backend does not take");
-        return qg_failed(ggml_op_desc(node));
-    }
-    if (!qg_context_ready(ctx)) return qg_failed("making the qmoe device");
-    glu_job j = {node, ggml_nrows(node), node->ne[0]};
-    if ((uint64_t)j.nr * (uint64_t)j.nc < (1u << 16)) glu_share(&j, 0, 1);
-    else qg_parallel(ctx, glu_share, &j);
-    return GGML_STATUS_SUCCESS;
 }
 
 /* ---- the pattern ---- */
@@ -104,17 +56,44 @@ static struct ggml_tensor *match_down(const struct ggml_cgraph *g, int i, const 
     return d;
 }
 
-/* Row r = i + n_used t of the routed rows writes row (i, t) of dst. */
-static void retarget(qg_acts *a, const struct ggml_tensor *dst, int64_t n_used)
+/* Row r = i + n_used t of the routed rows writes row (i, t) of dst (or of the MUL node after it). */
+static void retarget(qg_acts *a, const struct ggml_tensor *dst, int64_t n_used, const struct ggml_tensor *mul)
 {
     for (int64_t r = 0; r < a->R; r++)
         a->rows[r].dst = (uint8_t *)dst->data + (r % n_used) * dst->nb[1] + (r / n_used) * dst->nb[2];
+    if (mul) qg_rows_to_mul(a, mul);
+}
+
+struct ggml_tensor *qg_mul_after(const struct ggml_cgraph *g, int j)
+{
+    if (j + 1 >= g->n_nodes) return NULL;
+    struct ggml_tensor *d = g->nodes[j], *m = g->nodes[j + 1];
+    const struct ggml_tensor *s = m->src[1];
+    /* MUL(down, s [1, n_used, tokens]) that supports_op took (s a leaf: ggml's MUL_MAT_ID_FUSION) */
+    if (d->op != GGML_OP_MUL_MAT_ID || m->op != GGML_OP_MUL || m->src[0] != d || !taken_once(g, j) ||
+        !(m->flags & GGML_TENSOR_FLAG_COMPUTE) || m->type != GGML_TYPE_F32 || !ggml_are_same_shape(m, d) ||
+        m->nb[0] != sizeof(float) || !s || s->type != GGML_TYPE_F32 || s->ne[0] != 1 || !ggml_can_repeat(s, d) ||
+        d->ne[3] != 1 || !qg_supports_elementwise(m))
+        return NULL;
+    return m;
+}
+
+void qg_rows_to_mul(qg_acts *a, const struct ggml_tensor *mul)
+{
+    const struct ggml_tensor *s = mul->src[1];
+    const int64_t n_used = mul->ne[1];
+    for (int64_t r = 0; r < a->R; r++) {
+        const int64_t i = r % n_used, t = r / n_used;
+        a->rows[r].dst = (uint8_t *)mul->data + i * mul->nb[1] + t * mul->nb[2];
+        a->rows[r].mul = (const float *)(const void *)((const uint8_t *)s->data + i % s->ne[1] * s->nb[1] +
+                                                       t % s->ne[2] * s->nb[2]);
+    }
 }
 
 /* GroupedMatmulSwigluQuant by wg (gate | up in one object, I columns each), then the down
  * projection wd on its int8 rows, written to the down node's rows; the status. */
 static enum ggml_status fused_down(qg_context *ctx, qg_acts *a, qg_weight *wg, int64_t I, qg_weight *wd,
-                                   struct ggml_tensor *down)
+                                   struct ggml_tensor *down, const struct ggml_tensor *mul)
 {
     const int64_t R = a->R, Nd = wd->N, Npd = Nd + Nd % 2;
     size_t nh = 0, ny = 0;
@@ -127,7 +106,7 @@ static enum ggml_status fused_down(qg_context *ctx, qg_acts *a, qg_weight *wg, i
     }
     if (!qg_weight_swiglu_quant(ctx, wg, a, hq, hs) || !qg_weight_run(ctx, wd, a, hq, hs, y, Npd))
         return qg_failed("GroupedMatmulSwigluQuant and the down projection");
-    retarget(a, down, down->src[2]->ne[0]);
+    retarget(a, down, down->src[2]->ne[0], mul);
     qg_scatter(ctx, a, y, Npd, Nd);
     return GGML_STATUS_SUCCESS;
 }
@@ -174,8 +153,9 @@ static int compute_merged(qg_context *ctx, struct ggml_cgraph *g, int i, enum gg
         *st = qg_failed(ggml_op_desc(gu));
         return 5;
     }
-    *st = a.R ? fused_down(ctx, &a, w, I, wd, down) : GGML_STATUS_SUCCESS;
-    return 5;
+    struct ggml_tensor *mul = qg_mul_after(g, i + 4); /* the experts' weighting, taken along */
+    *st = a.R ? fused_down(ctx, &a, w, I, wd, down, mul) : GGML_STATUS_SUCCESS;
+    return mul ? 6 : 5;
 }
 
 int qg_compute_moe_ffn(qg_context *ctx, struct ggml_cgraph *graph, int i, enum ggml_status *st)
@@ -185,7 +165,8 @@ int qg_compute_moe_ffn(qg_context *ctx, struct ggml_cgraph *graph, int i, enum g
     struct ggml_tensor *gate, *up;
     if (!ctx->fuse || !match(graph, i, &gate, &up)) return 0;
     struct ggml_tensor *h = graph->nodes[i + 2], *down = match_down(graph, i, gate);
-    const int taken = down ? 4 : 3;
+    struct ggml_tensor *mul = down ? qg_mul_after(graph, i + 3) : NULL; /* the experts' weighting */
+    const int taken = down ? (mul ? 5 : 4) : 3;
     *st = GGML_STATUS_FAILED;
     if (!qg_context_ready(ctx)) {
         (void)qg_failed("making the qmoe device");
@@ -214,7 +195,7 @@ int qg_compute_moe_ffn(qg_context *ctx, struct ggml_cgraph *graph, int i, enum g
      * and scales at once, no float block written */
     const int paired = wg->mate == wu && qg_weight_col(wg) == 0 && qg_weight_col(wu) == I;
     if (paired && down && qg_weight_fusable(wg) == I) {
-        *st = fused_down(ctx, &a, wg, I, wd, down);
+        *st = fused_down(ctx, &a, wg, I, wd, down, mul);
         return taken;
     }
     /* one block for gate | up, then h, then (once h is int8) the down projection's outputs:
@@ -248,7 +229,7 @@ int qg_compute_moe_ffn(qg_context *ctx, struct ggml_cgraph *graph, int i, enum g
         return taken;
     }
     if (!down) {
-        retarget(&a, h, n_used);
+        retarget(&a, h, n_used, NULL);
         qg_scatter(ctx, &a, hv, I, I);
         return taken;
     }
@@ -259,7 +240,7 @@ int qg_compute_moe_ffn(qg_context *ctx, struct ggml_cgraph *graph, int i, enum g
         *st = qg_failed("the down projection");
         return taken;
     }
-    retarget(&a, down, n_used);
+    retarget(&a, down, n_used, mul);
     qg_scatter(ctx, &a, y, Npd, Nd);
     return taken;
 }

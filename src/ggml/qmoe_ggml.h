@@ -236,6 +236,7 @@ typedef struct qg_row {
     int64_t mat;
     const uint8_t *src;
     uint8_t *dst;
+    const float *mul; /* NULL, or the factor the row is written times (a MUL node taken along) */
 } qg_row;
 
 /* The routed rows of one MUL_MAT_ID / MUL_MAT node, sorted by matrix (perm[s]: the row at sorted
@@ -289,14 +290,25 @@ int qg_bytes3(int64_t a, int64_t b, size_t c, size_t *out);
 /* Logs what failed with qmoe's message; GGML_STATUS_FAILED. */
 enum ggml_status qg_failed(const char *what);
 
-/* ---- GLU and the MoE FFN pattern (moe_ffn.c) ---- */
+/* ---- element-wise nodes (elementwise.c) ---- */
+
+/* 1 for a SwiGLU node of float32 rows (taken wherever it is). */
+int qg_supports_glu(const struct ggml_tensor *op);
+/* 1 when the backend computes this GLU / ADD / MUL / ADD_ID node: float32, and (but SwiGLU) an
+ * input made by a matmul the backend takes or by another node taken here. */
+int qg_supports_elementwise(const struct ggml_tensor *op);
+/* Runs one such node as ggml's CPU does; GGML_STATUS_FAILED with the reason logged, dst untouched. */
+enum ggml_status qg_compute_elementwise(qg_context *ctx, struct ggml_tensor *node);
+
+/* ---- the MoE FFN pattern (moe_ffn.c) ---- */
 
 /* 0 when QMOE_GGML_FUSE=0: the MoE FFN's nodes then run one by one (for comparison; default 1). */
 int qg_fuse_moe(void);
-/* 1 when the backend computes this GLU node (SwiGLU, float32 rows). */
-int qg_supports_glu(const struct ggml_tensor *op);
-/* Runs one GLU node alone. */
-enum ggml_status qg_compute_glu(qg_context *ctx, struct ggml_tensor *node);
+/* The node after node j when it is MUL(node j, s) that the MUL_MAT_ID at j can write itself (its
+ * rows times s's values: node j has no other reader, s is one value per row); else NULL. */
+struct ggml_tensor *qg_mul_after(const struct ggml_cgraph *g, int j);
+/* Routed rows (a MUL_MAT_ID's, in its order) written to mul's rows, times mul's factors. */
+void qg_rows_to_mul(qg_acts *a, const struct ggml_tensor *mul);
 /* At node i of the graph: the nodes of llama.cpp's MoE FFN {gate MUL_MAT_ID, up MUL_MAT_ID, GLU
  * swiglu[, down MUL_MAT_ID]} run as one, returning how many nodes it took (0: no pattern here).
  * *st is the status when it took some. */
@@ -315,6 +327,8 @@ int qg_supports_matmul(const struct ggml_tensor *op);
 /* Runs one MUL_MAT or MUL_MAT_ID node; GGML_STATUS_FAILED with the reason logged on error,
  * dst untouched. */
 enum ggml_status qg_compute_matmul(qg_context *ctx, struct ggml_tensor *node);
+/* ... and writes MUL node mul (qg_mul_after) instead of node's own output, when mul is not NULL. */
+enum ggml_status qg_compute_matmul_mul(qg_context *ctx, struct ggml_tensor *node, struct ggml_tensor *mul);
 void qg_context_release(qg_context *ctx);
 
 /* qmoe's device on ggml's threads (pool.c): inside `omp parallel num_threads(threads)` when the

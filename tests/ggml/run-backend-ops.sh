@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # ggml's own oracle for the QMOE backend: test-backend-ops in test mode (each case computed on
 # QMOE and on ggml's CPU backend, compared with ggml's NMSE threshold) over the MUL_MAT_ID and
-# MUL_MAT cases of the weight types the backend takes, and the float32 SWIGLU (GLU) cases. Passes
+# MUL_MAT cases of the weight types the backend takes, the float32 SWIGLU (GLU) cases, and ggml's
+# fused FFN / MoE graphs of those types (MUL_MAT_ID_FUSION, MUL_MAT_VEC_FUSION: the matmuls with
+# their biases, GLUs and weighting, taken whole: src/ggml/elementwise.c). Passes
 # when every such case ran and is OK: a FAIL or a "not supported" fails it, and so does a run with
 # no case.
 # Two test-backend-ops processes run at once: it gives each backend hardware_concurrency() / 2
@@ -61,7 +63,9 @@ big='type_b=f32,n_mats=128,n_used=4,b=0,m=4096,n=(32|64),k=2048,'
 sets=("MUL_MAT_ID-big MUL_MAT_ID type_a q4_K $big"
       "MUL_MAT_ID MUL_MAT_ID type_a $types (?!$big)"
       "MUL_MAT MUL_MAT type_a $types"
-      "SWIGLU SWIGLU type f32")
+      "SWIGLU SWIGLU type f32"
+      "MUL_MAT_ID_FUSION MUL_MAT_ID_FUSION type_a $types"
+      "MUL_MAT_VEC_FUSION MUL_MAT_VEC_FUSION type $types")
 start=$(date +%s)
 run ${sets[0]} &
 first=$!

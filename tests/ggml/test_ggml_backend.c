@@ -526,6 +526,138 @@ static enum ggml_status compute_fused(ggml_backend_t be, struct ggml_cgraph *gf,
     return st;
 }
 
+/* The element-wise nodes of ggml's fused FFN cases, on the outputs of taken matmuls: per token
+ * and expert slot, gate g = MUL_MAT_ID(wg) + ADD_ID(bias_g[expert]), up u = MUL_MAT_ID(wu) + ADD
+ * (one bias row for all), h = GLU kind(g, u), out = MUL(h, s[slot, token]) — against the same in
+ * double (the matmuls' documented numerics, then ggml's formulas); and out2 = MUL(MUL_MAT_ID(wg),
+ * s), the experts' weighting, which the matmul writes itself where fuse is 1 (its own output is
+ * then never written). Also: where these nodes are taken (an input made here, SwiGLU anywhere),
+ * and a bad ADD_ID id fails the graph without writing. */
+static double glu_ref(enum ggml_glu_op kind, double g, double u, double alpha, double limit)
+{
+    switch (kind) {
+    case GGML_GLU_OP_SWIGLU:
+        return g / (1.0 + exp(-g)) * u;
+    case GGML_GLU_OP_GEGLU:
+        return 0.5 * g * (1.0 + tanh(0.7978845608028654 * g * (1.0 + 0.044715 * g * g))) * u;
+    case GGML_GLU_OP_SWIGLU_CLAMP:
+        g = fmin(g, limit), u = fmin(fmax(u, -limit), limit);
+        return g / (1.0 + exp(-g)) * u;
+    default: /* SWIGLU_OAI */
+        g = fmin(g, limit), u = fmin(fmax(u, -limit), limit);
+        return g / (1.0 + exp(-alpha * g)) * (u + 1.0);
+    }
+}
+
+static void test_elementwise(ggml_backend_t be, ggml_backend_buffer_type_t buft, enum ggml_type type,
+                             enum ggml_glu_op kind, int fuse)
+{
+    const int64_t K = qg_format_of(type)->blk == 256 ? 256 : 64, N = 40, E = 6, T = 5, U = 3;
+    const size_t rk = ggml_row_size(type, K), wb = rk * (size_t)(N * E);
+    uint8_t *w[2] = {malloc(wb), malloc(wb)};
+    float x[5 * 256], bg[40 * 6], bu[40], sv[3 * 5], y[3 * 5 * 40], y2[3 * 5 * 40], mid[3 * 5 * 40];
+    int32_t idv[3 * 5];
+    double gr[3 * 5 * 40], ur[3 * 5 * 40], gmax = 0;
+    for (int p = 0; p < 2; p++) random_blocks(type, w[p], (int64_t)(wb / ggml_type_size(type)));
+    for (int64_t k = 0; k < T * K; k++) x[k] = qt_uniform(&rng, -1.0f, 1.0f);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t i = 0; i < U; i++) idv[t * U + i] = (int32_t)((2 * t + 5 * i) % E);
+    for (int64_t r = 0; r < U * T; r++)
+        for (int64_t n = 0; n < N; n++) {
+            int64_t e = idv[r];
+            gr[r * N + n] = ref_dot(type, w[0] + (size_t)(e * N + n) * rk, x + r / U * K, K);
+            ur[r * N + n] = ref_dot(type, w[1] + (size_t)(e * N + n) * rk, x + r / U * K, K);
+            gmax = fmax(gmax, fabs(gr[r * N + n]));
+        }
+    for (int64_t i = 0; i < N * E; i++) bg[i] = qt_uniform(&rng, -0.2f, 0.2f) * (float)gmax;
+    for (int64_t i = 0; i < N; i++) bu[i] = qt_uniform(&rng, -0.2f, 0.2f) * (float)gmax;
+    for (int64_t i = 0; i < U * T; i++) sv[i] = qt_uniform(&rng, 0.1f, 1.0f);
+    const float alpha = 1.702f, limit = (float)(0.5 * gmax); /* some values clamped, most not */
+
+    struct ggml_init_params ip = {ggml_tensor_overhead() * 32 + 3 * ggml_graph_overhead(), NULL, true};
+    struct ggml_context *ctx = ggml_init(ip);
+    struct ggml_tensor *wg = ggml_new_tensor_3d(ctx, type, K, N, E), *wu = ggml_new_tensor_3d(ctx, type, K, N, E);
+    struct ggml_tensor *b = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, K, 1, T);
+    struct ggml_tensor *ids = ggml_new_tensor_2d(ctx, GGML_TYPE_I32, U, T);
+    struct ggml_tensor *biasg = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, N, E);
+    struct ggml_tensor *biasu = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, N, 1, 1);
+    struct ggml_tensor *s = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 1, U, T);
+    struct ggml_tensor *g = ggml_add_id(ctx, ggml_mul_mat_id(ctx, wg, b, ids), biasg, ids);
+    struct ggml_tensor *u = ggml_add(ctx, ggml_mul_mat_id(ctx, wu, b, ids), biasu);
+    struct ggml_tensor *h = kind == GGML_GLU_OP_SWIGLU_OAI ? ggml_swiglu_oai(ctx, g, u, alpha, limit)
+                            : kind == GGML_GLU_OP_SWIGLU_CLAMP ? ggml_swiglu_clamp(ctx, g, u, limit)
+                                                               : ggml_glu_split(ctx, g, u, kind);
+    struct ggml_tensor *out = ggml_mul(ctx, h, s);
+    struct ggml_tensor *m2 = ggml_mul_mat_id(ctx, wg, b, ids), *out2 = ggml_mul(ctx, m2, s);
+    struct ggml_tensor *plain = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, N, U, T);
+    struct ggml_tensor *plain_mul = ggml_mul(ctx, plain, s), *plain_geglu = ggml_geglu_split(ctx, plain, plain);
+    struct ggml_tensor *plain_swiglu = ggml_swiglu_split(ctx, plain, plain);
+    struct ggml_tensor *bad_ids = ggml_new_tensor_2d(ctx, GGML_TYPE_I32, U, T);
+    struct ggml_tensor *gbad = ggml_add_id(ctx, ggml_mul_mat_id(ctx, wg, b, ids), biasg, bad_ids);
+    struct ggml_cgraph *gf = ggml_new_graph(ctx), *gf2 = ggml_new_graph(ctx), *gf3 = ggml_new_graph(ctx);
+    ggml_build_forward_expand(gf, out);
+    ggml_build_forward_expand(gf2, out2);
+    ggml_build_forward_expand(gf3, gbad);
+    ggml_backend_dev_t dev = ggml_backend_get_device(be);
+    /* before any buffer (as test-backend-ops asks): taken where an input is made here */
+    CHECK(ggml_backend_dev_supports_op(dev, out) && ggml_backend_dev_supports_op(dev, h) &&
+          ggml_backend_dev_supports_op(dev, g) && ggml_backend_dev_supports_op(dev, u));
+    CHECK_MSG(!ggml_backend_dev_supports_op(dev, plain_mul) && !ggml_backend_dev_supports_op(dev, plain_geglu),
+              "a MUL / GeGLU of inputs made elsewhere is taken");
+    CHECK(ggml_backend_dev_supports_op(dev, plain_swiglu));
+    ggml_backend_buffer_t buf = weights_buffer(ctx, buft);
+    if (!buf) {
+        free(w[0]);
+        free(w[1]);
+        return;
+    }
+    ggml_backend_tensor_set(wg, w[0], 0, wb);
+    ggml_backend_tensor_set(wu, w[1], 0, wb);
+    ggml_backend_tensor_set(b, x, 0, sizeof(float) * (size_t)(T * K));
+    ggml_backend_tensor_set(ids, idv, 0, sizeof idv);
+    ggml_backend_tensor_set(biasg, bg, 0, sizeof bg);
+    ggml_backend_tensor_set(biasu, bu, 0, sizeof bu);
+    ggml_backend_tensor_set(s, sv, 0, sizeof sv);
+    for (size_t i = 0; i < sizeof mid / sizeof mid[0]; i++) mid[i] = -12345.0f;
+    ggml_backend_tensor_set(m2, mid, 0, sizeof mid);
+    enum ggml_status st = compute_fused(be, gf, fuse), st2 = compute_fused(be, gf2, fuse);
+    CHECK_MSG(st == GGML_STATUS_SUCCESS && st2 == GGML_STATUS_SUCCESS, "element-wise %s %s: status %d %d",
+              ggml_type_name(type), ggml_glu_op_name(kind), (int)st, (int)st2);
+    ggml_backend_tensor_get(out, y, 0, sizeof y);
+    ggml_backend_tensor_get(out2, y2, 0, sizeof y2);
+    ggml_backend_tensor_get(m2, mid, 0, sizeof mid);
+    double e1 = 0, n1 = 0, e2 = 0, n2 = 0;
+    int written = 0;
+    for (int64_t r = 0; r < U * T; r++)
+        for (int64_t n = 0; n < N; n++) {
+            const int64_t at = r * N + n, e = idv[r];
+            double o = glu_ref(kind, gr[at] + bg[e * N + n], ur[at] + bu[n], alpha, limit) * sv[r];
+            double o2 = gr[at] * sv[r];
+            e1 += (y[at] - o) * (y[at] - o), n1 += o * o;
+            e2 += (y2[at] - o2) * (y2[at] - o2), n2 += o2 * o2;
+            written |= mid[at] != -12345.0f;
+        }
+    /* float32 rounding of each step (GeGLU's tanh, expf) on exact dots: far below 1e-5 */
+    CHECK_MSG(e1 <= 1e-10 * n1, "element-wise %s %s fuse %d: relative error %g", ggml_type_name(type),
+              ggml_glu_op_name(kind), fuse, sqrt(e1 / (n1 > 0 ? n1 : 1)));
+    CHECK_MSG(e2 <= 1e-10 * n2, "weighted experts %s fuse %d: relative error %g", ggml_type_name(type), fuse,
+              sqrt(e2 / (n2 > 0 ? n2 : 1)));
+    CHECK_MSG(written == !fuse, "weighted experts %s fuse %d: the matmul's own output %s", ggml_type_name(type),
+              fuse, written ? "was written" : "was not written");
+    /* a bad id in ADD_ID (its own ids; the matmul's are good): the graph fails, its output as it was */
+    idv[U * T - 1] = (int32_t)E;
+    ggml_backend_tensor_set(bad_ids, idv, 0, sizeof idv);
+    ggml_backend_tensor_set(gbad, mid, 0, sizeof mid);
+    ggml_backend_tensor_get(gbad, y, 0, sizeof y);
+    CHECK_MSG(ggml_backend_graph_compute(be, gf3) == GGML_STATUS_FAILED, "ADD_ID with a bad id did not fail");
+    ggml_backend_tensor_get(gbad, y2, 0, sizeof y2);
+    CHECK_MSG(memcmp(y, y2, sizeof y) == 0, "a failed ADD_ID wrote its output");
+    ggml_backend_buffer_free(buf);
+    ggml_free(ctx);
+    free(w[0]);
+    free(w[1]);
+}
+
 /* ggml's log, watched for the backend's word that a layer's gate and up were paired */
 static int paired_seen;
 static void watch_log(enum ggml_log_level level, const char *text, void *user)
@@ -994,6 +1126,10 @@ int main(int argc, char **argv)
             for (int mode = 0; mode < 3; mode++) test_moe_ffn(be, buft, type, mode, named);
         for (int named = 0; named < 2; named++)
             for (int fuse = 0; fuse < 2; fuse++) test_moe_ffn_merged(be, buft, type, named, fuse);
+        const enum ggml_glu_op kinds[4] = {GGML_GLU_OP_SWIGLU, GGML_GLU_OP_GEGLU, GGML_GLU_OP_SWIGLU_CLAMP,
+                                           GGML_GLU_OP_SWIGLU_OAI};
+        for (int g = 0; g < 4; g++)
+            for (int fuse = 0; fuse < 2; fuse++) test_elementwise(be, buft, type, kinds[g], fuse);
     }
     /* QMOE_LOAD_ORDERS: sequences a type (40); the TSan run takes fewer (its threads are not
      * what these sequences test, and each costs it 20x the time) */
