@@ -603,6 +603,18 @@ int qg_weight_run(qg_context *ctx, qg_weight *w, const qg_acts *a, const int8_t 
     return ok;
 }
 
+void qg_rows_to_mul(qg_acts *a, const struct ggml_tensor *mul)
+{
+    const struct ggml_tensor *s = mul->src[1];
+    const int64_t n_used = mul->ne[1];
+    for (int64_t r = 0; r < a->R; r++) {
+        const int64_t i = r % n_used, t = r / n_used;
+        a->rows[r].dst = (uint8_t *)mul->data + i * mul->nb[1] + t * mul->nb[2];
+        a->rows[r].mul = (const float *)(const void *)((const uint8_t *)s->data + i % s->ne[1] * s->nb[1] +
+                                                       t % s->ne[2] * s->nb[2]);
+    }
+}
+
 void qg_scatter(qg_context *ctx, const qg_acts *a, const float *y, int64_t ld, int64_t N)
 {
     size_t ny = (size_t)a->R * (size_t)ld * sizeof(float); /* below the checked R * ld floats */

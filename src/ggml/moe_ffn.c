@@ -78,17 +78,6 @@ struct ggml_tensor *qg_mul_after(const struct ggml_cgraph *g, int j)
     return m;
 }
 
-void qg_rows_to_mul(qg_acts *a, const struct ggml_tensor *mul)
-{
-    const struct ggml_tensor *s = mul->src[1];
-    const int64_t n_used = mul->ne[1];
-    for (int64_t r = 0; r < a->R; r++) {
-        const int64_t i = r % n_used, t = r / n_used;
-        a->rows[r].dst = (uint8_t *)mul->data + i * mul->nb[1] + t * mul->nb[2];
-        a->rows[r].mul = (const float *)(const void *)((const uint8_t *)s->data + i % s->ne[1] * s->nb[1] +
-                                                       t % s->ne[2] * s->nb[2]);
-    }
-}
 
 /* GroupedMatmulSwigluQuant by wg (gate | up in one object, I columns each), then the down
  * projection wd on its int8 rows, written to the down node's rows; the status. */
