@@ -51,7 +51,7 @@ static enum ggml_status be_compute(ggml_backend_t backend, struct ggml_cgraph *g
         if (node->op == GGML_OP_MUL_MAT || node->op == GGML_OP_MUL_MAT_ID) {
             /* the experts' weighting after it, written by the matmul's scatter */
             struct ggml_tensor *mul = ctx->fuse ? qg_mul_after(graph, i) : NULL;
-            st = qg_compute_matmul_mul(ctx, node, mul);
+            st = qg_compute_matmul(ctx, node, mul);
             i += mul != NULL;
         } else if (node->op == GGML_OP_GLU || node->op == GGML_OP_ADD || node->op == GGML_OP_MUL ||
                    node->op == GGML_OP_ADD_ID) {

@@ -622,12 +622,7 @@ void qg_scatter(qg_context *ctx, const qg_acts *a, const float *y, int64_t ld, i
     rows_on_threads(ctx, scatter_share, &m, ny);
 }
 
-enum ggml_status qg_compute_matmul(qg_context *ctx, struct ggml_tensor *node)
-{
-    return qg_compute_matmul_mul(ctx, node, NULL);
-}
-
-enum ggml_status qg_compute_matmul_mul(qg_context *ctx, struct ggml_tensor *node, struct ggml_tensor *mul)
+enum ggml_status qg_compute_matmul(qg_context *ctx, struct ggml_tensor *node, struct ggml_tensor *mul)
 {
     int threads = qg_context_ready(ctx);
     if (!threads) return qg_failed("making the qmoe device");

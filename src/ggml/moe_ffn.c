@@ -59,9 +59,12 @@ static struct ggml_tensor *match_down(const struct ggml_cgraph *g, int i, const 
 /* Row r = i + n_used t of the routed rows writes row (i, t) of dst (or of the MUL node after it). */
 static void retarget(qg_acts *a, const struct ggml_tensor *dst, int64_t n_used, const struct ggml_tensor *mul)
 {
+    if (mul) {
+        qg_rows_to_mul(a, mul);
+        return;
+    }
     for (int64_t r = 0; r < a->R; r++)
         a->rows[r].dst = (uint8_t *)dst->data + (r % n_used) * dst->nb[1] + (r / n_used) * dst->nb[2];
-    if (mul) qg_rows_to_mul(a, mul);
 }
 
 struct ggml_tensor *qg_mul_after(const struct ggml_cgraph *g, int j)
@@ -77,7 +80,6 @@ struct ggml_tensor *qg_mul_after(const struct ggml_cgraph *g, int j)
         return NULL;
     return m;
 }
-
 
 /* GroupedMatmulSwigluQuant by wg (gate | up in one object, I columns each), then the down
  * projection wd on its int8 rows, written to the down node's rows; the status. */

@@ -324,11 +324,9 @@ int qg_take_dense(void);
 qmoe_kernel qg_kernel(void);
 /* 1 when the backend computes this node (MUL_MAT / MUL_MAT_ID of a taken weight type). */
 int qg_supports_matmul(const struct ggml_tensor *op);
-/* Runs one MUL_MAT or MUL_MAT_ID node; GGML_STATUS_FAILED with the reason logged on error,
- * dst untouched. */
-enum ggml_status qg_compute_matmul(qg_context *ctx, struct ggml_tensor *node);
-/* ... and writes MUL node mul (qg_mul_after) instead of node's own output, when mul is not NULL. */
-enum ggml_status qg_compute_matmul_mul(qg_context *ctx, struct ggml_tensor *node, struct ggml_tensor *mul);
+/* Runs one MUL_MAT or MUL_MAT_ID node, writing MUL node mul (qg_mul_after) instead of node's own
+ * output when mul is not NULL; GGML_STATUS_FAILED with the reason logged on error, dst untouched. */
+enum ggml_status qg_compute_matmul(qg_context *ctx, struct ggml_tensor *node, struct ggml_tensor *mul);
 void qg_context_release(qg_context *ctx);
 
 /* qmoe's device on ggml's threads (pool.c): inside `omp parallel num_threads(threads)` when the
