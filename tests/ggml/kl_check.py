@@ -9,6 +9,11 @@ next-token log-probabilities over a fixed token text, --kl-divergence compares a
 them. The bound is (a) KL(CPU F16 -> CPU Q8_0); the check is, for each type, (b) KL(CPU type ->
 QMOE type) <= (a), mean over all the distributions.
 
+The same for gpt-oss's structure (make_moe_gguf.py --arch gpt-oss: expert and attention biases,
+attention sinks, the clamped SwiGLU of llama.cpp's SWIGLU_OAI), its experts MXFP4 through
+llama-quantize's MXFP4_MOE (the rest Q8_0): its own bound (a') KL(CPU F16 -> CPU Q8_0) of that
+model, and (b') KL(CPU MXFP4_MOE -> QMOE MXFP4_MOE) <= (a').
+
 It checks its own teeth: the distributions must be peaked (printed: top-1 probability and
 entropy against the uniform one), the runs with the backend must have put the expert tensors in
 QMOE buffers (llama.cpp's "QMOE model buffer size" line), and a negative control, the QMOE run on a
@@ -37,9 +42,11 @@ MODEL = dict(hidden=512, experts=32, used=4, expert_ffn=256, layers=4, heads=8, 
              head_dim=64, vocab=1024, logit_scale=4.0, seed=1)
 CTX, CHUNKS, THREADS = 256, int(os.environ.get("QMOE_KL_CHUNKS", 32)), 2
 TYPES = ["Q8_0", "Q4_0", "Q4_K_M"]
+# gpt-oss: the sizes above, its expert types (MXFP4 experts, Q8_0 elsewhere)
+OSS_TYPES = ["MXFP4_MOE"]
 # The types whose expert tensors the backend must take (the run fails without them); for the
 # others the line says where the expert tensors went.
-REQUIRED_ON_QMOE = {"Q8_0", "Q4_0", "Q4_K_M"}
+REQUIRED_ON_QMOE = {"Q8_0", "Q4_0", "Q4_K_M", "MXFP4_MOE"}
 PERTURB = 0.02
 EXPERTS = re.compile(r"ffn_(gate|up|down|gate_up)_exps\.weight$")
 
@@ -160,17 +167,23 @@ def main():
         if not os.path.exists(f):
             log(f"{f} is missing")
             return 1
-    f16 = os.path.join(out, "moe-F16.gguf")
-    args = [sys.executable, os.path.join(HERE, "make_moe_gguf.py"), f16, "--type", "f16"]
-    for k, v in MODEL.items():
-        args += ["--" + k.replace("_", "-"), str(v)]
-    run(args, os.path.join(out, "make-model.log"))
     text = os.path.join(out, "tokens.txt")
     write_text(text, 4 * CTX * CHUNKS, MODEL["seed"])
-    files = {"F16": f16}
-    for t in TYPES:
-        files[t] = os.path.join(out, f"moe-{t}.gguf")
-        run([quantize, f16, files[t], t, str(THREADS)], os.path.join(out, f"quantize-{t}.log"))
+
+    def make(arch, types):
+        """{type: path} of the model with arch's structure: F16, Q8_0 (the bound's) and types."""
+        pre = "moe" if arch == "qwen3moe" else arch
+        f16 = os.path.join(out, f"{pre}-F16.gguf")
+        args = [sys.executable, os.path.join(HERE, "make_moe_gguf.py"), f16, "--type", "f16",
+                "--arch", arch]
+        for k, v in MODEL.items():
+            args += ["--" + k.replace("_", "-"), str(v)]
+        run(args, os.path.join(out, f"make-{pre}.log"))
+        files = {"F16": f16}
+        for t in ["Q8_0"] + [t for t in types if t != "Q8_0"]:
+            files[t] = os.path.join(out, f"{pre}-{t}.gguf")
+            run([quantize, f16, files[t], t, str(THREADS)], os.path.join(out, f"quantize-{pre}-{t}.log"))
+        return files
 
     common = ["-c", str(CTX), "-t", str(THREADS), "-v"]  # -v: the load log (buffer sizes)
     cpu_env = dict(os.environ)
@@ -198,41 +211,49 @@ def main():
                 return res + (qmoe_buffer_mib(txt), logpath)
         raise RuntimeError(f"no mean KL divergence in {logpath}")
 
-    bases = {"F16": base("F16", f16)}
-    n, top1, entropy, uniform = peakedness(bases["F16"])
-    m = MODEL
-    log(f"model: Qwen3-MoE structure, hidden {m['hidden']}, {m['experts']} experts top-{m['used']}, "
-        f"expert width {m['expert_ffn']}, {m['layers']} layers, vocab {m['vocab']}, random weights, "
-        f"logits x{m['logit_scale']:g}; {n} next-token distributions ({CHUNKS} chunks of {CTX} "
-        f"tokens, scored halves), {THREADS} threads")
-    ok = top1 > 0.2 and entropy < uniform - 2
-    log(f"F16 on the CPU: mean top-1 probability {top1:.3f}, mean entropy {entropy:.2f} nats "
-        f"(uniform: {uniform:.2f}): " + ("peaked, not uniform" if ok else
-        "FAILED: close to uniform, the check would have no teeth"))
+    def check(arch, label, types):
+        """The bound and every type's KL for one structure; (ok, bound, {type: path}, bases)."""
+        files = make(arch, types)
+        pre = "" if arch == "qwen3moe" else arch + "-"
+        bases = {"F16": base(pre + "F16", files["F16"])}
+        n, top1, entropy, uniform = peakedness(bases["F16"])
+        m = MODEL
+        log(f"model: {label} structure, hidden {m['hidden']}, {m['experts']} experts top-{m['used']}, "
+            f"expert width {m['expert_ffn']}, {m['layers']} layers, vocab {m['vocab']}, random weights, "
+            f"logits x{m['logit_scale']:g}; {n} next-token distributions ({CHUNKS} chunks of {CTX} "
+            f"tokens, scored halves), {THREADS} threads")
+        ok = top1 > 0.2 and entropy < uniform - 2
+        log(f"F16 on the CPU: mean top-1 probability {top1:.3f}, mean entropy {entropy:.2f} nats "
+            f"(uniform: {uniform:.2f}): " + ("peaked, not uniform" if ok else
+            "FAILED: close to uniform, the check would have no teeth"))
+        bound, bound_err, bound_top, _, _ = kl(pre + "F16-Q8_0", files["Q8_0"], bases["F16"], False)
+        if bound <= 0:
+            raise RuntimeError(f"{label}: KL(CPU F16 -> CPU Q8_0) is 0: no bound to compare with")
+        log(f"(a) {label} bound KL(CPU F16 -> CPU Q8_0) = {bound:.6f} ± {bound_err:.6f}, same top "
+            f"token {bound_top:.1f} %")
+        for t in types:
+            bases[t] = base(pre + t, files[t])
+            val, err, top, mib, logpath = kl(pre + t, files[t], bases[t], True)
+            experts = expert_tensors(files[t])
+            total = sum(experts.values()) / 2**20
+            kinds = ", ".join(f"{k} {v / 2**20:.2f}" for k, v in sorted(experts.items()))
+            # llama.cpp prints the buffer's MiB with two decimals: within half of the last digit
+            placed = mib + 0.005 >= total
+            verdict = "<= bound" if val <= bound else "> bound: FAILED"
+            log(f"(b) {label} {t}: KL(CPU -> QMOE) = {val:.6f} ± {err:.6f} {verdict} ({val / bound:.2f} "
+                f"of it), same top token {top:.1f} %; QMOE model buffer {mib:.2f} MiB, the file's "
+                f"expert tensors {total:.2f} MiB ({kinds} MiB): experts on QMOE: "
+                f"{'yes' if placed else 'no'} (log: {logpath})")
+            if val > bound:
+                ok = False
+            if t in REQUIRED_ON_QMOE and not placed:
+                log(f"FAILED: the {label} {t} run did not put the expert tensors in QMOE buffers")
+                ok = False
+        return ok, bound, files, bases
 
-    bound, bound_err, bound_top, _, _ = kl("F16-Q8_0", files["Q8_0"], bases["F16"], False)
-    if bound <= 0:
-        raise RuntimeError("KL(CPU F16 -> CPU Q8_0) is 0: no bound to compare with")
-    log(f"(a) bound KL(CPU F16 -> CPU Q8_0) = {bound:.6f} ± {bound_err:.6f}, same top token "
-        f"{bound_top:.1f} %")
-    for t in TYPES:
-        bases[t] = base(t, files[t])
-        val, err, top, mib, logpath = kl(t, files[t], bases[t], True)
-        experts = expert_tensors(files[t])
-        total = sum(experts.values()) / 2**20
-        kinds = ", ".join(f"{k} {v / 2**20:.2f}" for k, v in sorted(experts.items()))
-        # llama.cpp prints the buffer's MiB with two decimals: within half of the last digit
-        placed = mib + 0.005 >= total
-        verdict = "<= bound" if val <= bound else "> bound: FAILED"
-        log(f"(b) {t}: KL(CPU -> QMOE) = {val:.6f} ± {err:.6f} {verdict} ({val / bound:.2f} of it), "
-            f"same top token {top:.1f} %; QMOE model buffer {mib:.2f} MiB, the file's expert "
-            f"tensors {total:.2f} MiB ({kinds} MiB): experts on QMOE: {'yes' if placed else 'no'}"
-            f" (log: {logpath})")
-        if val > bound:
-            ok = False
-        if t in REQUIRED_ON_QMOE and not placed:
-            log(f"FAILED: the {t} run did not put the expert tensors in QMOE buffers")
-            ok = False
+    ok, bound, files, bases = check("qwen3moe", "Qwen3-MoE", TYPES)
+    oss_ok, _, _, _ = check("gpt-oss", "gpt-oss", OSS_TYPES)
+    ok = ok and oss_ok
 
     bad = os.path.join(out, "moe-Q8_0-perturbed.gguf")
     perturb_expert_scales(files["Q8_0"], bad, PERTURB, MODEL["seed"])

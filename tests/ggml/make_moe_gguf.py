@@ -1,17 +1,21 @@
 #!/usr/bin/env python3
-"""Writes a GGUF model with Qwen3-MoE's structure and random weights, for runs of llama.cpp's
-tools with and without the QMOE backend (nothing is learned). Uses the gguf package of the
+"""Writes a GGUF model with Qwen3-MoE's structure (or gpt-oss's, --arch gpt-oss) and random
+weights, for runs of llama.cpp's tools with and without the QMOE backend (nothing is learned). Uses the gguf package of the
 llama.cpp tree (PYTHONPATH=<tree>/gguf-py) and numpy.
 
 --type f16 writes every matrix as F16, the input llama-quantize wants for Q8_0 / Q4_0 / Q4_K_M.
 --logit-scale multiplies the output projection: random weights give logits of about unit spread,
 a next-token distribution close to uniform over the vocabulary, where every quantization's KL
 divergence is tiny; a larger spread makes the distributions peaked (tests/ggml/kl_check.py).
+gpt-oss adds what its FFN and attention read beside the matrices: biases on the router, on every
+expert's gate, up and down rows (ADD_ID in llama.cpp's graph) and on the attention projections,
+attention sinks, a post-attention norm, and sliding-window attention on every other layer; its
+expert weights become MXFP4 through `llama-quantize ... MXFP4_MOE` of the F16 file.
 The vocabulary is SentencePiece-style: control tokens, the 256 byte tokens, single letters and
 digits, then two-letter pieces (so lowercase text tokenizes to many different ids), then
 placeholders.
 
-usage: make_moe_gguf.py OUT.gguf [--type f16|q8_0|q4_0] [--hidden 256] [--experts 16] [--used 4]
+usage: make_moe_gguf.py OUT.gguf [--arch qwen3moe|gpt-oss] [--type f16|q8_0|q4_0] [--hidden 256] [--experts 16] [--used 4]
        [--expert-ffn 128] [--layers 2] [--heads 4] [--kv-heads 2] [--head-dim 64] [--vocab 512]
        [--logit-scale 1] [--seed 1]
 """
@@ -25,6 +29,7 @@ import gguf
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
+    ap.add_argument("--arch", default="qwen3moe", choices=["qwen3moe", "gpt-oss"])
     ap.add_argument("--type", default="q8_0", choices=["f16", "q8_0", "q4_0"])
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--experts", type=int, default=16)
@@ -47,7 +52,8 @@ def main():
     rng = np.random.default_rng(a.seed)
     H, E, I, D = a.hidden, a.experts, a.expert_ffn, a.head_dim
 
-    w = gguf.GGUFWriter(a.out, "qwen3moe")
+    oss = a.arch == "gpt-oss"
+    w = gguf.GGUFWriter(a.out, a.arch)
     w.add_context_length(4096)
     w.add_embedding_length(H)
     w.add_block_count(a.layers)
@@ -61,6 +67,8 @@ def main():
     w.add_expert_used_count(a.used)
     w.add_layer_norm_rms_eps(1e-6)
     w.add_rope_freq_base(1e6)
+    if oss:
+        w.add_sliding_window(128)
     w.add_file_type(ftype)
     tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
     chars = string.ascii_letters + string.digits
@@ -89,13 +97,25 @@ def main():
                   (p + "attn_k.weight", (a.kv_heads * D, H), None, True),
                   (p + "attn_v.weight", (a.kv_heads * D, H), None, True),
                   (p + "attn_output.weight", (H, a.heads * D), None, True),
-                  (p + "attn_q_norm.weight", (D,), None, False),
-                  (p + "attn_k_norm.weight", (D,), None, False),
-                  (p + "ffn_norm.weight", (H,), None, False),
                   (p + "ffn_gate_inp.weight", (E, H), None, False),
                   (p + "ffn_gate_exps.weight", (E, I, H), None, True),
                   (p + "ffn_up_exps.weight", (E, I, H), None, True),
                   (p + "ffn_down_exps.weight", (E, H, I), None, True)]
+        if oss:  # biases are rows of random values scaled by 1/sqrt(their length), as a matrix's
+            specs += [(p + "post_attention_norm.weight", (H,), None, False),
+                      (p + "attn_q.bias", (a.heads * D,), None, False),
+                      (p + "attn_k.bias", (a.kv_heads * D,), None, False),
+                      (p + "attn_v.bias", (a.kv_heads * D,), None, False),
+                      (p + "attn_output.bias", (H,), None, False),
+                      (p + "attn_sinks.weight", (a.heads,), None, False),
+                      (p + "ffn_gate_inp.bias", (E,), None, False),
+                      (p + "ffn_gate_exps.bias", (E, I), None, False),
+                      (p + "ffn_up_exps.bias", (E, I), None, False),
+                      (p + "ffn_down_exps.bias", (E, H), None, False)]
+        else:
+            specs += [(p + "attn_q_norm.weight", (D,), None, False),
+                      (p + "attn_k_norm.weight", (D,), None, False),
+                      (p + "ffn_norm.weight", (H,), None, False)]
 
     def dtype_of(quant):
         if not quant:
