@@ -60,7 +60,7 @@ static void restore(qg_buffer *b, qg_weight *w)
 /* Gives back the whole pages of w's bytes when nothing else (a view's weight) reads them. */
 static void release(qg_buffer *b, qg_weight *w)
 {
-    if (w->keep_bytes || !qg_weight_contiguous(w)) return;
+    if (!qg_weight_contiguous(w)) return;
     for (qg_weight *o = b->weights; o; o = o->next)
         if (o != w && o->lo < w->hi && w->lo < o->hi) return;
     size_t ps = page_size(), a = (w->lo + ps - 1) / ps * ps, z = w->hi / ps * ps;
@@ -271,8 +271,8 @@ static int set_paired(qg_buffer *b, const struct ggml_tensor *t, const void *dat
 
 /* A whole weight in one write, over bytes no other weight or piece shares: converted straight from
  * the caller's bytes, so its pages in the buffer are never written (no copy, no page faults, one
- * tensor less at the load's peak); 1 when done. Bytes qmoe cannot regenerate (mxfp4's -0) are
- * copied in after all. */
+ * tensor less at the load's peak); 1 when done. (mxfp4's -0 codes, which the integers cannot
+ * hold, are marked in the weight: qg_weight_encode writes them back.) */
 static int set_converted(qg_buffer *b, const struct ggml_tensor *t, const void *data, size_t at,
                          size_t size)
 {
@@ -286,7 +286,7 @@ static int set_converted(qg_buffer *b, const struct ggml_tensor *t, const void *
     if (!w) return 0;
     w->next = b->weights;
     b->weights = w;
-    if (w->keep_bytes || !qg_weight_contiguous(w)) {
+    if (!qg_weight_contiguous(w)) {
         memcpy(b->base + at, data, size);
         return 1;
     }

@@ -227,12 +227,27 @@ void qg_encode_row(enum ggml_type type, const int8_t *q, const uint8_t *side, in
         encode_block(f, q + blk * f->blk, side + blk * f->side, b);
 }
 
-int qg_row_has_negative_zero(enum ggml_type type, const void *row, int64_t K)
+/* mxfp4 value k of a block of 32: byte 1 + k % 16, low nibble for k < 16 */
+int64_t qg_row_negative_zeros(enum ggml_type type, const void *row, int64_t K, uint8_t *bits)
 {
     if (type != GGML_TYPE_MXFP4) return 0;
     const uint8_t *b = row;
+    int64_t n = 0;
     for (int64_t blk = 0; blk < K / 32; blk++, b += 17)
-        for (int j = 0; j < 16; j++)
-            if ((b[1 + j] & 0x0F) == 8 || (b[1 + j] >> 4) == 8) return 1;
-    return 0;
+        for (int k = 0; k < 32; k++)
+            if (((k < 16 ? b[1 + k] : b[1 + k - 16] >> 4) & 0x0F) == 8) {
+                n++;
+                if (bits) bits[(blk * 32 + k) / 8] |= (uint8_t)(1u << (k % 8));
+            }
+    return n;
+}
+
+void qg_row_put_negative_zeros(enum ggml_type type, const uint8_t *bits, int64_t K, void *row)
+{
+    if (type != GGML_TYPE_MXFP4) return;
+    uint8_t *b = row;
+    for (int64_t blk = 0; blk < K / 32; blk++, b += 17)
+        for (int k = 0; k < 32; k++)
+            if (bits[(blk * 32 + k) / 8] >> (k % 8) & 1) /* a zero, code 0: made code 8 */
+                b[1 + k % 16] = k < 16 ? (uint8_t)((b[1 + k] & 0xF0) | 8) : (uint8_t)((b[1 + k - 16] & 0x0F) | 0x80);
 }

@@ -53,8 +53,11 @@ void qg_side_of_scale(enum ggml_type type, float s, uint8_t *side);
 uint16_t qg_half_bits(float f);
 /* The inverse: the row's bytes from its integers and side bytes. */
 void qg_encode_row(enum ggml_type type, const int8_t *q, const uint8_t *side, int64_t K, void *row);
-/* 1 when an mxfp4 row holds the code -0 (which decodes to the integer 0, as +0 does). */
-int qg_row_has_negative_zero(enum ggml_type type, const void *row, int64_t K);
+/* How many values of an mxfp4 row hold the code -0 (which decodes to the integer 0, as +0
+ * does), each marked in bits (bit k of byte k / 8; NULL: only counted); 0 for other types. */
+int64_t qg_row_negative_zeros(enum ggml_type type, const void *row, int64_t K, uint8_t *bits);
+/* The inverse, after qg_encode_row (which writes code 0 for every zero): code 8 where bits says. */
+void qg_row_put_negative_zeros(enum ggml_type type, const uint8_t *bits, int64_t K, void *row);
 /* q4_K / q5_K: the 8 six-bit scales and mins of a super-block's 12 bytes, and back. */
 void qg_kq_unpack(const uint8_t *q12, uint8_t *sc, uint8_t *m);
 void qg_kq_pack(const uint8_t *sc, const uint8_t *m, uint8_t *q12);
@@ -126,7 +129,11 @@ typedef struct qg_weight {
      * q4_K / q5_K: fp16 d, dmin [E][K / 256][N] (their 6-bit codes are in the min objects) */
     uint8_t *side;
     uint16_t *kd, *kdmin;
-    int keep_bytes;      /* ggml's bytes must stay: mxfp4 rows with the code -0 */
+    /* mxfp4's -0 codes, which the integers cannot tell from +0: bit k of row r = m N + n
+     * (matrix m, column n) at bit r K + k; allocated for every mxfp4 weight and freed when it
+     * holds none (a file llama-quantize wrote), so its untouched pages never cost memory */
+    uint8_t *negzero;
+    int64_t n_negzero;
     /* the other half of a gate / up pair sharing one prepacked object (qg_weight_build_pair),
      * NULL otherwise; the object goes with the last of the two */
     struct qg_weight *mate;

@@ -115,7 +115,9 @@ static void gather(qg_weight *w, const qg_chunk *c, int64_t s0, int64_t ns, uint
                                 : f->c  ? rows
                                         : NULL; /* scaled: the object's scales hold them */
                 qg_decode_row(w->type, row, K, rowq + t * K, rowd + t * G, side);
-                if (qg_row_has_negative_zero(w->type, row, K)) w->keep_bytes = 1;
+                if (w->negzero)
+                    w->n_negzero += qg_row_negative_zeros(w->type, row, K,
+                                                          w->negzero + ((size_t)m * (size_t)N + (size_t)gn) * (size_t)(K / 8));
                 if (bias) { /* the assist matrix as qmoe_layout_weight_assist_matrix states it */
                     double acc = 0;
                     for (int64_t k = 0; k < K; k++) acc += (double)rowq[t * K + k] * rowd[t * G + k / f->gs];
@@ -327,6 +329,12 @@ static int alloc_side(qg_weight *w)
 {
     const qg_format *f = w->fmt;
     size_t cols = (size_t)w->E * (size_t)w->N, nb = (size_t)(w->K / f->blk);
+    if (w->type == GGML_TYPE_MXFP4) { /* K / 8 bytes a row: below the row's own K / 32 * 17 */
+        w->negzero = calloc(cols * (size_t)(w->K / 8) + 1, 1);
+        if (w->negzero) return 1;
+        qmoe_error_set(QMOE_ERR_INNER, QMOE_RULE_NONE, "weight", "ggml-qmoe: out of memory");
+        return 0;
+    }
     if (f->scaled) return 1;
     if (f->c == 0) {
         w->side = malloc(cols * nb * (size_t)f->side + 1);
@@ -379,6 +387,14 @@ static qg_weight *shell(const struct ggml_tensor *t, const void *bytes, size_t l
     return w;
 }
 
+/* The -0 marks go when there are none (their calloc'ed pages were never touched). */
+static void drop_negzero(qg_weight *w)
+{
+    if (w->n_negzero) return;
+    free(w->negzero);
+    w->negzero = NULL;
+}
+
 static int alloc_chunks(qg_weight *w, int64_t n)
 {
     w->chunks = calloc((size_t)(n > 0 ? n : 1), sizeof *w->chunks);
@@ -416,6 +432,7 @@ qg_weight *qg_weight_build(const struct ggml_tensor *t, const void *bytes, size_
         }
     }
     w->data = t->data; /* the weight is t's from now on, wherever its bytes were read */
+    drop_negzero(w);
     return w;
 }
 
@@ -460,6 +477,7 @@ int qg_weight_build_pair(const struct ggml_tensor *const t[2], const void *const
     }
     for (int p = 0; p < 2; p++) {
         ws[p]->data = t[p]->data;
+        drop_negzero(ws[p]);
         ws[p]->mate = ws[1 - p];
         ws[p]->assist = 1;
         w[p] = ws[p];
@@ -487,6 +505,7 @@ void qg_weight_free(qg_weight *w)
     free(w->side);
     free(w->kd);
     free(w->kdmin);
+    free(w->negzero);
     if (w->run_ready) pthread_mutex_destroy(&w->run);
     free(w);
 }
@@ -580,6 +599,7 @@ qmoe_status qg_weight_encode(const qg_weight *w, size_t a, size_t z, uint8_t *ou
                 for (int64_t k = 0; k < K; k++) rowq[k] = vals[(size_t)k * (size_t)ncp + (size_t)cn];
                 row_side(w, c, m, n, sv, mv, ncp, cn, side);
                 qg_encode_row(w->type, rowq, side, K, row);
+                if (w->negzero) qg_row_put_negative_zeros(w->type, w->negzero + (size_t)r * (size_t)(K / 8), K, row);
                 size_t ra = w->lo + (size_t)r * rowb, s = ra > lo ? ra : lo, e = ra + rowb < hi ? ra + rowb : hi;
                 memcpy(out + (s - a), row + (s - ra), e - s);
             }

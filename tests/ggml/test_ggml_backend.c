@@ -73,8 +73,10 @@ static double decoded(const qg_format *f, const int8_t *q, const float *s, const
 }
 
 /* Decoding equals ggml's to_float bit for bit (the formats without a min: q * s exactly; q4_K /
- * q5_K: ggml's one rounding of d sc q - dmin m); encoding the integers and side bytes gives the
- * row back; the integers are in the range their qmoe dtype holds. */
+ * q5_K: ggml's one rounding of d sc q - dmin m); encoding the integers and side bytes, with
+ * mxfp4's -0 marks put back, gives the row back (without them, only where it held no -0); the
+ * marks are the row's nibbles equal to 8, counted by an independent scan of its bytes; the
+ * integers are in the range their qmoe dtype holds. */
 static void test_decode(enum ggml_type type)
 {
     enum { K = 512 };
@@ -98,11 +100,20 @@ static void test_decode(enum ggml_type type)
         CHECK_MSG(same, "%s: decoded value differs from ggml's dequantization", ggml_type_name(type));
         CHECK_MSG(in, "%s: an integer outside int4", ggml_type_name(type));
         qg_encode_row(type, q, side, K, back);
-        int nz = qg_row_has_negative_zero(type, row, K);
-        negzero += nz;
+        uint8_t bits[K / 8] = {0};
+        int64_t nz = qg_row_negative_zeros(type, row, K, bits), eights = 0;
+        if (type == GGML_TYPE_MXFP4)
+            for (int i = 0; i < K / 32; i++)
+                for (int j = 1; j < 17; j++) eights += ((row[i * 17 + j] & 0x0F) == 8) + (row[i * 17 + j] >> 4 == 8);
+        CHECK_MSG(nz == eights, "%s: %lld -0 marks for %lld codes 8", ggml_type_name(type), (long long)nz,
+                  (long long)eights);
+        negzero += nz > 0;
         if (!nz)
             CHECK_MSG(memcmp(row, back, ggml_row_size(type, K)) == 0, "%s: encode(decode(row)) is not the row",
                       ggml_type_name(type));
+        qg_row_put_negative_zeros(type, bits, K, back);
+        CHECK_MSG(memcmp(row, back, ggml_row_size(type, K)) == 0,
+                  "%s: encode(decode(row)) with the -0 marks is not the row", ggml_type_name(type));
     }
     /* random mxfp4 codes hold -0 (code 8); the others never report it */
     CHECK(type == GGML_TYPE_MXFP4 ? negzero > 0 : negzero == 0);
@@ -301,7 +312,8 @@ static int resident_pages(const void *p, size_t n, int *pages)
 /* The buffer keeps one copy: a weight loaded in pieces (out of order) is converted when its last
  * piece arrives and its pages are given back (none resident); get_tensor still returns its
  * bytes, regenerated; a later partial write keeps the bytes it does not cover; an mxfp4 weight
- * holding the code -0 (which its integers cannot tell from +0) keeps its bytes. */
+ * holding the code -0 (which its integers cannot tell from +0) too: the -0 codes come back from
+ * the weight's marks. */
 static void test_one_copy(ggml_backend_buffer_type_t buft, enum ggml_type type, int negzero)
 {
     struct ggml_init_params ip = {ggml_tensor_overhead() * 4, NULL, true};
@@ -327,10 +339,8 @@ static void test_one_copy(ggml_backend_buffer_type_t buft, enum ggml_type type, 
               ggml_type_name(type), res, pages);
     ggml_backend_tensor_set(t, w + a, a, m - a);
     res = resident_pages(t->data, n, &pages);
-    if (negzero)
-        CHECK_MSG(res == pages, "%s with -0: %d of %d pages resident", ggml_type_name(type), res, pages);
-    else
-        CHECK_MSG(res == 0, "%s: converted, but %d of %d pages still resident", ggml_type_name(type), res, pages);
+    CHECK_MSG(res == 0, "%s%s: converted, but %d of %d pages still resident", ggml_type_name(type),
+              negzero ? " with -0" : "", res, pages);
     memset(back, 0, n);
     ggml_backend_tensor_get(t, back, 0, n);
     CHECK_MSG(memcmp(w, back, n) == 0, "%s: get_tensor after conversion differs", ggml_type_name(type));
