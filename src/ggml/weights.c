@@ -439,8 +439,10 @@ qg_weight *qg_weight_build(const struct ggml_tensor *t, const void *bytes, size_
 int qg_pairable(const struct ggml_tensor *a, const struct ggml_tensor *b)
 {
     const qg_format *f = qg_format_of(a->type);
-    /* no min term (the fused operator cannot add it before its SwiGLU); not mxfp4, whose -0
-     * codes would need the bytes kept, which a pair drops as it reads them */
+    /* no min term (the fused operator cannot add it before its SwiGLU); not mxfp4: gpt-oss, its
+     * main model, has bias ADD_IDs between the matmuls and the GLU, so its FFN runs node by node,
+     * where a paired half would compute its mate's columns too (pairing is decided at load,
+     * before any graph) */
     if (!f || f->c || a->type == GGML_TYPE_MXFP4 || b->type != a->type || a->ne[0] % f->blk) return 0;
     for (int i = 0; i < 4; i++)
         if (a->ne[i] != b->ne[i] || a->nb[i] != b->nb[i]) return 0;
