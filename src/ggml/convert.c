@@ -233,12 +233,25 @@ int64_t qg_row_negative_zeros(enum ggml_type type, const void *row, int64_t K, u
     if (type != GGML_TYPE_MXFP4) return 0;
     const uint8_t *b = row;
     int64_t n = 0;
-    for (int64_t blk = 0; blk < K / 32; blk++, b += 17)
-        for (int k = 0; k < 32; k++)
-            if (((k < 16 ? b[1 + k] : b[1 + k - 16] >> 4) & 0x0F) == 8) {
-                n++;
-                if (bits) bits[(blk * 32 + k) / 8] |= (uint8_t)(1u << (k % 8));
-            }
+    for (int64_t blk = 0; blk < K / 32; blk++, b += 17) {
+        /* most blocks hold no code 8: a nibble of x ^ 0x8..8 is zero exactly where one does,
+         * and (y - 0x1..1) & ~y & 0x8..8 is nonzero exactly when y has a zero nibble */
+        uint64_t x[2];
+        memcpy(x, b + 1, 16);
+        const uint64_t y0 = x[0] ^ 0x8888888888888888u, y1 = x[1] ^ 0x8888888888888888u;
+        if (!(((y0 - 0x1111111111111111u) & ~y0) & 0x8888888888888888u) &&
+            !(((y1 - 0x1111111111111111u) & ~y1) & 0x8888888888888888u))
+            continue;
+        for (int j = 0; j < 16; j++) { /* values j (low nibble) and j + 16 (high) */
+            const int lo = (b[1 + j] & 0x0F) == 8, hi = (b[1 + j] >> 4) == 8;
+            if (!(lo | hi)) continue;
+            n += lo + hi;
+            if (!bits) continue;
+            uint8_t *m = bits + blk * 4;
+            m[j / 8] |= (uint8_t)(lo << (j % 8));
+            m[2 + j / 8] |= (uint8_t)(hi << (j % 8));
+        }
+    }
     return n;
 }
 
