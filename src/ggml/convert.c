@@ -259,8 +259,11 @@ void qg_row_put_negative_zeros(enum ggml_type type, const uint8_t *bits, int64_t
 {
     if (type != GGML_TYPE_MXFP4) return;
     uint8_t *b = row;
-    for (int64_t blk = 0; blk < K / 32; blk++, b += 17)
+    for (int64_t blk = 0; blk < K / 32; blk++, b += 17) {
+        const uint8_t *m = bits + blk * 4;
+        if (!(m[0] | m[1] | m[2] | m[3])) continue; /* most blocks: no -0 */
         for (int k = 0; k < 32; k++)
-            if (bits[(blk * 32 + k) / 8] >> (k % 8) & 1) /* a zero, code 0: made code 8 */
+            if (m[k / 8] >> (k % 8) & 1) /* a zero, code 0: made code 8 */
                 b[1 + k % 16] = k < 16 ? (uint8_t)((b[1 + k] & 0xF0) | 8) : (uint8_t)((b[1 + k - 16] & 0x0F) | 0x80);
+    }
 }
