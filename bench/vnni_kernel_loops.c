@@ -114,7 +114,7 @@ static int block(const bufs *b, const uint8_t *wp, const int8_t *x, int64_t K, i
                     if (read)
                         sink += read_bytes(w, ng * gn / 4, wstep, i4);
                     else
-                        isa->gemm_groups(mr, 4, i4, ng, gn / 4, x + r * K + g0 * gn, K, w, wstep,
+                        isa->gemm_groups(mr, 4, i4, NULL, ng, gn / 4, x + r * K + g0 * gn, K, w, wstep,
                                          b->xoff + r * G + g0, G, xs ? xs + r : NULL,
                                          b->ws + g0 * PANEL + h * HALF, 0, PANEL, NULL, 1, 0,
                                          b->f + r * PANEL + h * HALF, PANEL, g0 == 0);

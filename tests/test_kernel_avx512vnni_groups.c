@@ -75,13 +75,13 @@ static int micro_case(const qmoe_gemm_isa *isa, qt_rng *r, int mr, int nu, int i
     }
     const uint8_t *wq = i4 ? w4 : w;
     int64_t ws_ = i4 ? wstep4 : wstep;
-    isa->gemm_groups(mr, nu, i4, ng, kq, x, K, wq, ws_, xoff, MAXG, xsp, wsv, kind, 64, wbv, blk, 0,
+    isa->gemm_groups(mr, nu, i4, NULL, ng, kq, x, K, wq, ws_, xoff, MAXG, xsp, wsv, kind, 64, wbv, blk, 0,
                      got, 64, 1);
     int64_t a = ng / 2; /* two calls: groups [0, a) then [a, ng) continuing the tile */
     if (a > 0)
-        isa->gemm_groups(mr, nu, i4, a, kq, x, K, wq, ws_, xoff, MAXG, xsp, wsv, kind, 64, wbv, blk, 0,
+        isa->gemm_groups(mr, nu, i4, NULL, a, kq, x, K, wq, ws_, xoff, MAXG, xsp, wsv, kind, 64, wbv, blk, 0,
                          part, 64, 1);
-    isa->gemm_groups(mr, nu, i4, ng - a, kq, x + 4 * a * kq, K, wq + a * kq * ws_, ws_, xoff + a,
+    isa->gemm_groups(mr, nu, i4, NULL, ng - a, kq, x + 4 * a * kq, K, wq + a * kq * ws_, ws_, xoff + a,
                      MAXG, xsp, (const uint8_t *)wsv + es * (size_t)(a * 64), kind, 64,
                      wbv ? wbv + a / blk * 64 : NULL, blk, a % blk, part, 64, a == 0);
     int ok = 1;

@@ -19,6 +19,7 @@
 #include "qmoe/qmoe.h"
 #include "qmoe/weights.h"
 #include "support/kernels.h"
+#include "support/prepacked.h"
 #include "support/testlib.h"
 
 typedef struct wcase {
@@ -28,13 +29,6 @@ typedef struct wcase {
     uint8_t *packed;
     float *ws, *bias;
 } wcase;
-
-static qmoe_tensor *mk(const int64_t *shape, int nd, qmoe_dtype dt, void *data)
-{
-    qmoe_tensor *t = NULL;
-    CHECK(qmoe_tensor_create(shape, nd, NULL, dt, QMOE_FORMAT_ND, data, &t) == QMOE_OK);
-    return t;
-}
 
 /* Scales of expert blocks as d * sc: d a float16-like value (11 significant bits), sc in
  * [lo, 63] (q4_K's 6 bits; lo < 0 as q6_K's signed ones); now and then a block of zeros. */
@@ -79,9 +73,9 @@ static void tensors(const wcase *c, const float *ws, int64_t e0, int64_t ne, qmo
 {
     int64_t wd[3] = {ne, c->K, c->N}, sd[3] = {ne, c->G, c->N}, bd[2] = {ne, c->N};
     size_t at = (size_t)(e0 * c->K * c->N);
-    *tw = c->a8w4 ? mk(wd, 3, QMOE_DTYPE_INT4, c->packed + at / 2) : mk(wd, 3, QMOE_DTYPE_INT8, c->w + at);
-    *ts = mk(sd, 3, QMOE_DTYPE_FLOAT32, (void *)(uintptr_t)(ws + e0 * c->G * c->N));
-    *tb = c->a8w4 ? mk(bd, 2, QMOE_DTYPE_FLOAT32, c->bias + e0 * c->N) : NULL;
+    *tw = c->a8w4 ? qt_tensor(wd, 3, QMOE_DTYPE_INT4, c->packed + at / 2) : qt_tensor(wd, 3, QMOE_DTYPE_INT8, c->w + at);
+    *ts = qt_tensor(sd, 3, QMOE_DTYPE_FLOAT32, (void *)(uintptr_t)(ws + e0 * c->G * c->N));
+    *tb = c->a8w4 ? qt_tensor(bd, 2, QMOE_DTYPE_FLOAT32, c->bias + e0 * c->N) : NULL;
 }
 
 static void free3(qmoe_tensor *a, qmoe_tensor *b, qmoe_tensor *d)
@@ -111,35 +105,6 @@ static qmoe_status prepack(const wcase *c, const float *ws, int kernel, int64_t 
         free3(tw, ts, tb);
     }
     return st;
-}
-
-/* The operator on M rows routed over the experts, with a prepacked weight; q and scale out. */
-static void run(const wcase *c, qmoe_weights *pw, int kernel, int threads, int64_t M, const int8_t *x,
-                const float *xs, const int64_t *gl, int8_t *q, float *scale)
-{
-    int64_t xd[2] = {M, c->K}, od[2] = {M, c->N / 2};
-    qmoe_tensor *view = NULL, *tx = mk(xd, 2, QMOE_DTYPE_INT8, (void *)(uintptr_t)x);
-    qmoe_tensor *txs = mk(&M, 1, QMOE_DTYPE_FLOAT32, (void *)(uintptr_t)xs);
-    int64_t E = c->E;
-    qmoe_tensor *tgl = mk(&E, 1, QMOE_DTYPE_INT64, (void *)(uintptr_t)gl);
-    qmoe_tensor *to = mk(od, 2, QMOE_DTYPE_INT8, q), *tos = mk(&M, 1, QMOE_DTYPE_FLOAT32, scale);
-    CHECK(qmoe_weights_tensor(pw, &view) == QMOE_OK);
-    qmoe_grouped_matmul_swiglu_quant_options o = {.kernel = (qmoe_kernel)kernel, .threads = threads};
-    uint64_t wsb = 0;
-    qmoe_grouped_matmul_swiglu_quant_executor *ex = NULL;
-    qmoe_status st = qmoe_grouped_matmul_swiglu_quant_workspace_size(tx, view, NULL, NULL, NULL, txs, tgl, to,
-                                                                     tos, NULL, &o, &wsb, &ex);
-    CHECK_MSG(st == QMOE_OK, "plan: %s", qmoe_last_error());
-    if (!st) {
-        void *wsp = wsb ? aligned_alloc(64, (wsb + 63) / 64 * 64) : NULL;
-        CHECK(qmoe_grouped_matmul_swiglu_quant(wsp, wsb, ex, NULL) == QMOE_OK);
-        free(wsp);
-    }
-    qmoe_grouped_matmul_swiglu_quant_executor_destroy(ex);
-    qmoe_tensor_destroy(view);
-    free3(tx, txs, tgl);
-    qmoe_tensor_destroy(to);
-    qmoe_tensor_destroy(tos);
 }
 
 /* Blocked and float32 objects of c give the same bits; sizes and unpacked scales as stated. */
@@ -180,8 +145,8 @@ static void check_same(qt_rng *r, const wcase *c, int kernel, int64_t slice, int
         for (int threads = 1; threads <= 3; threads += 2) {
             memset(q1, 0x5A, (size_t)(M * c->N / 2));
             memset(q2, 0x3C, (size_t)(M * c->N / 2));
-            run(c, plain, kernel, threads, M, x, xs, gl, q1, s1);
-            run(c, blk, kernel, threads, M, x, xs, gl, q2, s2);
+            qt_run_prepacked(plain, kernel, threads, M, c->K, c->N, c->E, x, xs, gl, q1, s1);
+            qt_run_prepacked(blk, kernel, threads, M, c->K, c->N, c->E, x, xs, gl, q2, s2);
             CHECK_MSG(!memcmp(q1, q2, (size_t)(M * c->N / 2)) && !memcmp(s1, s2, sizeof(float) * (size_t)M),
                       "%s %s G=%lld B=%lld M=%lld threads %d slice %lld: outputs differ",
                       qmoe_kernel_name((qmoe_kernel)kernel), c->a8w4 ? "A8W4" : "A8W8", (long long)c->G,

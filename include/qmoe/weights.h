@@ -43,9 +43,18 @@ typedef struct qmoe_weights_options {
      * results are the same bits. Scales that are not such products fail with
      * QMOE_ERR_PARAM_INVALID (prepack, or the append of the slice that holds them). */
     int64_t scale_block;
+    /* Since 0.3.3. NULL: none. Else 16 int8 values, copied (int8 weights only): every weight
+     * value must be one of them, and the object keeps each as the 4-bit index of its first equal
+     * entry (the codebook needs 0, the value of the layout's padding): half the weight bytes, the
+     * same results (the kernels look the indices up as they read them; qmoe_weights_unpack gives
+     * the values back). A weight with another value fails with QMOE_ERR_PARAM_INVALID naming its
+     * expert, row and column (prepack, or the append of the slice that holds it). For formats
+     * whose values are few and not an int4 range, e.g. MXFP4's E2M1 times 2: {0, 1, 2, 3, 4,
+     * 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12}, so each index is the format's own code. */
+    const int8_t *codebook;
 } qmoe_weights_options;
 
-#define QMOE_WEIGHTS_OPTIONS_INIT {(uint32_t)sizeof(qmoe_weights_options), QMOE_KERNEL_AUTO, 0, 0, 0}
+#define QMOE_WEIGHTS_OPTIONS_INIT {(uint32_t)sizeof(qmoe_weights_options), QMOE_KERNEL_AUTO, 0, 0, 0, NULL}
 
 /*
  * Builds the prepacked weights of the fused operator (GroupedMatmulSwigluQuant) from `weight`

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/checked.h"
+#include "core/prepack.h"
 #include "core/status.h"
 
 int qmoe_dtype_bits(qmoe_dtype dtype)
@@ -150,6 +151,9 @@ int qmoe_tensor_is_contiguous(const qmoe_tensor *t)
 uint64_t qmoe_tensor_span_bytes(const qmoe_tensor *t)
 {
     if (t->numel == 0) return 0;
+    /* a view of prepacked weights spans the object's weights, not its logical shape's bytes
+     * (4-bit codes of int8 values are half of those) */
+    if (t->packed) return t->packed->weight_bytes;
     int64_t last = 0;
     for (int i = 0; i < t->ndim; i++) last += (t->shape[i] - 1) * t->strides[i];
     return (uint64_t)(((last + 1) * qmoe_dtype_bits(t->dtype) + 7) / 8);

@@ -278,6 +278,7 @@ typedef struct panel {
     float *corr;        /* [2 * 16 * U] */
     int64_t ld;         /* 2 * 16 * U */
     int i4;             /* wp holds prepacked int4 steps for the isa's gemm_i4 (32 bytes a unit) */
+    const uint8_t *tbl; /* with i4: the steps are codes for gemm_c4 / gemm_groups, bytes tbl[code] */
     int stream;         /* wp is read in place from prepacked weights: gemm_pf when the isa has it */
     int u4;             /* wp's bytes are all <= 15 (int4 weights): gemm_u4 when the isa has it */
 } panel;
@@ -468,6 +469,7 @@ static void tile_chunk(const qmoe_gemm_isa *isa, const fast_layout *L, const pan
         return;
     }
     int64_t ustep = pn->i4 ? QMOE_PK_STEP / 2 : QMOE_PK_STEP;
+    const uint8_t *tbl = pn->i4 ? pn->tbl : NULL; /* codes: gemm_c4 */
     gemm_fn gemm = pn->i4                       ? isa->gemm_i4
                    : pn->stream && isa->gemm_pf ? isa->gemm_pf
                    : pn->u4                     ? gemm_narrow(isa)
@@ -477,9 +479,13 @@ static void tile_chunk(const qmoe_gemm_isa *isa, const fast_layout *L, const pan
         for (int64_t h = 0; h < 2; h++)
             for (int64_t u0 = 0; u0 < pn->nu; u0 += isa->nu) {
                 int nu = (int)(pn->nu - u0 < isa->nu ? pn->nu - u0 : isa->nu);
-                gemm(mr, nu, kq, x + r * ldx + pos, ldx,
-                     pn->wp + h * pn->blk + (pos / 4) * pn->wstep + u0 * ustep, pn->wstep,
-                     acc + r * pn->ld + h * (pn->ld / 2) + u0 * QMOE_PK_UNIT, pn->ld, accumulate);
+                const uint8_t *w = pn->wp + h * pn->blk + (pos / 4) * pn->wstep + u0 * ustep;
+                int32_t *c = acc + r * pn->ld + h * (pn->ld / 2) + u0 * QMOE_PK_UNIT;
+                if (tbl)
+                    isa->gemm_c4(mr, nu, kq, x + r * ldx + pos, ldx, w, pn->wstep, tbl, c, pn->ld,
+                                 accumulate);
+                else
+                    gemm(mr, nu, kq, x + r * ldx + pos, ldx, w, pn->wstep, c, pn->ld, accumulate);
             }
     }
 }
@@ -517,7 +523,8 @@ static void groups_chunk(const qmoe_gemm_isa *isa, const panel *pn, const int8_t
             for (int64_t u0 = 0; u0 < pn->nu; u0 += isa->nu) {
                 int nu = (int)(pn->nu - u0 < isa->nu ? pn->nu - u0 : isa->nu);
                 int64_t c = h * half + u0 * QMOE_PK_UNIT;
-                isa->gemm_groups(mr, nu, pn->i4, ng, kq, x + r * ldx + 4 * g0 * kq, ldx,
+                isa->gemm_groups(mr, nu, pn->i4 ? (pn->tbl ? 2 : 1) : 0, pn->tbl, ng, kq,
+                                 x + r * ldx + 4 * g0 * kq, ldx,
                                  pn->wp + h * pn->blk + g0 * kq * pn->wstep + u0 * ustep,
                                  pn->wstep, xoff + r * G + g0, G, xs ? xs + r : NULL,
                                  pn->ws16  ? (const void *)(pn->ws16 + g0 * pn->ld + c)
@@ -627,6 +634,16 @@ static void expand_int4(const uint8_t *src, int64_t steps, uint8_t *dst)
         }
 }
 
+/* Prepacked codes (int4's record format) -> the int8 steps: each nibble's byte of tbl. */
+static void expand_codes(const uint8_t *src, int64_t steps, uint8_t *dst, const uint8_t *tbl)
+{
+    for (int64_t q = 0; q < steps; q++, src += 32, dst += QMOE_PK_STEP)
+        for (int i = 0; i < 32; i++) {
+            dst[i] = tbl[src[i] & 0xF];
+            dst[32 + i] = tbl[src[i] >> 4];
+        }
+}
+
 /* n 16-bit scales -> float32: the table's vector form, or core/halfconv.h's rule. */
 static void half_to_f32(const qmoe_gemm_isa *isa, float *d, const uint16_t *s, int bf16, int64_t n)
 {
@@ -688,11 +705,12 @@ static void prepacked_panel(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p,
     pn->corr = pp->corr + (uint64_t)(e * pp->panels + i) * QMOE_PP_LD;
     pn->i4 = 0;
     pn->stream = 1;
-    if (p->mode == QMOE_MODE_A8W8) {
+    pn->tbl = pp->codes ? pp->tbl : NULL;
+    if (p->mode == QMOE_MODE_A8W8 && !pn->tbl) {
         pn->wp = (uint8_t *)(uintptr_t)rec; /* read only */
         return;
     }
-    if (isa->gemm_i4 && !L->tiled_x && rows <= isa->mr) {
+    if ((pn->tbl ? isa->gemm_c4 != NULL : isa->gemm_i4 != NULL) && !L->tiled_x && rows <= isa->mr) {
         pn->i4 = 1;
         pn->wp = (uint8_t *)(uintptr_t)rec;
         pn->wstep = pn->nu * (QMOE_PK_STEP / 2);
@@ -701,13 +719,42 @@ static void prepacked_panel(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p,
     }
     pn->stream = 0;
     pn->wp = sp + L->wp;
-    (isa->expand_i4 ? isa->expand_i4 : expand_int4)(rec, 2 * (L->Kp / 4) * pn->nu, pn->wp);
+    int64_t steps = 2 * (L->Kp / 4) * pn->nu;
+    if (pn->tbl)
+        (isa->expand_c4 ? isa->expand_c4 : expand_codes)(rec, steps, pn->wp, pn->tbl);
+    else
+        (isa->expand_i4 ? isa->expand_i4 : expand_int4)(rec, steps, pn->wp);
 }
 
 /* Prepacking: expert e's records, packed by the same staging, rearrange and correction code as
  * the raw path (so the bytes and the corrections are the raw path's), then stored. */
-void qmoe_fast_prepack_expert(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p, int64_t e,
-                              int64_t de, void *scratch, struct qmoe_weights *pp, float *ws32)
+/* A record's int8 steps as codes (core/prepack.h): 0 when a byte is not in the table and is
+ * not padding (padding, where x is 0 or whose column is dropped, takes the code of 0). */
+static int pack_codes(const struct qmoe_weights *pp, const panel *pn, const uint8_t *v,
+                      int64_t steps, uint8_t *rec)
+{
+    int16_t code[256];
+    for (int b = 0; b < 256; b++) code[b] = -1;
+    for (int c = 15; c >= 0; c--) code[pp->tbl[c]] = (int16_t)c; /* the first equal entry */
+    const int16_t zero = code[128];
+    uint8_t n[QMOE_PK_STEP];
+    for (int64_t s = 0; s < steps; s++, v += QMOE_PK_STEP, rec += 32) {
+        for (int b = 0; b < QMOE_PK_STEP; b++) {
+            int16_t c = code[v[b]];
+            if (c < 0) { /* byte b = 4 col + t of unit u, step q of its half */
+                int64_t q = s / pn->nu % (pp->Kp / 4), u = s % pn->nu, pos = 4 * q + b % 4;
+                if (pos % pp->gkp < pp->gk && u * QMOE_PK_UNIT + b / 4 < pn->nc) return 0;
+                c = zero;
+            }
+            n[b] = (uint8_t)c;
+        }
+        for (int b = 0; b < 32; b++) rec[b] = (uint8_t)(n[b] | n[32 + b] << 4);
+    }
+    return 1;
+}
+
+int qmoe_fast_prepack_expert(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p, int64_t e,
+                             int64_t de, void *scratch, struct qmoe_weights *pp, float *ws32)
 {
     fast_layout L = layout_for(isa, p, 1, p->N2, 1);
     uint8_t *sp = scratch;
@@ -715,6 +762,7 @@ void qmoe_fast_prepack_expert(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p
     qmoe_copyq_init(&q);
     panel pn;
     pn.i4 = pn.stream = 0;
+    pn.tbl = NULL;
     pn.u4 = p->mode == QMOE_MODE_A8W4;
     pn.ld = 2 * QMOE_PK_UNIT * L.U;
     pn.wp = sp + L.wp;
@@ -734,7 +782,9 @@ void qmoe_fast_prepack_expert(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p
         pack_panel(isa, p, &q, &L, sp, e, 0, &pn);
         uint8_t *rec = pp->w + (uint64_t)de * pp->expert_wbytes + (uint64_t)i * pp->panel_wbytes;
         int64_t steps = 2 * (L.Kp / 4) * pn.nu;
-        if (p->mode == QMOE_MODE_A8W8) {
+        if (pp->codes) {
+            if (!pack_codes(pp, &pn, pn.wp, steps, rec)) return 0;
+        } else if (p->mode == QMOE_MODE_A8W8) {
             memcpy(rec, pn.wp, (size_t)(steps * QMOE_PK_STEP));
         } else {
             const uint8_t *v = pn.wp;
@@ -751,6 +801,7 @@ void qmoe_fast_prepack_expert(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p
         memcpy(pp->corr + (uint64_t)(de * pp->panels + i) * QMOE_PP_LD, pn.corr,
                sizeof(float) * QMOE_PP_LD);
     }
+    return 1;
 }
 
 uint64_t qmoe_fast_prepack_scratch_bytes(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p)
@@ -775,6 +826,7 @@ static void run_block(const block_args *A, uint8_t *sp, const fast_layout *L)
 
     panel pn;
     pn.i4 = pn.stream = 0;
+    pn.tbl = NULL;
     pn.u4 = p->mode == QMOE_MODE_A8W4;
     pn.ld = 2 * QMOE_PK_UNIT * L->U;
     pn.wp = sp + L->wp;

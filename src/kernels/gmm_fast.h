@@ -88,6 +88,12 @@ typedef struct qmoe_gemm_isa {
     void (*gemm_i4)(int mr, int nu, int64_t kq, const int8_t *x, int64_t ldx, const uint8_t *wp,
                     int64_t wstep, int32_t *acc, int64_t ldacc, int accumulate);
 
+    /* Optional (NULL: the driver expands codes with expand_c4 first): gemm_i4 on prepacked codes
+     * (core/prepack.h): each nibble n of a step stands for the byte tbl[n] (16 bytes) of the
+     * 64-byte step gemm reads, looked up in registers. Same results as gemm on those steps. */
+    void (*gemm_c4)(int mr, int nu, int64_t kq, const int8_t *x, int64_t ldx, const uint8_t *wp,
+                    int64_t wstep, const uint8_t *tbl, int32_t *acc, int64_t ldacc, int accumulate);
+
     /* Optional (NULL: gemm): gemm on steps whose bytes are all <= 15 (int4 weights + 8, the
      * ones of the row and column sums): for a set without a 4-byte dot product, where knowing
      * that no pair of products can saturate int16 halves the multiplies. Same results as gemm. */
@@ -112,13 +118,15 @@ typedef struct qmoe_gemm_isa {
      * each, group g's steps at wp + g * kq * wstep and its x at x + 4 * g * kq, int8 steps
      * (unit u at wp + 64u) or, with i4, gemm_i4's prepacked int4 steps (wp + 32u), folded in
      * group order as fold does it: f[r][c] = (first ? v_0 : f[r][c] + v_0) + v_1 + ... + v_ng-1,
+     * or, with i4 = 2, gemm_c4's codes of the table tbl (NULL otherwise),
      * v_g = (float)(acc_g[r][c] - xoff[r * xoff_stride + g]) * xs[r] * ws[g * ws_stride + c],
      * xs NULL: no xs factor, for r < mr, c < 16 * nu. For small groups, where a fold per group
      * through memory costs as much as the group's products. ws holds float32 (ws_kind 0) or the
      * 16 bits of float16 (1) / bfloat16 (2) scales, widened exactly as half_to_f32 does, or
      * (3) int8 multipliers of the bases wsb, row (wb0 + g) / wblk for group g (ws_stride apart),
      * widened as widen_s8 does; wsb NULL for the other kinds. */
-    void (*gemm_groups)(int mr, int nu, int i4, int64_t ng, int64_t kq, const int8_t *x,
+    void (*gemm_groups)(int mr, int nu, int i4, const uint8_t *tbl, int64_t ng, int64_t kq,
+                        const int8_t *x,
                         int64_t ldx, const uint8_t *wp, int64_t wstep, const int32_t *xoff,
                         int64_t xoff_stride, const float *xs, const void *ws, int ws_kind,
                         int64_t ws_stride, const float *wsb, int64_t wblk, int64_t wb0, float *f,
@@ -127,6 +135,10 @@ typedef struct qmoe_gemm_isa {
     /* Optional (NULL: portable loop): prepacked int4 steps (32 bytes, gemm_i4's format) -> the
      * 64-byte steps gemm reads, `steps` of them, src and dst contiguous. */
     void (*expand_i4)(const uint8_t *src, int64_t steps, uint8_t *dst);
+
+    /* Optional (NULL: portable loop): prepacked codes (gemm_c4's format) -> the 64-byte steps
+     * gemm reads, byte tbl[n] for each nibble n. */
+    void (*expand_c4)(const uint8_t *src, int64_t steps, uint8_t *dst, const uint8_t *tbl);
 
     /* Optional (NULL: the portable loop): n float16 (bf16 0) or bfloat16 (bf16 1) values ->
      * float32, exact (core/halfconv.h's rule; a signalling float16 NaN may come back quieted,
@@ -173,10 +185,11 @@ void qmoe_fast_acc_block(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p, qmo
 /* Prepacked weights (core/prepack.h): the scratchpad prepacking needs, and p's expert e written
  * as pp's expert de (pp's geometry set by the caller) by the raw path's own packing code; its
  * scales go to pp's ws as its ws_kind says or, with ws32, to ws32 as float32 [panels][G][128]
- * (the caller keeps them as scale blocks). */
+ * (the caller keeps them as scale blocks). 0 when the object keeps codes and a weight value is
+ * not in its table (the record is then incomplete), else 1. */
 struct qmoe_weights;
 uint64_t qmoe_fast_prepack_scratch_bytes(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p);
-void qmoe_fast_prepack_expert(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p, int64_t e,
+int qmoe_fast_prepack_expert(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p, int64_t e,
                               int64_t de, void *scratch, struct qmoe_weights *pp, float *ws32);
 
 /* The table behind a kernel id; NULL for the reference kernel or one this build lacks. */

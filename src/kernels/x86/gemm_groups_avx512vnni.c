@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "kernels/gmm_fast.h"
+#include "kernels/x86/expand_avx512.h"
 #include "kernels/x86/parts.h"
 
 /* Sub-tiles, rows x units: int8 3 x 4 (a step's four units loaded whole); int4 6 x 2, split by
@@ -29,15 +30,6 @@ enum { PREFETCH = 8192 };    /* bytes ahead of the weight stream, as gemm_pf (in
  * the scale load (docs/performance.md). Eight groups are 8-16 KB of the call's weight stream
  * (int4 / int8, 4 units), about the weights' own PREFETCH distance; 16 measured no better. */
 enum { WS_AHEAD = 8 };
-
-/* int4 step of a unit (prepacked, core/prepack.h) -> the 64-byte step, as gemm_i4 does. */
-static inline __attribute__((always_inline)) __m512i expand_i4(const uint8_t *p)
-{
-    const __m256i m = _mm256_set1_epi8(0x0F);
-    __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)p);
-    __m256i lo = _mm256_and_si256(v, m), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m);
-    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-}
 
 /* 16 scales of group g, unit u: float32 as they are; float16 / bfloat16 widened on the load
  * (vcvtph2ps / a shift: half_to_f32's values), so prepacked 16-bit scales are read in place. */
@@ -64,6 +56,7 @@ typedef struct groups_args {
     const int8_t *x;
     int64_t ldx;
     const uint8_t *wp; /* unit 0 of the sub-tile */
+    const uint8_t *tbl; /* codes (i4 2): their table */
     int64_t wstep;
     const int32_t *xoff;
     int64_t xoff_stride;
@@ -102,6 +95,7 @@ static inline __attribute__((always_inline)) void sub_tile(int i4, int first, in
     const int64_t pf = a->pf; /* at most a step of 4 units: 256 bytes */
     const uint8_t *pp = wp + a->ahead;
     const int64_t ustep = i4 ? 32 : 64;
+    const __m512i tb = i4 == 2 ? qmoe_code_table_zmm(a->tbl) : _mm512_setzero_si512();
     /* as an address: past the block's end it is only ever prefetched, which cannot fault */
     const uintptr_t wsb = (uintptr_t)(ws_bytes(a->ws_kind) * a->ws_stride);
     uintptr_t wsp = (uintptr_t)a->ws + WS_AHEAD * wsb;
@@ -121,11 +115,16 @@ static inline __attribute__((always_inline)) void sub_tile(int i4, int first, in
             if (pf > 192) _mm_prefetch((const char *)(pp + 192), QMOE_AVX512_WEIGHT_HINT);
             pp += a->wstep;
             __m512i w0, w1, w2, w3;
-            if (i4) {
-                w0 = expand_i4(wp), w1 = w2 = w3 = w0;
-                if (nu > 1) w1 = expand_i4(wp + ustep);
-                if (nu > 2) w2 = expand_i4(wp + 2 * ustep);
-                if (nu > 3) w3 = expand_i4(wp + 3 * ustep);
+            if (i4 == 2) {
+                w0 = qmoe_expand_c4_zmm(wp, tb), w1 = w2 = w3 = w0;
+                if (nu > 1) w1 = qmoe_expand_c4_zmm(wp + ustep, tb);
+                if (nu > 2) w2 = qmoe_expand_c4_zmm(wp + 2 * ustep, tb);
+                if (nu > 3) w3 = qmoe_expand_c4_zmm(wp + 3 * ustep, tb);
+            } else if (i4) {
+                w0 = qmoe_expand_i4_zmm(wp), w1 = w2 = w3 = w0;
+                if (nu > 1) w1 = qmoe_expand_i4_zmm(wp + ustep);
+                if (nu > 2) w2 = qmoe_expand_i4_zmm(wp + 2 * ustep);
+                if (nu > 3) w3 = qmoe_expand_i4_zmm(wp + 3 * ustep);
             } else {
                 w0 = _mm512_loadu_si512(wp), w1 = w2 = w3 = w0;
                 if (nu > 1) w1 = _mm512_loadu_si512(wp + ustep);
@@ -186,24 +185,32 @@ static inline __attribute__((always_inline)) void sub_tile(int i4, int first, in
 #define SUB_ROW8(FIRST, R)                                                                       \
     SUB_FN(0, FIRST, R, 1) SUB_FN(0, FIRST, R, 2) SUB_FN(0, FIRST, R, 3) SUB_FN(0, FIRST, R, 4)
 #define SUB_ROW4(FIRST, R) SUB_FN(1, FIRST, R, 1) SUB_FN(1, FIRST, R, 2)
+#define SUB_ROWC(FIRST, R) SUB_FN(2, FIRST, R, 1) SUB_FN(2, FIRST, R, 2)
 #define SUB_ALL8(FIRST) SUB_ROW8(FIRST, 1) SUB_ROW8(FIRST, 2) SUB_ROW8(FIRST, 3)
 #define SUB_ALL4(FIRST)                                                                          \
     SUB_ROW4(FIRST, 1) SUB_ROW4(FIRST, 2) SUB_ROW4(FIRST, 3) SUB_ROW4(FIRST, 4)                  \
     SUB_ROW4(FIRST, 5) SUB_ROW4(FIRST, 6)
-SUB_ALL8(0) SUB_ALL8(1) SUB_ALL4(0) SUB_ALL4(1)
+#define SUB_ALLC(FIRST)                                                                          \
+    SUB_ROWC(FIRST, 1) SUB_ROWC(FIRST, 2) SUB_ROWC(FIRST, 3) SUB_ROWC(FIRST, 4)                  \
+    SUB_ROWC(FIRST, 5) SUB_ROWC(FIRST, 6)
+SUB_ALL8(0) SUB_ALL8(1) SUB_ALL4(0) SUB_ALL4(1) SUB_ALLC(0) SUB_ALLC(1)
 
 typedef void (*sub_fn)(const groups_args *);
 #define PTRS8(FIRST, R)                                                                          \
     {sub_0##FIRST##_##R##x1, sub_0##FIRST##_##R##x2, sub_0##FIRST##_##R##x3, sub_0##FIRST##_##R##x4}
 #define PTRS4(FIRST, R) {sub_1##FIRST##_##R##x1, sub_1##FIRST##_##R##x2}
+#define PTRSC(FIRST, R) {sub_2##FIRST##_##R##x1, sub_2##FIRST##_##R##x2}
 static const sub_fn subs8[2][SR8][SU8] = {{PTRS8(0, 1), PTRS8(0, 2), PTRS8(0, 3)},
                                           {PTRS8(1, 1), PTRS8(1, 2), PTRS8(1, 3)}};
 static const sub_fn subs4[2][SR4][SU4] = {
     {PTRS4(0, 1), PTRS4(0, 2), PTRS4(0, 3), PTRS4(0, 4), PTRS4(0, 5), PTRS4(0, 6)},
     {PTRS4(1, 1), PTRS4(1, 2), PTRS4(1, 3), PTRS4(1, 4), PTRS4(1, 5), PTRS4(1, 6)}};
+static const sub_fn subsc[2][SR4][SU4] = {
+    {PTRSC(0, 1), PTRSC(0, 2), PTRSC(0, 3), PTRSC(0, 4), PTRSC(0, 5), PTRSC(0, 6)},
+    {PTRSC(1, 1), PTRSC(1, 2), PTRSC(1, 3), PTRSC(1, 4), PTRSC(1, 5), PTRSC(1, 6)}};
 
-void qmoe_gemm_groups_avx512(int mr, int nu, int i4, int64_t ng, int64_t kq, const int8_t *x,
-                             int64_t ldx, const uint8_t *wp, int64_t wstep, const int32_t *xoff,
+void qmoe_gemm_groups_avx512(int mr, int nu, int i4, const uint8_t *tbl, int64_t ng, int64_t kq,
+                             const int8_t *x, int64_t ldx, const uint8_t *wp, int64_t wstep, const int32_t *xoff,
                              int64_t xoff_stride, const float *xs, const void *ws, int ws_kind,
                              int64_t ws_stride, const float *wsb, int64_t wblk, int64_t wb0,
                              float *f, int64_t ldf, int first)
@@ -219,13 +226,14 @@ void qmoe_gemm_groups_avx512(int mr, int nu, int i4, int64_t ng, int64_t kq, con
              * one chunk, the driver's next call the next one), so memory keeps streaming while
              * they reread this chunk from cache: decode's loop over DRAM did not overlap. */
             int lead = r == 0 && u == 0;
-            groups_args a = {ng, kq, x + r * ldx, ldx, wp + u * ustep, wstep,
+            groups_args a = {ng, kq, x + r * ldx, ldx, wp + u * ustep, tbl, wstep,
                              xoff + r * xoff_stride, xoff_stride, xs ? xs + r : NULL,
                              (const uint8_t *)ws + es * (size_t)(16 * u), ws_kind, ws_stride,
                              wsb ? wsb + 16 * u : NULL, wblk, wb0, f + r * ldf + 16 * u, ldf, nu * ustep,
                              lead ? PREFETCH - u * ustep : ng * kq * wstep - u * ustep,
                              lead ? (int64_t)es * 16 * nu : 0, first};
-            if (i4) subs4[first != 0][rows - 1][units - 1](&a);
+            if (i4 == 2) subsc[first != 0][rows - 1][units - 1](&a);
+            else if (i4) subs4[first != 0][rows - 1][units - 1](&a);
             else subs8[first != 0][rows - 1][units - 1](&a);
         }
 }

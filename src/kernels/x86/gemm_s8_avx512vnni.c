@@ -9,6 +9,7 @@
 
 #include "kernels/gmm_fast.h"
 #include "kernels/peak.h"
+#include "kernels/x86/expand_avx512.h"
 #include "kernels/x86/parts.h"
 
 enum { MR = 6 };
@@ -21,21 +22,17 @@ enum { MR = 6 };
  * prefetcht0 Qwen3 A8W8 ran 7 % slower on Zen 4, decode within its noise. */
 enum { PREFETCH = 8192 };
 
-/* A prepacked int4 step of a unit (core/prepack.h): 32 bytes, byte i holding bytes i and
- * 32 + i of the 64-byte step in its low and high nibble. */
-static inline __attribute__((always_inline)) __m512i expand_i4(const uint8_t *p)
-{
-    const __m256i m = _mm256_set1_epi8(0x0F);
-    __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)p);
-    __m256i lo = _mm256_and_si256(v, m), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m);
-    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-}
-
-/* i4: 0 plain bytes, 1 prepacked int4 steps; pf: prefetch the weight stream ahead. */
 void qmoe_expand_i4_avx512(const uint8_t *src, int64_t steps, uint8_t *dst)
 {
     for (int64_t q = 0; q < steps; q++)
-        _mm512_storeu_si512(dst + 64 * q, expand_i4(src + 32 * q));
+        _mm512_storeu_si512(dst + 64 * q, qmoe_expand_i4_zmm(src + 32 * q));
+}
+
+void qmoe_expand_c4_avx512(const uint8_t *src, int64_t steps, uint8_t *dst, const uint8_t *tbl)
+{
+    const __m512i tb = qmoe_code_table_zmm(tbl);
+    for (int64_t q = 0; q < steps; q++)
+        _mm512_storeu_si512(dst + 64 * q, qmoe_expand_c4_zmm(src + 32 * q, tb));
 }
 
 /* The fold's operands (gmm_fast.h, gemm_fold). */
@@ -48,11 +45,15 @@ typedef struct fold_to {
     int first;
 } fold_to;
 
+/* i4: 0 plain bytes, 1 prepacked int4 steps, 2 prepacked codes of tbl; pf: prefetch the weight
+ * stream ahead. */
 static inline __attribute__((always_inline)) void tile(int i4, int pf, int mr, int nu, int64_t kq,
                                                        const int8_t *x, int64_t ldx,
                                                        const uint8_t *wp, int64_t wstep,
-                                                       int32_t *acc, int64_t ldacc, int accumulate)
+                                                       const uint8_t *tbl, int32_t *acc,
+                                                       int64_t ldacc, int accumulate)
 {
+    const __m512i tb = i4 == 2 ? qmoe_code_table_zmm(tbl) : _mm512_setzero_si512();
     /* Accumulators start at zero and are added to acc at the end: GCC keeps them in registers
      * only when their initial value does not depend on a run-time condition. */
     __m512i c00 = _mm512_setzero_si512(), c01 = c00, c02 = c00, c03 = c00;
@@ -68,11 +69,16 @@ static inline __attribute__((always_inline)) void tile(int i4, int pf, int mr, i
             for (int64_t o = 0; o < step; o += 64)
                 _mm_prefetch((const char *)(wp + PREFETCH + o), QMOE_AVX512_WEIGHT_HINT);
         }
-        if (i4) {
-            w0 = expand_i4(wp), w1 = w2 = w3 = w0;
-            if (nu > 1) w1 = expand_i4(wp + 32);
-            if (nu > 2) w2 = expand_i4(wp + 64);
-            if (nu > 3) w3 = expand_i4(wp + 96);
+        if (i4 == 2) {
+            w0 = qmoe_expand_c4_zmm(wp, tb), w1 = w2 = w3 = w0;
+            if (nu > 1) w1 = qmoe_expand_c4_zmm(wp + 32, tb);
+            if (nu > 2) w2 = qmoe_expand_c4_zmm(wp + 64, tb);
+            if (nu > 3) w3 = qmoe_expand_c4_zmm(wp + 96, tb);
+        } else if (i4) {
+            w0 = qmoe_expand_i4_zmm(wp), w1 = w2 = w3 = w0;
+            if (nu > 1) w1 = qmoe_expand_i4_zmm(wp + 32);
+            if (nu > 2) w2 = qmoe_expand_i4_zmm(wp + 64);
+            if (nu > 3) w3 = qmoe_expand_i4_zmm(wp + 96);
         } else {
             w0 = _mm512_loadu_si512(wp), w1 = w2 = w3 = w0;
             if (nu > 1) w1 = _mm512_loadu_si512(wp + 64);
@@ -131,23 +137,29 @@ static inline __attribute__((always_inline)) void fold_tile(int mr, int nu, cons
     static void tile_##R##x##U(int64_t kq, const int8_t *x, int64_t ldx, const uint8_t *wp,     \
                                int64_t wstep, int32_t *acc, int64_t ldacc, int accumulate)       \
     {                                                                                            \
-        tile(0, 0, R, U, kq, x, ldx, wp, wstep, acc, ldacc, accumulate);                         \
+        tile(0, 0, R, U, kq, x, ldx, wp, wstep, NULL, acc, ldacc, accumulate);                         \
     }                                                                                            \
     static void tile4_##R##x##U(int64_t kq, const int8_t *x, int64_t ldx, const uint8_t *wp,    \
                                 int64_t wstep, int32_t *acc, int64_t ldacc, int accumulate)      \
     {                                                                                            \
-        tile(1, 1, R, U, kq, x, ldx, wp, wstep, acc, ldacc, accumulate);                         \
+        tile(1, 1, R, U, kq, x, ldx, wp, wstep, NULL, acc, ldacc, accumulate);                         \
+    }                                                                                            \
+    static void tilec_##R##x##U(int64_t kq, const int8_t *x, int64_t ldx, const uint8_t *wp,    \
+                                int64_t wstep, const uint8_t *tbl, int32_t *acc, int64_t ldacc,  \
+                                int accumulate)                                                  \
+    {                                                                                            \
+        tile(2, 1, R, U, kq, x, ldx, wp, wstep, tbl, acc, ldacc, accumulate);                    \
     }                                                                                            \
     static void tilep_##R##x##U(int64_t kq, const int8_t *x, int64_t ldx, const uint8_t *wp,    \
                                 int64_t wstep, int32_t *acc, int64_t ldacc, int accumulate)      \
     {                                                                                            \
-        tile(0, 1, R, U, kq, x, ldx, wp, wstep, acc, ldacc, accumulate);                         \
+        tile(0, 1, R, U, kq, x, ldx, wp, wstep, NULL, acc, ldacc, accumulate);                         \
     }                                                                                            \
     static void tilef_##R##x##U(int64_t kq, const int8_t *x, int64_t ldx, const uint8_t *wp,    \
                                 int64_t wstep, const fold_to *fo)                                \
     {                                                                                            \
         int32_t t[R * 64] __attribute__((aligned(64)));                                          \
-        tile(0, 1, R, U, kq, x, ldx, wp, wstep, t, 64, 0);                                       \
+        tile(0, 1, R, U, kq, x, ldx, wp, wstep, NULL, t, 64, 0);                                       \
         fold_tile(R, U, t, fo);                                                                  \
     }
 #define TILE_ROW(R) TILE_FN(R, 1) TILE_FN(R, 2) TILE_FN(R, 3) TILE_FN(R, 4)
@@ -164,6 +176,12 @@ static const tile_fn tiles4[MR][4] = {ROW4_PTRS(1), ROW4_PTRS(2), ROW4_PTRS(3),
 #define ROWP_PTRS(R) {tilep_##R##x1, tilep_##R##x2, tilep_##R##x3, tilep_##R##x4}
 static const tile_fn tilesp[MR][4] = {ROWP_PTRS(1), ROWP_PTRS(2), ROWP_PTRS(3),
                                       ROWP_PTRS(4), ROWP_PTRS(5), ROWP_PTRS(6)};
+
+typedef void (*tilec_fn)(int64_t, const int8_t *, int64_t, const uint8_t *, int64_t,
+                         const uint8_t *, int32_t *, int64_t, int);
+#define ROWC_PTRS(R) {tilec_##R##x1, tilec_##R##x2, tilec_##R##x3, tilec_##R##x4}
+static const tilec_fn tilesc[MR][4] = {ROWC_PTRS(1), ROWC_PTRS(2), ROWC_PTRS(3),
+                                       ROWC_PTRS(4), ROWC_PTRS(5), ROWC_PTRS(6)};
 
 typedef void (*tilef_fn)(int64_t, const int8_t *, int64_t, const uint8_t *, int64_t,
                          const fold_to *);
@@ -200,6 +218,14 @@ static void gemm_i4_avx512(int mr, int nu, int64_t kq, const int8_t *x, int64_t 
     tiles4[mr - 1][nu - 1](kq, x, ldx, wp, wstep, acc, ldacc, accumulate);
 }
 
+/* gemm on prepacked codes (gmm_fast.h gemm_c4): gemm_i4's stream, one vpshufb more a vector. */
+static void gemm_c4_avx512(int mr, int nu, int64_t kq, const int8_t *x, int64_t ldx,
+                           const uint8_t *wp, int64_t wstep, const uint8_t *tbl, int32_t *acc,
+                           int64_t ldacc, int accumulate)
+{
+    tilesc[mr - 1][nu - 1](kq, x, ldx, wp, wstep, tbl, acc, ldacc, accumulate);
+}
+
 static void gemm_avx512(int mr, int nu, int64_t kq, const int8_t *x, int64_t ldx,
                         const uint8_t *wp, int64_t wstep, int32_t *acc, int64_t ldacc,
                         int accumulate)
@@ -217,10 +243,12 @@ const qmoe_gemm_isa qmoe_isa_avx512_vnni = {
     .fold = qmoe_fold_avx512,
     .gemm_nz = qmoe_gemm_nz_avx512,
     .gemm_i4 = gemm_i4_avx512,
+    .gemm_c4 = gemm_c4_avx512,
     .gemm_pf = gemm_pf_avx512,
     .gemm_fold = gemm_fold_avx512,
     .gemm_groups = qmoe_gemm_groups_avx512,
     .expand_i4 = qmoe_expand_i4_avx512,
+    .expand_c4 = qmoe_expand_c4_avx512,
     .to_bf16 = qmoe_f32_to_bf16_avx512,
     .half_to_f32 = qmoe_half_to_f32_avx512,
     .widen_s8 = qmoe_widen_s8_avx512,

@@ -23,11 +23,13 @@ int qmoe_gemm_nz_avx512(int mr, int nu, int int4, int64_t kq, const int8_t *x, i
                         int64_t ldacc, int32_t *cs, int accumulate);
 /* gemm_s8_avx512vnni.c: prepacked int4 steps -> the 64-byte steps gemm reads (gmm_fast.h). */
 void qmoe_expand_i4_avx512(const uint8_t *src, int64_t steps, uint8_t *dst);
+void qmoe_expand_c4_avx512(const uint8_t *src, int64_t steps, uint8_t *dst, const uint8_t *tbl);
 void qmoe_rearrange_avx512(const uint8_t *const *src, const int64_t *stride, int64_t rows,
                            int nub, int int4, uint8_t *dst, int64_t wstep);
 
 /* gemm_groups_avx512vnni.c: the table's gemm_groups (gmm_fast.h) */
-void qmoe_gemm_groups_avx512(int mr, int nu, int i4, int64_t ng, int64_t kq, const int8_t *x,
+void qmoe_gemm_groups_avx512(int mr, int nu, int i4, const uint8_t *tbl, int64_t ng, int64_t kq,
+                             const int8_t *x,
                              int64_t ldx, const uint8_t *wp, int64_t wstep, const int32_t *xoff,
                              int64_t xoff_stride, const float *xs, const void *ws, int ws_kind,
                              int64_t ws_stride, const float *wsb, int64_t wblk, int64_t wb0,

@@ -12,6 +12,7 @@
 #include <sys/mman.h>
 #endif
 
+#include "core/gmm_access.h"
 #include "core/gmm_params.h"
 #include "core/options.h"
 #include "core/prepack.h"
@@ -143,7 +144,11 @@ static qmoe_status allocate(const qmoe_gmm_params *p, qmoe_dtype ws_dtype, int64
     pp->gkp = (pp->gk + 3) & ~(int64_t)3;
     pp->Kp = pp->gkp * pp->G;
     pp->panels = (pp->N2 + QMOE_PP_COLS - 1) / QMOE_PP_COLS;
-    pp->step_bytes = p->mode == QMOE_MODE_A8W8 ? QMOE_PK_STEP : QMOE_PK_STEP / 2;
+    if (o->codebook) {
+        pp->codes = 1;
+        for (int c = 0; c < 16; c++) pp->tbl[c] = (uint8_t)(o->codebook[c] + 128);
+    }
+    pp->step_bytes = p->mode == QMOE_MODE_A8W8 && !pp->codes ? QMOE_PK_STEP : QMOE_PK_STEP / 2;
     /* bounded by validated shapes (K < 65536, N <= 10240, G <= K): no overflow per expert */
     uint64_t steps = (uint64_t)(pp->Kp / 4);
     pp->panel_wbytes = align64(2 * steps * 4 * (uint64_t)pp->step_bytes);
@@ -244,6 +249,22 @@ static qmoe_status keep_blocks(struct qmoe_weights *pp, int64_t de, const float 
     return QMOE_OK;
 }
 
+/* The first value of slice expert e that is not in the object's codebook (the packing found
+ * one): an error naming it. */
+static qmoe_status not_in_codebook(const qmoe_gmm_params *p, const struct qmoe_weights *pp, int64_t e)
+{
+    for (int64_t k = 0; k < p->K; k++)
+        for (int64_t n = 0; n < p->N; n++) {
+            int v = qmoe_w_get(p, e, k, n), c = 0;
+            while (c < 16 && pp->tbl[c] != (uint8_t)(v + 128)) c++;
+            if (c == 16)
+                return INVALID(VALUE, "weight",
+                               "weight: expert %lld, k %lld, column %lld holds %d, which is not in "
+                               "options.codebook", (long long)e, (long long)k, (long long)n, v);
+        }
+    return qmoe_fail(QMOE_ERR_INNER, "prepack: a value outside the codebook that the weight does not hold");
+}
+
 /* p's experts packed as the object's next ones, [filled, filled + p->E): each expert's pages
  * are touched only when it is packed (a weight appended in slices grows the memory it holds as
  * it goes). */
@@ -260,8 +281,10 @@ static qmoe_status fill(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p, stru
         int64_t de = pp->filled + e;
         /* the 64-byte padding of records is never read; keep it defined */
         memset(pp->w + (uint64_t)de * pp->expert_wbytes, 0, (size_t)pp->expert_wbytes);
-        qmoe_fast_prepack_expert(isa, p, e, de, scratch, pp, ws32);
-        if (ws32) st = keep_blocks(pp, de, ws32);
+        if (!qmoe_fast_prepack_expert(isa, p, e, de, scratch, pp, ws32))
+            st = not_in_codebook(p, pp, e);
+        else if (ws32)
+            st = keep_blocks(pp, de, ws32);
     }
     if (isa->release) isa->release(); /* state the packing's micro-kernels set up (AMX tiles) */
     free(scratch);
@@ -311,6 +334,12 @@ qmoe_status qmoe_weights_prepack(const qmoe_tensor *weight, const qmoe_tensor *w
     if (opts.scale_block < 0)
         return INVALID(OPTION, "options", "options: scale_block = %lld; 0 (none) or groups per block",
                        (long long)opts.scale_block);
+    if (opts.codebook && p.mode != QMOE_MODE_A8W8)
+        return INVALID(OPTION, "options", "options: a codebook is for int8 weights; this weight is %s",
+                       qmoe_dtype_name(weight->dtype));
+    if (opts.codebook && !memchr(opts.codebook, 0, 16))
+        return INVALID(OPTION, "options",
+                       "options: the codebook has no 0 (the value of the layout's padding)");
     struct qmoe_weights *pp = NULL;
     if ((st = allocate(&p, weight_scale->dtype, E, &opts, bias != NULL, &pp))) return st;
     if ((st = fill(isa, &p, pp))) {

@@ -80,8 +80,8 @@ qmoe_status qmoe_weights_unpack(const qmoe_weights *weights, int64_t expert, int
     const struct qmoe_weights *pp = weights;
     qmoe_status st = check_expert(pp, expert, values, "values");
     if (st) return st;
-    const int int4 = pp->mode == QMOE_MODE_A8W4;
-    const int off = int4 ? 8 : 128;
+    const int int4 = pp->mode == QMOE_MODE_A8W4 || pp->codes; /* 4 bits a value stored */
+    const int off = pp->mode == QMOE_MODE_A8W4 ? 8 : 128;
     const int64_t steps = pp->Kp / 4, N = pp->N;
     for (int64_t i = 0; i < pp->panels; i++) {
         const uint8_t *rec = pp->w + (uint64_t)expert * pp->expert_wbytes + (uint64_t)i * pp->panel_wbytes;
@@ -104,6 +104,7 @@ qmoe_status qmoe_weights_unpack(const qmoe_weights *weights, int64_t expert, int
                             if (int4) { /* 32 bytes a step: byte b holds v[b] | v[b + 32] << 4 */
                                 uint8_t x = rec[s * 32 + (b & 31)];
                                 v = b < 32 ? x & 0xF : x >> 4;
+                                if (pp->codes) v = pp->tbl[v];
                             } else {
                                 v = rec[s * QMOE_PK_STEP + b];
                             }

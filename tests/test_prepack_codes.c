@@ -1,0 +1,222 @@
+/*
+ * Prepacked int8 weights kept as 4-bit codes (qmoe_weights_options.codebook), through the public
+ * API:
+ *   - for every kernel this CPU prepacks for: weights whose values are drawn from a codebook
+ *     (MXFP4's E2M1 values times 2, and a random one with repeated entries) give an object whose
+ *     outputs are bit-identical to the plain int8 object of the same weights (1 and 3 threads, 1
+ *     to 40 rows: the in-register lookups of one micro-tile, the per-group kernel of groups of
+ *     32, the expansion of larger blocks), made whole or a slice at a time; it holds the bytes
+ *     of an int4 object of that shape, and unpack gives the values back;
+ *   - refused with QMOE_ERR_PARAM_INVALID, *out or the object as it was: a value outside the
+ *     codebook (named by expert, k and column; in the first slice or a later one), a codebook
+ *     with int4 weights, a codebook without 0.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "qmoe/qmoe.h"
+#include "qmoe/weights.h"
+#include "support/kernels.h"
+#include "support/prepacked.h"
+#include "support/testlib.h"
+
+static const int8_t MXFP4X2[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+typedef struct wcase {
+    int64_t E, K, N, G;
+    const int8_t *book;
+    int8_t *w;
+    float *ws;
+} wcase;
+
+static void make(qt_rng *r, wcase *c, const int8_t *book, int64_t E, int64_t K, int64_t N, int64_t G)
+{
+    c->E = E, c->K = K, c->N = N, c->G = G, c->book = book;
+    c->w = malloc((size_t)(E * K * N));
+    c->ws = malloc(sizeof(float) * (size_t)(E * G * N));
+    for (int64_t i = 0; i < E * K * N; i++) c->w[i] = book[qt_range(r, 0, 15)];
+    for (int64_t i = 0; i < E * G * N; i++) c->ws[i] = qt_uniform(r, 0.001f, 0.01f);
+}
+
+/* Prepacks experts [0, E) of w (scales c->ws) in slices of `slice` (0: whole), with `book`. */
+static qmoe_status prepack(const wcase *c, const int8_t *w, const int8_t *book, int kernel,
+                           int64_t slice, qmoe_weights **out)
+{
+    qmoe_weights_options o = QMOE_WEIGHTS_OPTIONS_INIT;
+    o.kernel = (qmoe_kernel)kernel;
+    o.codebook = book;
+    o.experts = slice ? c->E : 0;
+    int64_t n0 = slice ? slice : c->E;
+    qmoe_status st = QMOE_OK;
+    for (int64_t e0 = 0, ne; !st && e0 < c->E; e0 += ne) {
+        ne = c->E - e0 < n0 ? c->E - e0 : n0;
+        int64_t wd[3] = {ne, c->K, c->N}, sd[3] = {ne, c->G, c->N};
+        qmoe_tensor *tw = qt_tensor(wd, 3, QMOE_DTYPE_INT8, (void *)(uintptr_t)(w + e0 * c->K * c->N));
+        qmoe_tensor *ts = qt_tensor(sd, 3, QMOE_DTYPE_FLOAT32, c->ws + e0 * c->G * c->N);
+        st = e0 == 0 ? qmoe_weights_prepack(tw, ts, NULL, &o, out) : qmoe_weights_append(*out, tw, ts, NULL);
+        qmoe_tensor_destroy(tw);
+        qmoe_tensor_destroy(ts);
+    }
+    return st;
+}
+
+/* The bytes of an A8W4 object of c's shape (int4 values, a bias: the same records and sides). */
+static uint64_t int4_bytes(const wcase *c, int kernel)
+{
+    size_t nv = (size_t)(c->E * c->K * c->N);
+    uint8_t *packed = calloc(nv / 2 + 1, 1);
+    float *bias = calloc((size_t)(c->E * c->N), sizeof(float));
+    int64_t wd[3] = {c->E, c->K, c->N}, sd[3] = {c->E, c->G, c->N}, bd[2] = {c->E, c->N};
+    qmoe_tensor *tw = qt_tensor(wd, 3, QMOE_DTYPE_INT4, packed), *ts = qt_tensor(sd, 3, QMOE_DTYPE_FLOAT32, c->ws);
+    qmoe_tensor *tb = qt_tensor(bd, 2, QMOE_DTYPE_FLOAT32, bias);
+    qmoe_weights_options o = QMOE_WEIGHTS_OPTIONS_INIT;
+    o.kernel = (qmoe_kernel)kernel;
+    qmoe_weights *pw = NULL;
+    CHECK(qmoe_weights_prepack(tw, ts, tb, &o, &pw) == QMOE_OK);
+    uint64_t n = qmoe_weights_bytes(pw);
+    qmoe_weights_destroy(pw);
+    qmoe_tensor_destroy(tw);
+    qmoe_tensor_destroy(ts);
+    qmoe_tensor_destroy(tb);
+    free(packed);
+    free(bias);
+    return n;
+}
+
+static void check_same(qt_rng *r, const wcase *c, int kernel, int64_t slice, int *ran)
+{
+    qmoe_weights *plain = NULL, *codes = NULL;
+    if (prepack(c, c->w, NULL, kernel, 0, &plain)) return; /* not a kernel this CPU prepacks for */
+    ++*ran;
+    qmoe_status st = prepack(c, c->w, c->book, kernel, slice, &codes);
+    CHECK_MSG(st == QMOE_OK, "%s K=%lld N=%lld G=%lld slice %lld: %s", qmoe_kernel_name((qmoe_kernel)kernel),
+              (long long)c->K, (long long)c->N, (long long)c->G, (long long)slice, qmoe_last_error());
+    if (st) {
+        qmoe_weights_destroy(plain);
+        return;
+    }
+    CHECK_MSG(qmoe_weights_bytes(codes) == int4_bytes(c, kernel), "K=%lld N=%lld: %llu bytes, int4's %llu",
+              (long long)c->K, (long long)c->N, (unsigned long long)qmoe_weights_bytes(codes),
+              (unsigned long long)int4_bytes(c, kernel));
+    int8_t *back = malloc((size_t)(c->K * c->N));
+    for (int64_t e = 0; e < c->E; e++) {
+        CHECK(qmoe_weights_unpack(codes, e, back) == QMOE_OK);
+        CHECK_MSG(!memcmp(back, c->w + e * c->K * c->N, (size_t)(c->K * c->N)),
+                  "expert %lld: unpacked values differ from the ones given", (long long)e);
+    }
+    free(back);
+    for (int64_t M = 1; M <= 40; M += 13) {
+        int8_t *x = malloc((size_t)(M * c->K)), *q1 = malloc((size_t)(M * c->N)), *q2 = malloc((size_t)(M * c->N));
+        float *xs = malloc(sizeof(float) * (size_t)M), *s1 = malloc(sizeof(float) * (size_t)M),
+              *s2 = malloc(sizeof(float) * (size_t)M);
+        int64_t *gl = malloc(sizeof(int64_t) * (size_t)c->E);
+        for (int64_t i = 0; i < M * c->K; i++) x[i] = (int8_t)qt_range(r, -128, 127);
+        for (int64_t i = 0; i < M; i++) xs[i] = qt_uniform(r, 0.001f, 0.01f);
+        /* every row on one expert first (a block of M rows), then spread */
+        for (int64_t e = 0, at = 0; e < c->E; e++)
+            gl[e] = at = M == 1 || e == c->E - 1 ? M : at + qt_range(r, 0, M - at);
+        for (int threads = 1; threads <= 3; threads += 2) {
+            memset(q1, 0x5A, (size_t)(M * c->N / 2));
+            memset(q2, 0x3C, (size_t)(M * c->N / 2));
+            qt_run_prepacked(plain, kernel, threads, M, c->K, c->N, c->E, x, xs, gl, q1, s1);
+            qt_run_prepacked(codes, kernel, threads, M, c->K, c->N, c->E, x, xs, gl, q2, s2);
+            CHECK_MSG(!memcmp(q1, q2, (size_t)(M * c->N / 2)) && !memcmp(s1, s2, sizeof(float) * (size_t)M),
+                      "%s K=%lld N=%lld G=%lld M=%lld threads %d slice %lld: outputs differ",
+                      qmoe_kernel_name((qmoe_kernel)kernel), (long long)c->K, (long long)c->N,
+                      (long long)c->G, (long long)M, threads, (long long)slice);
+        }
+        free(x), free(q1), free(q2), free(xs), free(s1), free(s2), free(gl);
+    }
+    qmoe_weights_destroy(plain);
+    qmoe_weights_destroy(codes);
+}
+
+static void check_refusals(qt_rng *r, int kernel)
+{
+    wcase c;
+    make(r, &c, MXFP4X2, 4, 256, 128, 8);
+    qmoe_weights *out = (qmoe_weights *)(uintptr_t)0x1;
+    if (prepack(&c, c.w, NULL, kernel, 0, &out)) { /* not a kernel this CPU prepacks for */
+        free(c.w), free(c.ws);
+        return;
+    }
+    qmoe_weights_destroy(out);
+    /* 5 is not in the codebook: expert 3 (the second slice of 2), k 200, column 77 */
+    int8_t *bad = malloc((size_t)(c.E * c.K * c.N));
+    memcpy(bad, c.w, (size_t)(c.E * c.K * c.N));
+    bad[(3 * c.K + 200) * c.N + 77] = 5;
+    out = (qmoe_weights *)(uintptr_t)0x1;
+    CHECK(prepack(&c, bad, MXFP4X2, kernel, 0, &out) == QMOE_ERR_PARAM_INVALID && out == (qmoe_weights *)(uintptr_t)0x1);
+    CHECK_MSG(strstr(qmoe_last_error(), "expert 3, k 200, column 77 holds 5") != NULL, "message: %s", qmoe_last_error());
+    qmoe_weights_options o = QMOE_WEIGHTS_OPTIONS_INIT;
+    o.kernel = (qmoe_kernel)kernel;
+    o.codebook = MXFP4X2;
+    o.experts = c.E;
+    int64_t wd[3] = {2, c.K, c.N}, sd[3] = {2, c.G, c.N};
+    qmoe_tensor *tw = qt_tensor(wd, 3, QMOE_DTYPE_INT8, bad), *ts = qt_tensor(sd, 3, QMOE_DTYPE_FLOAT32, c.ws);
+    qmoe_weights *pw = NULL;
+    CHECK(qmoe_weights_prepack(tw, ts, NULL, &o, &pw) == QMOE_OK);
+    qmoe_tensor_destroy(tw);
+    qmoe_tensor_destroy(ts);
+    tw = qt_tensor(wd, 3, QMOE_DTYPE_INT8, bad + 2 * c.K * c.N);
+    ts = qt_tensor(sd, 3, QMOE_DTYPE_FLOAT32, c.ws + 2 * c.G * c.N);
+    CHECK(qmoe_weights_append(pw, tw, ts, NULL) == QMOE_ERR_PARAM_INVALID);
+    CHECK_MSG(strstr(qmoe_last_error(), "expert 1, k 200, column 77") != NULL, "message: %s", qmoe_last_error());
+    int8_t *back = malloc((size_t)(c.K * c.N));
+    CHECK(qmoe_weights_unpack(pw, 2, back) == QMOE_ERR_PARAM_INVALID); /* still not packed */
+    qmoe_tensor_destroy(tw);
+    tw = qt_tensor(wd, 3, QMOE_DTYPE_INT8, c.w + 2 * c.K * c.N);
+    CHECK(qmoe_weights_append(pw, tw, ts, NULL) == QMOE_OK); /* the good slice completes it */
+    CHECK(qmoe_weights_unpack(pw, 3, back) == QMOE_OK && !memcmp(back, c.w + 3 * c.K * c.N, (size_t)(c.K * c.N)));
+    qmoe_tensor_destroy(tw);
+    qmoe_tensor_destroy(ts);
+    qmoe_weights_destroy(pw);
+    free(back);
+    /* no 0 in the codebook; a codebook with int4 weights */
+    int8_t no_zero[16];
+    for (int i = 0; i < 16; i++) no_zero[i] = (int8_t)(i + 1);
+    out = (qmoe_weights *)(uintptr_t)0x1;
+    CHECK(prepack(&c, c.w, no_zero, kernel, 0, &out) == QMOE_ERR_PARAM_INVALID && out == (qmoe_weights *)(uintptr_t)0x1);
+    CHECK_MSG(strstr(qmoe_last_error(), "no 0") != NULL, "message: %s", qmoe_last_error());
+    uint8_t *packed = calloc((size_t)(c.E * c.K * c.N) / 2, 1);
+    float *bias = calloc((size_t)(c.E * c.N), sizeof(float));
+    int64_t wa[3] = {c.E, c.K, c.N}, sa[3] = {c.E, c.G, c.N}, ba[2] = {c.E, c.N};
+    tw = qt_tensor(wa, 3, QMOE_DTYPE_INT4, packed);
+    ts = qt_tensor(sa, 3, QMOE_DTYPE_FLOAT32, c.ws);
+    qmoe_tensor *tb = qt_tensor(ba, 2, QMOE_DTYPE_FLOAT32, bias);
+    o.experts = 0;
+    CHECK(qmoe_weights_prepack(tw, ts, tb, &o, &out) == QMOE_ERR_PARAM_INVALID && out == (qmoe_weights *)(uintptr_t)0x1);
+    CHECK_MSG(strstr(qmoe_last_error(), "for int8 weights") != NULL, "message: %s", qmoe_last_error());
+    qmoe_tensor_destroy(tw);
+    qmoe_tensor_destroy(ts);
+    qmoe_tensor_destroy(tb);
+    free(packed), free(bias), free(bad), free(c.w), free(c.ws);
+}
+
+int main(void)
+{
+    qt_rng r = {20261206};
+    int kernels[QT_MAX_KERNELS], nk = qt_kernels(QMOE_KERNEL_PORTABLE, kernels, QT_MAX_KERNELS), ran = 0;
+    int8_t random_book[16];
+    for (int i = 0; i < 16; i++) random_book[i] = (int8_t)qt_range(&r, -128, 127);
+    random_book[5] = 0;
+    random_book[9] = random_book[2]; /* a repeated entry: the first is kept */
+    static const struct { int64_t E, K, N, G; int book; } cases[] = {
+        {3, 256, 256, 8, 0},  /* ggml's MXFP4 blocks: groups of 32 */
+        {2, 512, 160, 1, 1},  /* per channel; columns past a panel */
+        {3, 216, 128, 12, 0}, /* groups of 18: K padding in every group */
+        {2, 2048, 128, 64, 1},
+    };
+    for (int k = 0; k < nk; k++) {
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            wcase c;
+            make(&r, &c, cases[i].book ? random_book : MXFP4X2, cases[i].E, cases[i].K, cases[i].N, cases[i].G);
+            check_same(&r, &c, kernels[k], 0, &ran);
+            if (i == 0) check_same(&r, &c, kernels[k], 2, &ran);
+            free(c.w), free(c.ws);
+        }
+        check_refusals(&r, kernels[k]);
+    }
+    CHECK_MSG(ran > 0, "no kernel prepacked");
+    return qt_finish("prepack_codes");
+}
