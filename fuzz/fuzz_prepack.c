@@ -6,7 +6,8 @@
  * kernel, or a weight scale of another dtype it is refused with 161002 and outputs untouched.
  * An object of more experts (options.experts) takes the same slice again by qmoe_weights_append
  * while it fits, refuses one past its end, and is refused by the operator until it is full.
- * Mutations change one descriptor (dtype, rank, format, a smaller dim, absence) or the options;
+ * Mutations change one descriptor (dtype, rank, format, a smaller dim, absence) or the options
+ * (experts, scale blocks, a codebook with the weights' values drawn from it);
  * dims never grow and every buffer has room for 64-bit elements (16 times the int4 bytes), so
  * whatever phase one accepts stays inside real memory.
  */
@@ -196,10 +197,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!per_group) d[WS].shape[1] = N;
     d[BIAS] = (desc){a8w4, 2, QMOE_DTYPE_FLOAT32, QMOE_FORMAT_ND, {E, N}, bias};
     qmoe_weights_options po = {.kernel = QMOE_KERNEL_AUTO};
+    int8_t book[16];
     int mutations = (int)fz_range(&in, 0, 3);
     for (int i = 0; i < mutations; i++) {
         desc *m = &d[fz_range(&in, 0, SLOTS - 1)];
-        switch (fz_range(&in, 0, 8)) {
+        switch (fz_range(&in, 0, 9)) {
         case 0: m->present = !m->present; break;
         case 1: m->dtype = (int)fz_range(&in, 0, 7); break; /* buffers have room for 64-bit */
         case 2: m->format = !m->format; break;
@@ -214,6 +216,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         case 8: /* scale blocks: most fuzzed scales do not factor and are refused */
             po.struct_size = (uint32_t)sizeof po;
             po.scale_block = fz_range(&in, -2, 70);
+            break;
+        case 9: /* 4-bit codes: a codebook from the input (0 in it or not); the weights' values
+                 * mostly drawn from it (repacked), so the accepted path runs too */
+            po.struct_size = (uint32_t)sizeof po;
+            for (int c = 0; c < 16; c++) book[c] = (int8_t)fz_u8(&in);
+            if (fz_u8(&in) & 1) {
+                for (int64_t j = 0; j < E * K * N; j++)
+                    w[j] = (int8_t)(book[(uint8_t)w[j] % 16] / (a8w4 ? 16 : 1)); /* int4: in range */
+                oracle_pack_weight((oracle_wlayout)layout, w, E, K, N, wst);
+            }
+            po.codebook = book;
             break;
         }
     }

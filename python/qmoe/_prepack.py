@@ -7,22 +7,43 @@ scales read back out of the object (:meth:`PrepackedWeights.unpack`, ``unpack_sc
 from __future__ import annotations
 
 import ctypes
-from ctypes import POINTER, c_int, c_int64, c_uint64, c_void_p
-from typing import Optional, Tuple, Union
+from ctypes import POINTER, c_int, c_int8, c_int64, c_uint64, c_void_p
+from typing import Any, Optional, Tuple, Union
 
 import numpy as np
 
 from . import _lib
-from ._arrays import Tensors
+from ._arrays import Tensors, invalid
 from ._errors import QmoeError
 from ._op import ArrayLike, _c_int, _kernel, _plain, _Weight, _weight_scale
 
 
 class WeightsOptions(ctypes.Structure):
-    """struct qmoe_weights_options (the 0.3.2 layout; struct_size tells the library which)."""
+    """struct qmoe_weights_options (the 0.3.3 layout; struct_size tells the library which)."""
 
     _fields_ = [("struct_size", ctypes.c_uint32), ("kernel", c_int), ("force_weight_nz", c_int),
-                ("experts", c_int64), ("scale_block", c_int64)]
+                ("experts", c_int64), ("scale_block", c_int64), ("codebook", POINTER(c_int8))]
+
+
+def _codebook(value: Any) -> Optional[np.ndarray]:
+    """prepack's ``codebook``: None, or its 16 values as a contiguous int8 array (the library
+    copies them; the caller keeps the array alive through the call). Whether it holds 0 and
+    whether the weight is int8 are the library's checks, with its messages."""
+    if value is None:
+        return None
+    try:
+        arr = np.asarray(value)
+    except Exception as exc:  # e.g. a ragged sequence
+        raise invalid(f"codebook: expected 16 integers in [-128, 127] or None ({exc})") from exc
+    if arr.dtype.kind not in "iu":  # floats, bools, objects (ints past int64) and strings
+        raise invalid(f"codebook: expected 16 integers in [-128, 127] or None, "
+                      f"got dtype {arr.dtype}")
+    if arr.shape != (16,):
+        raise invalid(f"codebook: expected 16 integers in [-128, 127], got shape {arr.shape}")
+    if arr.min() < -128 or arr.max() > 127:
+        bad = int(arr[(arr < -128) | (arr > 127)][0])
+        raise invalid(f"codebook: {bad} does not fit int8; expected 16 integers in [-128, 127]")
+    return np.ascontiguousarray(arr, dtype=np.int8)
 
 
 def _declare(lib: ctypes.CDLL) -> None:
@@ -125,7 +146,8 @@ class PrepackedWeights(_lib.Owned):
         slice was (same K, N, groups, dtypes and layout; the arguments as in :func:`prepack`);
         they become experts ``[n, n + E')`` where ``n`` were packed before. The object is usable
         once all its experts are in. A slice that does not match, or of more experts than are
-        left, raises :class:`QmoeError` (161002) and leaves the object as it was. Waits for the
+        left, raises :class:`QmoeError` (161002) and leaves the object as it was; so does, for an
+        object made with a ``codebook``, a slice holding a value that is not in it. Waits for the
         calls using the object in flight; calls from other threads wait for the append.
         """
         src = _Source(weight, weight_scale, bias, weight_format, int4_packed, weight_scale_dtype)
@@ -189,6 +211,7 @@ def prepack(
     kernel: Union[str, int] = "auto",
     experts: Optional[int] = None,
     scale_block: int = 0,
+    codebook: Optional[ArrayLike] = None,
 ) -> PrepackedWeights:
     """Prepacks expert weights once for the fused operator.
 
@@ -209,11 +232,22 @@ def prepack(
     and int8 multipliers (1 byte a group instead of 4, the same results) when every scale is
     exactly base x multiplier (e.g. ggml K-quants' d x sc); other scales raise
     :class:`QmoeError` (161002). :meth:`PrepackedWeights.unpack_scales` then gives float32.
+
+    ``codebook``: None, or 16 integers in [-128, 127] that include 0 (int8 weights only, e.g.
+    MXFP4's values times 2: ``[0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12]``). Every
+    weight value must be one of them; the object keeps each as the 4-bit index of its first
+    equal entry (half the weight bytes, the same results) and :meth:`PrepackedWeights.unpack`
+    gives the values back. A value outside it (here or in a slice given to
+    :meth:`PrepackedWeights.append`) raises :class:`QmoeError` (161002) naming its expert, k
+    and column; so do a codebook without 0 and one for int4 weights. Not 16 integers in
+    [-128, 127]: :class:`QmoeError` (161002) too.
     """
     src = _Source(weight, weight_scale, bias, weight_format, int4_packed, weight_scale_dtype)
+    book = _codebook(codebook)  # referenced until the call returns (the library copies it)
     opts = WeightsOptions(struct_size=ctypes.sizeof(WeightsOptions), kernel=_kernel(kernel),
                           force_weight_nz=0, experts=_c_int(experts, "experts", 64),
-                          scale_block=_c_int(scale_block, "scale_block", 64))
+                          scale_block=_c_int(scale_block, "scale_block", 64),
+                          codebook=None if book is None else book.ctypes.data_as(POINTER(c_int8)))
     handle = c_void_p()
     with Tensors() as t:
         _lib.check(_lib.lib.qmoe_weights_prepack(*src.tensors(t), ctypes.byref(opts),

@@ -57,14 +57,15 @@ def test_op_options_fields_match_the_header():
 
 # C field types -> the ctypes type of the same size and signedness (C enums are int-sized).
 _C_TYPES = {"int": ctypes.c_int, "uint32_t": ctypes.c_uint32, "int64_t": ctypes.c_int64,
-            "qmoe_kernel": ctypes.c_int}
+            "qmoe_kernel": ctypes.c_int, "const int8_t *": ctypes.POINTER(ctypes.c_int8)}
 
 
 def test_weights_options_fields_match_the_header():
     body = re.search(r"typedef struct qmoe_weights_options\s*\{(.*?)\}\s*qmoe_weights_options;",
                      WEIGHTS_HEADER, re.S).group(1)
     body = re.sub(r"/\*.*?\*/", "", body, flags=re.S)
-    fields = re.findall(r"^\s*(\w+)\s+(\w+)\s*;", body, re.M)
+    fields = [(" ".join(ctype.replace("*", " * ").split()), name) for ctype, name in
+              re.findall(r"^\s*((?:const\s+)?\w+\s*(?:\*\s*|\s))(\w+)\s*;", body, re.M)]
     assert len(fields) == body.count(";"), "a field this test does not read"
     assert all(ctype in _C_TYPES for ctype, _ in fields), fields
     assert [(name, _C_TYPES[ctype]) for ctype, name in fields] == \

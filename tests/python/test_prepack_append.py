@@ -203,14 +203,25 @@ def test_append_waits_for_the_calls_in_flight(rng):
 
 
 def test_options_layout_is_the_headers():
-    # the 0.3.2 layout: experts and scale_block (int64_t) after force_weight_nz (the first
-    # layout's 12 bytes), aligned as int64_t is (offset 16, 32 bytes in all on x86-64 and arm64)
-    assert [n for n, _ in _prepack.WeightsOptions._fields_][-2:] == ["experts", "scale_block"]
+    # the 0.3.3 layout: experts and scale_block (int64_t) after force_weight_nz (the first
+    # layout's 12 bytes), aligned as int64_t is (offset 16), then codebook (const int8_t *)
+    # aligned as a pointer is (offset 32, 40 bytes in all on x86-64 and arm64)
+    names = [n for n, _ in _prepack.WeightsOptions._fields_]
+    assert names[-3:] == ["experts", "scale_block", "codebook"]
     assert _prepack.WeightsOptions.force_weight_nz.offset == 8
     a = ctypes.alignment(ctypes.c_int64)
-    assert _prepack.WeightsOptions.experts.offset == (12 + a - 1) // a * a
-    assert _prepack.WeightsOptions.scale_block.offset == (12 + a - 1) // a * a + 8
-    assert ctypes.sizeof(_prepack.WeightsOptions) == (12 + a - 1) // a * a + 16
+    experts = (12 + a - 1) // a * a
+    assert _prepack.WeightsOptions.experts.offset == experts
+    assert _prepack.WeightsOptions.scale_block.offset == experts + 8
+    pa, psize = ctypes.alignment(ctypes.c_void_p), ctypes.sizeof(ctypes.c_void_p)
+    codebook = (experts + 16 + pa - 1) // pa * pa
+    assert _prepack.WeightsOptions.codebook.offset == codebook
+    size_align = max(a, pa)
+    assert ctypes.sizeof(_prepack.WeightsOptions) == \
+        (codebook + psize + size_align - 1) // size_align * size_align
+    if ctypes.sizeof(ctypes.c_void_p) == 8:
+        assert (experts, codebook, ctypes.sizeof(_prepack.WeightsOptions)) == (16, 32, 40)
+    assert not _prepack.WeightsOptions().codebook  # zeroed: NULL, no codebook
 
 
 def test_scale_blocks_give_the_same_results(rng):
