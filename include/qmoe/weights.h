@@ -48,7 +48,8 @@ typedef struct qmoe_weights_options {
      * entry (the codebook needs 0, the value of the layout's padding): half the weight bytes, the
      * same results (the kernels look the indices up as they read them; qmoe_weights_unpack gives
      * the values back). A weight with another value fails with QMOE_ERR_PARAM_INVALID naming its
-     * expert, row and column (prepack, or the append of the slice that holds it). For formats
+     * expert (in the weight given), row and column (prepack, or the append of the slice that
+     * holds it). For formats
      * whose values are few and not an int4 range, e.g. MXFP4's E2M1 times 2: {0, 1, 2, 3, 4,
      * 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12}, so each index is the format's own code. */
     const int8_t *codebook;

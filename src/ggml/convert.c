@@ -12,6 +12,8 @@
 /* mxfp4's e2m1 codes, doubled (ggml's kvalues_mxfp4): integers in [-12, 12] */
 static const int8_t kvalues_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
+const int8_t *qg_codebook(enum ggml_type type) { return type == GGML_TYPE_MXFP4 ? kvalues_mxfp4 : NULL; }
+
 /* type, values and bytes per block, qmoe group size, int4, side bytes per block, offset c, scaled */
 static const qg_format formats[] = {
     {GGML_TYPE_Q8_0, 32, 34, 32, 0, 2, 0, 1},

@@ -40,6 +40,10 @@ typedef struct qg_format {
 
 /* NULL for the types the backend does not take (q8_0, q4_0, mxfp4, q6_K, q4_K, q5_K). */
 const qg_format *qg_format_of(enum ggml_type type);
+/* The 16 integers a format's 4-bit codes decode to, in code order (mxfp4's e2m1 doubled), for
+ * qmoe_weights_options.codebook: the object then keeps the codes, 4 bits a value; NULL for the
+ * formats whose integers are not such codes. */
+const int8_t *qg_codebook(enum ggml_type type);
 int qg_type_supported(enum ggml_type type);
 
 /* Decodes one row of K values (K % blk == 0): q[k] the integer and s[k / gs] its group's scale,
