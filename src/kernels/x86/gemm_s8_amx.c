@@ -276,6 +276,9 @@ const qmoe_gemm_isa qmoe_isa_amx_int8 = {
     .release = qmoe_amx_release,
     .gemm = gemm_amx,
     .gemm_xt = gemm_xt_amx,
+    /* Groups too small for tiles (ggml's 32 k: a C tile stored and folded every 32 k) take the
+     * AVX-512 kernel that keeps each group's fold in registers. */
+    .gemm_groups = qmoe_gemm_groups_avx512,
     .rearrange = qmoe_rearrange_avx512,
     .fold = qmoe_fold_avx512,
     .gemm_nz = qmoe_gemm_nz_avx512,
