@@ -16,6 +16,7 @@
 
 #include "kernels/gmm_fast.h"
 #include "kernels/x86/expand_avx512.h"
+#include "kernels/x86/group_scales_avx512.h"
 #include "kernels/x86/parts.h"
 
 /* Sub-tiles, rows x units: int8 3 x 4 (a step's four units loaded whole); int4 6 x 2, split by
@@ -30,26 +31,6 @@ enum { PREFETCH = 8192 };    /* bytes ahead of the weight stream, as gemm_pf (in
  * the scale load (docs/performance.md). Eight groups are 8-16 KB of the call's weight stream
  * (int4 / int8, 4 units), about the weights' own PREFETCH distance; 16 measured no better. */
 enum { WS_AHEAD = 8 };
-
-/* 16 scales of group g, unit u: float32 as they are; float16 / bfloat16 widened on the load
- * (vcvtph2ps / a shift: half_to_f32's values), so prepacked 16-bit scales are read in place. */
-static inline __attribute__((always_inline)) __m512 ws_load(const void *ws, int kind, int64_t at)
-{
-    if (kind == 0) return _mm512_loadu_ps((const float *)ws + at);
-    __m256i h = _mm256_loadu_si256((const __m256i *)(const void *)((const uint16_t *)ws + at));
-    return kind == 1 ? _mm512_cvtph_ps(h)
-                     : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-
-/* ... and prepacked scale blocks (ws_kind 3): base * (float)multiplier, widen_s8's values. */
-static inline __attribute__((always_inline)) __m512 ws_block_load(const void *ws, const float *base,
-                                                                  int64_t at, int64_t c)
-{
-    __m128i q = _mm_loadu_si128((const __m128i *)(const void *)((const int8_t *)ws + at));
-    return _mm512_mul_ps(_mm512_loadu_ps(base + c), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)));
-}
-
-static inline size_t ws_bytes(int kind) { return kind == 0 ? 4 : kind == 3 ? 1 : 2; }
 
 typedef struct groups_args {
     int64_t ng, kq;
@@ -97,7 +78,7 @@ static inline __attribute__((always_inline)) void sub_tile(int i4, int first, in
     const int64_t ustep = i4 ? 32 : 64;
     const __m512i tb = i4 == 2 ? qmoe_code_table_zmm(a->tbl) : _mm512_setzero_si512();
     /* as an address: past the block's end it is only ever prefetched, which cannot fault */
-    const uintptr_t wsb = (uintptr_t)(ws_bytes(a->ws_kind) * a->ws_stride);
+    const uintptr_t wsb = (uintptr_t)(qmoe_ws_bytes(a->ws_kind) * a->ws_stride);
     uintptr_t wsp = (uintptr_t)a->ws + WS_AHEAD * wsb;
     for (int64_t g = 0; g < a->ng; g++) {
         const int32_t *xo = a->xoff + g;
@@ -160,8 +141,8 @@ static inline __attribute__((always_inline)) void sub_tile(int i4, int first, in
     }
 #define FOLD_UNIT(U)                                                                             \
     if (nu > U) {                                                                                \
-        const __m512 s = a->ws_kind == 3 ? ws_block_load(a->ws, base, ws_at + 16 * U, 16 * U)      \
-                                         : ws_load(a->ws, a->ws_kind, ws_at + 16 * U);           \
+        const __m512 s = a->ws_kind == 3 ? qmoe_ws_block_load(a->ws, base, ws_at + 16 * U, 16 * U)      \
+                                         : qmoe_ws_load(a->ws, a->ws_kind, ws_at + 16 * U);           \
         if (a->xs) {                                                                             \
             FOLD(0, U, 1) FOLD(1, U, 1) FOLD(2, U, 1) FOLD(3, U, 1) FOLD(4, U, 1) FOLD(5, U, 1)  \
         } else {                                                                                 \
@@ -215,7 +196,7 @@ void qmoe_gemm_groups_avx512(int mr, int nu, int i4, const uint8_t *tbl, int64_t
                              int64_t ws_stride, const float *wsb, int64_t wblk, int64_t wb0,
                              float *f, int64_t ldf, int first)
 {
-    const size_t es = ws_bytes(ws_kind);
+    const size_t es = qmoe_ws_bytes(ws_kind);
     const int64_t ustep = i4 ? 32 : 64;
     const int sr = i4 ? SR4 : SR8, su = i4 ? SU4 : SU8;
     for (int r = 0; r < mr; r += sr)

@@ -47,19 +47,26 @@ static const alignas(64) uint8_t qmoe_tiles_16x64[64] = {
 };
 
 static _Thread_local int tiles_ready;
-/* The configuration the thread had when qmoe configured its tiles (all zero: none). */
+/* The configuration the thread had when qmoe configured its tiles (all zero: none), and the one
+ * qmoe loaded last (the groups kernel's shapes differ from the 16 x 64 one). */
 static _Thread_local alignas(64) uint8_t caller_cfg[64];
+static _Thread_local alignas(64) uint8_t loaded_cfg[64];
 
-static void tiles_config(void)
+void qmoe_amx_tiles(const uint8_t *cfg)
 {
-    if (tiles_ready) return;
-    /* The first detection also asks the OS for the tile state (callers reach this table
-     * through detection anyway; this keeps a direct caller from faulting). */
-    (void)qmoe_cpu_features_get();
-    _tile_storeconfig(caller_cfg); /* 64 zero bytes when the tiles are not configured */
-    _tile_loadconfig(qmoe_tiles_16x64);
+    if (tiles_ready && !memcmp(loaded_cfg, cfg, 64)) return;
+    if (!tiles_ready) {
+        /* The first detection also asks the OS for the tile state (callers reach this table
+         * through detection anyway; this keeps a direct caller from faulting). */
+        (void)qmoe_cpu_features_get();
+        _tile_storeconfig(caller_cfg); /* 64 zero bytes when the tiles are not configured */
+    }
+    memcpy(loaded_cfg, cfg, 64);
+    _tile_loadconfig(loaded_cfg);
     tiles_ready = 1;
 }
+
+static void tiles_config(void) { qmoe_amx_tiles(qmoe_tiles_16x64); }
 
 void qmoe_amx_release(void)
 {
@@ -276,9 +283,9 @@ const qmoe_gemm_isa qmoe_isa_amx_int8 = {
     .release = qmoe_amx_release,
     .gemm = gemm_amx,
     .gemm_xt = gemm_xt_amx,
-    /* Groups too small for tiles (ggml's 32 k: a C tile stored and folded every 32 k) take the
-     * AVX-512 kernel that keeps each group's fold in registers. */
-    .gemm_groups = qmoe_gemm_groups_avx512,
+    /* Groups of at most 64 k (ggml's 32): a product of tiles per group, folded from memory
+     * (gemm_groups_amx.c). */
+    .gemm_groups = qmoe_gemm_groups_amx,
     .rearrange = qmoe_rearrange_avx512,
     .fold = qmoe_fold_avx512,
     .gemm_nz = qmoe_gemm_nz_avx512,

@@ -38,6 +38,15 @@ void qmoe_gemm_groups_avx512(int mr, int nu, int i4, const uint8_t *tbl, int64_t
 /* gemm_s8_amx.c: releases this thread's tile state if the AMX kernel configured it (the end of
  * every AMX kernel call). */
 void qmoe_amx_release(void);
+/* gemm_s8_amx.c: loads the 64-byte tile configuration cfg on this thread unless it is loaded (the
+ * thread's own earlier configuration is kept for qmoe_amx_release). */
+void qmoe_amx_tiles(const uint8_t *cfg);
+/* gemm_groups_amx.c: the AMX table's gemm_groups (gmm_fast.h) */
+void qmoe_gemm_groups_amx(int mr, int nu, int i4, const uint8_t *tbl, int64_t ng, int64_t kq,
+                          const int8_t *x, int64_t ldx, const uint8_t *wp, int64_t wstep,
+                          const int32_t *xoff, int64_t xoff_stride, const float *xs, const void *ws,
+                          int ws_kind, int64_t ws_stride, const float *wsb, int64_t wblk,
+                          int64_t wb0, float *f, int64_t ldf, int first);
 
 /* epilogue_avx512vnni.c */
 void qmoe_fold_avx512(int64_t rows, int64_t cols, const int32_t *acc, int64_t ldacc,
