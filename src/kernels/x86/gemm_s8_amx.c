@@ -46,37 +46,7 @@ static const alignas(64) uint8_t qmoe_tiles_16x64[64] = {
     16, 16, 16, 16, 16, 16, 16, 16,                         /* rows of tiles 0-7 */
 };
 
-static _Thread_local int tiles_ready;
-/* The configuration the thread had when qmoe configured its tiles (all zero: none), and the one
- * qmoe loaded last (the groups kernel's shapes differ from the 16 x 64 one). */
-static _Thread_local alignas(64) uint8_t caller_cfg[64];
-static _Thread_local alignas(64) uint8_t loaded_cfg[64];
-
-void qmoe_amx_tiles(const uint8_t *cfg)
-{
-    if (tiles_ready && !memcmp(loaded_cfg, cfg, 64)) return;
-    if (!tiles_ready) {
-        /* The first detection also asks the OS for the tile state (callers reach this table
-         * through detection anyway; this keeps a direct caller from faulting). */
-        (void)qmoe_cpu_features_get();
-        _tile_storeconfig(caller_cfg); /* 64 zero bytes when the tiles are not configured */
-    }
-    memcpy(loaded_cfg, cfg, 64);
-    _tile_loadconfig(loaded_cfg);
-    tiles_ready = 1;
-}
-
 static void tiles_config(void) { qmoe_amx_tiles(qmoe_tiles_16x64); }
-
-void qmoe_amx_release(void)
-{
-    if (!tiles_ready) return;
-    if (caller_cfg[0]) /* palette 0 is the unconfigured state */
-        _tile_loadconfig(caller_cfg);
-    else
-        _tile_release();
-    tiles_ready = 0;
-}
 
 /* The VNNI kernel in blocks of its own row count. */
 static void vnni_rows(int mr, int nu, int64_t kq, const int8_t *x, int64_t ldx, const uint8_t *wp,
