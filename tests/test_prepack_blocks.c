@@ -13,6 +13,7 @@
  * The scales are built here from integers, not by the library's factoring.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -134,26 +135,9 @@ static void check_same(qt_rng *r, const wcase *c, int kernel, int64_t slice, int
                   "expert %lld: unpacked scales differ from the ones given", (long long)e);
     }
     free(back);
-    for (int64_t M = 1; M <= 40; M += 13) {
-        int8_t *x = malloc((size_t)(M * c->K)), *q1 = malloc((size_t)(M * c->N)), *q2 = malloc((size_t)(M * c->N));
-        float *xs = malloc(sizeof(float) * (size_t)M), *s1 = malloc(sizeof(float) * (size_t)M),
-              *s2 = malloc(sizeof(float) * (size_t)M);
-        int64_t *gl = malloc(sizeof(int64_t) * (size_t)c->E);
-        for (int64_t i = 0; i < M * c->K; i++) x[i] = (int8_t)qt_range(r, -128, 127);
-        for (int64_t i = 0; i < M; i++) xs[i] = qt_uniform(r, 0.001f, 0.01f);
-        for (int64_t e = 0, at = 0; e < c->E; e++) gl[e] = at = e == c->E - 1 ? M : at + qt_range(r, 0, M - at);
-        for (int threads = 1; threads <= 3; threads += 2) {
-            memset(q1, 0x5A, (size_t)(M * c->N / 2));
-            memset(q2, 0x3C, (size_t)(M * c->N / 2));
-            qt_run_prepacked(plain, kernel, threads, M, c->K, c->N, c->E, x, xs, gl, q1, s1);
-            qt_run_prepacked(blk, kernel, threads, M, c->K, c->N, c->E, x, xs, gl, q2, s2);
-            CHECK_MSG(!memcmp(q1, q2, (size_t)(M * c->N / 2)) && !memcmp(s1, s2, sizeof(float) * (size_t)M),
-                      "%s %s G=%lld B=%lld M=%lld threads %d slice %lld: outputs differ",
-                      qmoe_kernel_name((qmoe_kernel)kernel), c->a8w4 ? "A8W4" : "A8W8", (long long)c->G,
-                      (long long)c->B, (long long)M, threads, (long long)slice);
-        }
-        free(x), free(q1), free(q2), free(xs), free(s1), free(s2), free(gl);
-    }
+    char what[160];
+    snprintf(what, sizeof what, "%s G=%lld B=%lld slice %lld", c->a8w4 ? "A8W4" : "A8W8", (long long)c->G, (long long)c->B, (long long)slice);
+    qt_check_same_outputs(r, plain, blk, kernel, c->K, c->N, c->E, what);
     qmoe_weights_destroy(plain);
     qmoe_weights_destroy(blk);
 }

@@ -11,6 +11,7 @@
  *     codebook (named by expert, k and column; in the first slice or a later one), a codebook
  *     with int4 weights, a codebook without 0.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -105,28 +106,9 @@ static void check_same(qt_rng *r, const wcase *c, int kernel, int64_t slice, int
                   "expert %lld: unpacked values differ from the ones given", (long long)e);
     }
     free(back);
-    for (int64_t M = 1; M <= 40; M += 13) {
-        int8_t *x = malloc((size_t)(M * c->K)), *q1 = malloc((size_t)(M * c->N)), *q2 = malloc((size_t)(M * c->N));
-        float *xs = malloc(sizeof(float) * (size_t)M), *s1 = malloc(sizeof(float) * (size_t)M),
-              *s2 = malloc(sizeof(float) * (size_t)M);
-        int64_t *gl = malloc(sizeof(int64_t) * (size_t)c->E);
-        for (int64_t i = 0; i < M * c->K; i++) x[i] = (int8_t)qt_range(r, -128, 127);
-        for (int64_t i = 0; i < M; i++) xs[i] = qt_uniform(r, 0.001f, 0.01f);
-        /* every row on one expert first (a block of M rows), then spread */
-        for (int64_t e = 0, at = 0; e < c->E; e++)
-            gl[e] = at = M == 1 || e == c->E - 1 ? M : at + qt_range(r, 0, M - at);
-        for (int threads = 1; threads <= 3; threads += 2) {
-            memset(q1, 0x5A, (size_t)(M * c->N / 2));
-            memset(q2, 0x3C, (size_t)(M * c->N / 2));
-            qt_run_prepacked(plain, kernel, threads, M, c->K, c->N, c->E, x, xs, gl, q1, s1);
-            qt_run_prepacked(codes, kernel, threads, M, c->K, c->N, c->E, x, xs, gl, q2, s2);
-            CHECK_MSG(!memcmp(q1, q2, (size_t)(M * c->N / 2)) && !memcmp(s1, s2, sizeof(float) * (size_t)M),
-                      "%s K=%lld N=%lld G=%lld M=%lld threads %d slice %lld: outputs differ",
-                      qmoe_kernel_name((qmoe_kernel)kernel), (long long)c->K, (long long)c->N,
-                      (long long)c->G, (long long)M, threads, (long long)slice);
-        }
-        free(x), free(q1), free(q2), free(xs), free(s1), free(s2), free(gl);
-    }
+    char what[160];
+    snprintf(what, sizeof what, "K=%lld N=%lld G=%lld slice %lld", (long long)c->K, (long long)c->N, (long long)c->G, (long long)slice);
+    qt_check_same_outputs(r, plain, codes, kernel, c->K, c->N, c->E, what);
     qmoe_weights_destroy(plain);
     qmoe_weights_destroy(codes);
 }

@@ -1,6 +1,7 @@
 #include "support/prepacked.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "support/testlib.h"
 
@@ -40,4 +41,29 @@ void qt_run_prepacked(qmoe_weights *pw, int kernel, int threads, int64_t M, int6
     qmoe_tensor_destroy(tgl);
     qmoe_tensor_destroy(to);
     qmoe_tensor_destroy(tos);
+}
+
+void qt_check_same_outputs(qt_rng *r, qmoe_weights *a, qmoe_weights *b, int kernel, int64_t K,
+                           int64_t N, int64_t E, const char *what)
+{
+    for (int64_t M = 1; M <= 40; M += 13) {
+        int8_t *x = malloc((size_t)(M * K)), *q1 = malloc((size_t)(M * N)), *q2 = malloc((size_t)(M * N));
+        float *xs = malloc(sizeof(float) * (size_t)M), *s1 = malloc(sizeof(float) * (size_t)M),
+              *s2 = malloc(sizeof(float) * (size_t)M);
+        int64_t *gl = malloc(sizeof(int64_t) * (size_t)E);
+        for (int64_t i = 0; i < M * K; i++) x[i] = (int8_t)qt_range(r, -128, 127);
+        for (int64_t i = 0; i < M; i++) xs[i] = qt_uniform(r, 0.001f, 0.01f);
+        for (int64_t e = 0, at = 0; e < E; e++)
+            gl[e] = at = M == 1 || e == E - 1 ? M : at + qt_range(r, 0, M - at);
+        for (int threads = 1; threads <= 3; threads += 2) {
+            memset(q1, 0x5A, (size_t)(M * N / 2));
+            memset(q2, 0x3C, (size_t)(M * N / 2));
+            qt_run_prepacked(a, kernel, threads, M, K, N, E, x, xs, gl, q1, s1);
+            qt_run_prepacked(b, kernel, threads, M, K, N, E, x, xs, gl, q2, s2);
+            CHECK_MSG(!memcmp(q1, q2, (size_t)(M * N / 2)) && !memcmp(s1, s2, sizeof(float) * (size_t)M),
+                      "%s %s M=%lld threads %d: outputs differ", qmoe_kernel_name((qmoe_kernel)kernel),
+                      what, (long long)M, threads);
+        }
+        free(x), free(q1), free(q2), free(xs), free(s1), free(s2), free(gl);
+    }
 }
