@@ -373,24 +373,52 @@ typedef struct min_rows {
     int64_t *count; /* [E]: 2 n_e */
 } min_rows;
 
-static void min_sums(const int8_t *xq, const float *xs, const qg_acts *a, int64_t E, int64_t K,
-                     const min_rows *m)
+/* The min term's row work, shared by rows over ggml's threads (each row's values are computed
+ * by one thread in one order: the same bits for any thread count). The sorted rows [r0, r1) of a
+ * share are found expert by expert: matrix e holds rows [start_e, start_e + n_e). */
+typedef struct min_job {
+    const int8_t *xq;
+    const float *xs;
+    const qg_acts *a;
+    int64_t E, K;
+    const min_rows *m;
+    float *y;        /* the main matmul's outputs, [R, ld] */
+    const float *ym; /* the min term's, [2 R, Np]: lo then hi rows of each matrix */
+    int64_t ld, Np, N;
+} min_job;
+
+static void min_sums_share(void *arg, int t, int n)
 {
-    const int64_t J = K / 32;
-    for (int64_t e = 0; e < E; e++) {
-        const int64_t s = a->start[e], n = a->counts[e];
-        m->count[e] = 2 * n;
-        for (int64_t i = 0; i < n; i++) {
-            const int8_t *x = xq + (size_t)(s + i) * (size_t)K;
-            const size_t lo = (size_t)(2 * s + i), hi = lo + (size_t)n;
-            int8_t *l = m->x + lo * (size_t)(2 * J), *h = m->x + hi * (size_t)(2 * J);
-            m->xs[lo] = m->xs[hi] = xs[s + i];
-            for (int64_t j = 0; j < J; j++) {
+    const min_job *j = arg;
+    const int64_t R = j->a->R, r0 = R * t / n, r1 = R * (t + 1) / n, J = j->K / 32;
+    for (int64_t e = 0; e < j->E; e++) {
+        const int64_t s = j->a->start[e], c = j->a->counts[e];
+        for (int64_t i = (r0 > s ? r0 - s : 0); i < c && s + i < r1; i++) {
+            const int8_t *x = j->xq + (size_t)(s + i) * (size_t)j->K;
+            const size_t lo = (size_t)(2 * s + i), hi = lo + (size_t)c;
+            int8_t *l = j->m->x + lo * (size_t)(2 * J), *h = j->m->x + hi * (size_t)(2 * J);
+            j->m->xs[lo] = j->m->xs[hi] = j->xs[s + i];
+            for (int64_t g = 0; g < J; g++) {
                 int32_t sum = 0;
-                for (int k = 0; k < 32; k++) sum += x[j * 32 + k];
-                l[j] = l[J + j] = (int8_t)(sum & 63);
-                h[j] = h[J + j] = (int8_t)((sum - (sum & 63)) / 64); /* in [-64, 63] */
+                for (int k = 0; k < 32; k++) sum += x[g * 32 + k];
+                l[g] = l[J + g] = (int8_t)(sum & 63);
+                h[g] = h[J + g] = (int8_t)((sum - (sum & 63)) / 64); /* in [-64, 63] */
             }
+        }
+    }
+}
+
+static void min_add_share(void *arg, int t, int n)
+{
+    const min_job *j = arg;
+    const int64_t R = j->a->R, r0 = R * t / n, r1 = R * (t + 1) / n;
+    for (int64_t e = 0; e < j->E; e++) {
+        const int64_t s = j->a->start[e], c = j->a->counts[e];
+        for (int64_t i = (r0 > s ? r0 - s : 0); i < c && s + i < r1; i++) {
+            const size_t lo = (size_t)(2 * s + i), hi = lo + (size_t)c;
+            float *y = j->y + (size_t)(s + i) * (size_t)j->ld;
+            const float *a = j->ym + lo * (size_t)j->Np, *b = j->ym + hi * (size_t)j->Np;
+            for (int64_t k = 0; k < j->N; k++) y[k] += a[k] + 64.0f * b[k];
         }
     }
 }
@@ -557,7 +585,11 @@ static int weight_run(qg_context *ctx, qg_weight *w, const qg_acts *a, const int
     }
     if (qmoe_stream_synchronize(ctx->stream)) return 0;
     if (!mins) return 1;
-    min_sums(xq, xs, a, w->E, K, &mr);
+    for (int64_t e = 0; e < w->E; e++) mr.count[e] = 2 * counts[e];
+    min_job mj = {xq, xs, a, w->E, K, &mr, y, ym, ld, Np, N};
+    const size_t fN = (size_t)N;
+    if (fR * fK < QG_PARALLEL_COPY_BYTES) min_sums_share(&mj, 0, 1);
+    else qg_parallel(ctx, min_sums_share, &mj);
     k = 0;
     for (int i = 0; i < w->nchunks; i++) {
         qg_chunk *c = &w->chunks[i];
@@ -571,13 +603,8 @@ static int weight_run(qg_context *ctx, qg_weight *w, const qg_acts *a, const int
         }
     }
     if (qmoe_stream_synchronize(ctx->stream)) return 0;
-    for (int64_t e = 0; e < w->E; e++)
-        for (int64_t i = 0; i < counts[e]; i++) {
-            const size_t r = (size_t)(start[e] + i), lo = (size_t)(2 * start[e] + i),
-                         hi = lo + (size_t)counts[e];
-            for (size_t n = 0; n < (size_t)N; n++)
-                y[r * (size_t)ld + n] += ym[lo * (size_t)Np + n] + 64.0f * ym[hi * (size_t)Np + n];
-        }
+    if (fR * fN * sizeof(float) < QG_PARALLEL_COPY_BYTES) min_add_share(&mj, 0, 1);
+    else qg_parallel(ctx, min_add_share, &mj);
     return 1;
 }
 

@@ -93,12 +93,15 @@ static void test_decode(enum ggml_type type)
         qg_decode_row(type, row, K, q, s, side);
         tr->to_float(row, ref, K);
         int same = 1, in = 1;
+        const int8_t *cb = qg_codebook(type);
         for (int k = 0; k < K; k++) {
             same &= (float)decoded(f, q, s, side, k) == ref[k];
-            in &= f->int4 ? q[k] >= -8 && q[k] <= 7 : 1;
+            int coded = !cb;
+            for (int c = 0; cb && c < 16; c++) coded |= cb[c] == q[k];
+            in &= (f->int4 ? q[k] >= -8 && q[k] <= 7 : 1) && coded;
         }
         CHECK_MSG(same, "%s: decoded value differs from ggml's dequantization", ggml_type_name(type));
-        CHECK_MSG(in, "%s: an integer outside int4", ggml_type_name(type));
+        CHECK_MSG(in, "%s: an integer outside int4 or outside its codebook", ggml_type_name(type));
         qg_encode_row(type, q, side, K, back);
         uint8_t bits[K / 8] = {0};
         int64_t nz = qg_row_negative_zeros(type, row, K, bits), eights = 0;
@@ -1125,6 +1128,8 @@ int main(int argc, char **argv)
         int64_t k = qg_format_of(type)->blk == 256 ? 256 : 32; /* K in whole blocks */
         run_case(be, buft, GGML_OP_MUL_MAT_ID, type, f32, 4 * k, 64, 8, 2, 13, 2, 0); /* routed rows */
         run_case(be, buft, GGML_OP_MUL_MAT_ID, type, f32, 3 * k, 5, 4, 1, 7, 3, 0);   /* odd N, broadcast b */
+        /* 400 routed rows: the K-quants' min term shares its row work over the threads */
+        run_case(be, buft, GGML_OP_MUL_MAT_ID, type, f32, 4 * k, 320, 8, 1, 100, 4, 0);
         run_case(be, buft, GGML_OP_MUL_MAT, type, f32, 2 * k, 3, 1100, 2, 0, 0, 0);   /* > 1024 matrices */
         run_case(be, buft, GGML_OP_MUL_MAT, type, GGML_TYPE_F16, 2 * k, 8, 3, 4, 0, 0, 0); /* f16 b */
         run_case(be, buft, GGML_OP_MUL_MAT_ID, type, GGML_TYPE_BF16, 2 * k, 8, 4, 2, 5, 2, 0); /* bf16 */
