@@ -1,6 +1,6 @@
-/* The kernel qmoe runs here, and what the backend takes because of it (dense weights). Its own
- * file: backend.c names the kernel, matmul.c asks whether dense weights are taken, and neither
- * calls the other for it. */
+/* The kernel qmoe runs here, and what the backend does because of it (dense weights, codes).
+ * Its own file: backend.c names the kernel, matmul.c asks whether dense weights are taken,
+ * weights.c whether codes are kept, and none calls another for it. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -49,6 +49,18 @@ static int dense_kernel(qmoe_kernel k)
      * projections at DRAM speed) on AVX-512 VNNI; AMX runs prefill faster still. Not on AVX2 /
      * AVX-VNNI / NEON, whose kernels are about even with ggml's at prefill (docs/ggml.md) */
     return k == QMOE_KERNEL_AVX512_VNNI || k == QMOE_KERNEL_AMX_INT8;
+}
+
+int qg_take_codes(void)
+{
+    /* kernels that read 4-bit codes in place (gmm_fast.h gemm_c4, gemm_groups): the others
+     * expand a panel per call, which at one row a matrix ran mxfp4 8x slower than its int8
+     * weights (AVX2 before its gemm_c4, docs/ggml.md); there the integers stay int8 */
+    const char *v = getenv("QMOE_GGML_CODES"); /* asked while weights are converted */
+    if (v && !strcmp(v, "0")) return 0;
+    if (v && !strcmp(v, "1")) return 1;
+    qmoe_kernel k = qg_kernel();
+    return k == QMOE_KERNEL_AVX512_VNNI || k == QMOE_KERNEL_AMX_INT8 || k == QMOE_KERNEL_AVX2;
 }
 
 int qg_take_dense(void)

@@ -333,6 +333,9 @@ int qg_take_dense(void);
 /* The kernel qmoe runs int8 grouped matmuls with on this CPU (QMOE_KERNEL_AUTO if it cannot
  * tell), found once without starting any thread (kernel.c). */
 qmoe_kernel qg_kernel(void);
+/* 1: weights whose integers are a format's codes (qg_codebook) are kept as the codes, where
+ * qmoe's kernel reads them in place; 0: as int8. */
+int qg_take_codes(void);
 /* 1 when the backend computes this node (MUL_MAT / MUL_MAT_ID of a taken weight type). */
 int qg_supports_matmul(const struct ggml_tensor *op);
 /* Runs one MUL_MAT or MUL_MAT_ID node, writing MUL node mul (qg_mul_after) instead of node's own

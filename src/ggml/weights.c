@@ -227,7 +227,8 @@ static qmoe_status build_parts(qg_weight *const *ws, qg_chunk *const *cs, int np
     }
     qmoe_weights_options wo = QMOE_WEIGHTS_OPTIONS_INIT, mo = QMOE_WEIGHTS_OPTIONS_INIT;
     wo.experts = mo.experts = c->ne;
-    wo.codebook = qg_codebook(w->type); /* mxfp4: its codes, 4 bits a value (the file's own) */
+    /* mxfp4: its codes, 4 bits a value (the file's own), where the kernel reads them in place */
+    wo.codebook = qg_take_codes() ? qg_codebook(w->type) : NULL;
     /* The K-quants' group scales are d * sc (an fp16 times a 6- or 8-bit integer, exact in
      * float32): kept as one base per super-block and int8 multipliers, 1 byte a group instead of
      * 4, the same values. They always factor; if qmoe refused, the weight is converted again with

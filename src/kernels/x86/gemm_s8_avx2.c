@@ -48,15 +48,17 @@ static inline __attribute__((always_inline)) void flush(int mr, int h, const __m
 }
 
 /* w4: 0 int8 bytes (split into nibbles), 1 bytes <= 15 (64-byte steps), 2 prepacked int4 steps
- * (32 bytes, byte i holding bytes i and 32 + i of the 64-byte step in its low and high nibble).
+ * (32 bytes, byte i holding bytes i and 32 + i of the 64-byte step in its low and high nibble),
+ * 3 int8 bytes read in place (prefetched), 4 prepacked codes (int4's steps, each nibble n
+ * standing for byte tbl[n]: looked up with vpshufb, then split as int8 bytes).
  */
 static inline __attribute__((always_inline)) void tile(int w4, int mr, int64_t kq, const int8_t *x,
                                                        int64_t ldx, const uint8_t *wp,
-                                                       int64_t wstep, int32_t *acc, int64_t ldacc,
-                                                       int accumulate)
+                                                       int64_t wstep, const uint8_t *tbl,
+                                                       int32_t *acc, int64_t ldacc, int accumulate)
 {
     const __m256i nib = _mm256_set1_epi8(0x0F);
-    if (w4 == 0 || w4 == 3) {
+    if (w4 == 0 || w4 == 3 || w4 == 4) {
         /* int8: the split's two products widened every step (int16 sums of lo and hi for 4 rows
          * and both halves would not fit the registers; two rows at a time measured slower) */
         const __m256i one = _mm256_set1_epi16(1), sixteen = _mm256_set1_epi16(16);
@@ -65,13 +67,24 @@ static inline __attribute__((always_inline)) void tile(int w4, int mr, int64_t k
             for (int h = 0; h < 2; h++)
                 c[r][h] = accumulate ? _mm256_loadu_si256((const __m256i *)(const void *)(acc + r * ldacc + 8 * h))
                                      : _mm256_setzero_si256();
+        /* the 16-byte table in both 128-bit lanes (vpshufb looks up within a lane) */
+        const __m256i tb =
+            w4 == 4 ? _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)tbl))
+                    : _mm256_setzero_si256();
         for (int64_t q = 0; q < kq; q++, wp += wstep) {
-            if (w4 == 3) _mm_prefetch((const char *)wp + PREFETCH, _MM_HINT_T0);
-            __m256i wl[2], wu[2];
+            if (w4 >= 3) _mm_prefetch((const char *)wp + PREFETCH, _MM_HINT_T0);
+            __m256i wl[2], wu[2], by[2];
+            if (w4 == 4) {
+                __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)wp);
+                by[0] = _mm256_shuffle_epi8(tb, _mm256_and_si256(v, nib));
+                by[1] = _mm256_shuffle_epi8(tb, _mm256_and_si256(_mm256_srli_epi16(v, 4), nib));
+            } else {
+                by[0] = _mm256_loadu_si256((const __m256i *)(const void *)wp);
+                by[1] = _mm256_loadu_si256((const __m256i *)(const void *)(wp + 32));
+            }
             for (int h = 0; h < 2; h++) {
-                __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(wp + 32 * h));
-                wl[h] = _mm256_and_si256(v, nib);
-                wu[h] = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
+                wl[h] = _mm256_and_si256(by[h], nib);
+                wu[h] = _mm256_and_si256(_mm256_srli_epi16(by[h], 4), nib);
             }
             for (int r = 0; r < mr; r++) {
                 __m256i b = bcast_x(x + r * ldx + 4 * q);
@@ -123,26 +136,29 @@ static inline __attribute__((always_inline)) void tile(int w4, int mr, int64_t k
 
 #define TILE_FN(W, R)                                                                            \
     static void tile_##W##_##R(int64_t kq, const int8_t *x, int64_t ldx, const uint8_t *wp,     \
-                               int64_t wstep, int32_t *acc, int64_t ldacc, int accumulate)       \
+                               int64_t wstep, const uint8_t *tbl, int32_t *acc, int64_t ldacc,   \
+                               int accumulate)                                                   \
     {                                                                                            \
-        tile(W, R, kq, x, ldx, wp, wstep, acc, ldacc, accumulate);                               \
+        tile(W, R, kq, x, ldx, wp, wstep, tbl, acc, ldacc, accumulate);                          \
     }
 #define TILE_FNS(W) TILE_FN(W, 1) TILE_FN(W, 2) TILE_FN(W, 3) TILE_FN(W, 4)
-TILE_FNS(0) TILE_FNS(1) TILE_FNS(2) TILE_FNS(3)
+TILE_FNS(0) TILE_FNS(1) TILE_FNS(2) TILE_FNS(3) TILE_FNS(4)
 
-typedef void (*tile_fn)(int64_t, const int8_t *, int64_t, const uint8_t *, int64_t, int32_t *,
-                        int64_t, int);
-static const tile_fn tiles[4][MR] = {{tile_0_1, tile_0_2, tile_0_3, tile_0_4},
+typedef void (*tile_fn)(int64_t, const int8_t *, int64_t, const uint8_t *, int64_t,
+                        const uint8_t *, int32_t *, int64_t, int);
+static const tile_fn tiles[5][MR] = {{tile_0_1, tile_0_2, tile_0_3, tile_0_4},
                                      {tile_1_1, tile_1_2, tile_1_3, tile_1_4},
                                      {tile_2_1, tile_2_2, tile_2_3, tile_2_4},
-                                     {tile_3_1, tile_3_2, tile_3_3, tile_3_4}};
+                                     {tile_3_1, tile_3_2, tile_3_3, tile_3_4},
+                                     {tile_4_1, tile_4_2, tile_4_3, tile_4_4}};
 
 static inline void run(int w4, int mr, int nu, int64_t kq, const int8_t *x, int64_t ldx,
-                       const uint8_t *wp, int64_t wstep, int32_t *acc, int64_t ldacc, int accumulate)
+                       const uint8_t *wp, int64_t wstep, const uint8_t *tbl, int32_t *acc,
+                       int64_t ldacc, int accumulate)
 {
-    int64_t ustep = w4 == 2 ? QMOE_PK_STEP / 2 : QMOE_PK_STEP;
+    int64_t ustep = w4 == 2 || w4 == 4 ? QMOE_PK_STEP / 2 : QMOE_PK_STEP;
     for (int u = 0; u < nu; u++)
-        tiles[w4][mr - 1](kq, x, ldx, wp + u * ustep, wstep, acc + u * QMOE_PK_UNIT, ldacc,
+        tiles[w4][mr - 1](kq, x, ldx, wp + u * ustep, wstep, tbl, acc + u * QMOE_PK_UNIT, ldacc,
                           accumulate);
 }
 
@@ -157,31 +173,51 @@ static void expand_i4_avx2(const uint8_t *src, int64_t steps, uint8_t *dst)
     }
 }
 
+/* Prepacked codes -> the 64-byte steps gemm reads (gmm_fast.h, expand_c4): nibbles looked up. */
+static void expand_c4_avx2(const uint8_t *src, int64_t steps, uint8_t *dst, const uint8_t *tbl)
+{
+    const __m256i nib = _mm256_set1_epi8(0x0F),
+                  tb = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)tbl));
+    for (int64_t q = 0; q < steps; q++, src += 32, dst += QMOE_PK_STEP) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)src);
+        _mm256_storeu_si256((__m256i *)(void *)dst, _mm256_shuffle_epi8(tb, _mm256_and_si256(v, nib)));
+        _mm256_storeu_si256((__m256i *)(void *)(dst + 32),
+                            _mm256_shuffle_epi8(tb, _mm256_and_si256(_mm256_srli_epi16(v, 4), nib)));
+    }
+}
+
 static void gemm_avx2(int mr, int nu, int64_t kq, const int8_t *x, int64_t ldx, const uint8_t *wp,
                       int64_t wstep, int32_t *acc, int64_t ldacc, int accumulate)
 {
-    run(0, mr, nu, kq, x, ldx, wp, wstep, acc, ldacc, accumulate);
+    run(0, mr, nu, kq, x, ldx, wp, wstep, NULL, acc, ldacc, accumulate);
 }
 
 static void gemm_pf_avx2(int mr, int nu, int64_t kq, const int8_t *x, int64_t ldx,
                          const uint8_t *wp, int64_t wstep, int32_t *acc, int64_t ldacc,
                          int accumulate)
 {
-    run(3, mr, nu, kq, x, ldx, wp, wstep, acc, ldacc, accumulate);
+    run(3, mr, nu, kq, x, ldx, wp, wstep, NULL, acc, ldacc, accumulate);
 }
 
 static void gemm_u4_avx2(int mr, int nu, int64_t kq, const int8_t *x, int64_t ldx,
                          const uint8_t *wp, int64_t wstep, int32_t *acc, int64_t ldacc,
                          int accumulate)
 {
-    run(1, mr, nu, kq, x, ldx, wp, wstep, acc, ldacc, accumulate);
+    run(1, mr, nu, kq, x, ldx, wp, wstep, NULL, acc, ldacc, accumulate);
 }
 
 static void gemm_i4_avx2(int mr, int nu, int64_t kq, const int8_t *x, int64_t ldx,
                          const uint8_t *wp, int64_t wstep, int32_t *acc, int64_t ldacc,
                          int accumulate)
 {
-    run(2, mr, nu, kq, x, ldx, wp, wstep, acc, ldacc, accumulate);
+    run(2, mr, nu, kq, x, ldx, wp, wstep, NULL, acc, ldacc, accumulate);
+}
+
+static void gemm_c4_avx2(int mr, int nu, int64_t kq, const int8_t *x, int64_t ldx,
+                         const uint8_t *wp, int64_t wstep, const uint8_t *tbl, int32_t *acc,
+                         int64_t ldacc, int accumulate)
+{
+    run(4, mr, nu, kq, x, ldx, wp, wstep, tbl, acc, ldacc, accumulate);
 }
 
 const qmoe_gemm_isa qmoe_isa_avx2 = {
@@ -193,7 +229,9 @@ const qmoe_gemm_isa qmoe_isa_avx2 = {
     .gemm_u4 = gemm_u4_avx2,
     .gemm_pf = gemm_pf_avx2,
     .gemm_i4 = gemm_i4_avx2,
+    .gemm_c4 = gemm_c4_avx2,
     .expand_i4 = expand_i4_avx2,
+    .expand_c4 = expand_c4_avx2,
     .rearrange = qmoe_rearrange_portable,
     .fold = qmoe_fold_avx2,
     .half_to_f32 = qmoe_half_to_f32_avx2,
