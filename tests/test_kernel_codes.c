@@ -1,8 +1,9 @@
-/* Every kernel this CPU runs that reads 4-bit codes (gmm_fast.h gemm_c4, expand_c4): expand_c4
- * equals this test's own lookup (byte tbl[n] for each nibble n: the low nibbles of a record are
- * the step's bytes 0-31, the high ones 32-63), and gemm_c4 equals the same kernel's gemm on those
- * looked-up steps, for every row count and unit count the kernel takes, several step counts,
- * gaps between steps, and accumulate on and off. */
+/* Every kernel this CPU runs that reads 4-bit records (gmm_fast.h gemm_c4, expand_c4,
+ * expand_i4): expand_c4 equals this test's own lookup (byte tbl[n] for each nibble n: the low
+ * nibbles of a record are the step's bytes 0-31, the high ones 32-63), expand_i4 the nibbles
+ * themselves, and gemm_c4 equals the same kernel's gemm on the looked-up steps, for every row
+ * count and unit count the kernel takes, several step counts, gaps between steps, and
+ * accumulate on and off. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,6 +32,13 @@ static void check_kernel(const qmoe_gemm_isa *isa)
         for (int i = 0; i < 16; i++) tbl[i] = (uint8_t)qt_range(&rng, 0, 255);
         for (size_t i = 0; i < sizeof codes; i++) codes[i] = (uint8_t)qt_range(&rng, 0, 255);
         for (size_t i = 0; i < sizeof x; i++) x[i] = (int8_t)qt_range(&rng, -128, 127);
+        if (isa->expand_i4) {
+            uint8_t ident[16], got[KQ_MAX * 64 * 2];
+            for (int i = 0; i < 16; i++) ident[i] = (uint8_t)i;
+            lookup(codes, 2 * KQ_MAX, bytes, ident);
+            isa->expand_i4(codes, 2 * KQ_MAX, got);
+            CHECK_MSG(!memcmp(got, bytes, sizeof got), "%s: expand_i4 differs from the nibbles", isa->name);
+        }
         if (isa->expand_c4) {
             uint8_t got[KQ_MAX * 64 * 2];
             lookup(codes, 2 * KQ_MAX, bytes, tbl);
@@ -70,10 +78,10 @@ int main(void)
     int tested = 0;
     for (int id = QMOE_KERNEL_PORTABLE; id <= QMOE_KERNEL_NEON_I8MM; id++) {
         const qmoe_gemm_isa *isa = qmoe_cpu_runs_kernel(id) ? qmoe_gemm_isa_for(id) : NULL;
-        if (!isa || (!isa->gemm_c4 && !isa->expand_c4)) continue;
+        if (!isa || (!isa->gemm_c4 && !isa->expand_c4 && !isa->expand_i4)) continue;
         check_kernel(isa);
         tested++;
     }
-    if (!tested) return qt_skip("kernel_codes", "no kernel this CPU runs reads codes");
+    if (!tested) return qt_skip("kernel_codes", "no kernel this CPU runs reads 4-bit records");
     return qt_finish("kernel_codes");
 }

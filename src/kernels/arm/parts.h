@@ -11,6 +11,10 @@
 void qmoe_rearrange_neon(const uint8_t *const *src, const int64_t *stride, int64_t rows, int nub,
                          int int4, uint8_t *dst, int64_t wstep);
 
+/* expand_neon.c (base NEON; both tables): gmm_fast.h's expand_i4 and expand_c4 */
+void qmoe_expand_i4_neon(const uint8_t *src, int64_t steps, uint8_t *dst);
+void qmoe_expand_c4_neon(const uint8_t *src, int64_t steps, uint8_t *dst, const uint8_t *tbl);
+
 /* convert_neon.c (base NEON; both tables): gmm_fast.h's half_to_f32 */
 void qmoe_half_to_f32_neon(float *d, const uint16_t *s, int bf16, int64_t n);
 
