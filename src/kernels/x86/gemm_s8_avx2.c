@@ -163,7 +163,7 @@ static inline void run(int w4, int mr, int nu, int64_t kq, const int8_t *x, int6
 }
 
 /* Prepacked int4 steps -> the 64-byte steps gemm reads (gmm_fast.h, expand_i4). */
-static void expand_i4_avx2(const uint8_t *src, int64_t steps, uint8_t *dst)
+void qmoe_expand_i4_avx2(const uint8_t *src, int64_t steps, uint8_t *dst)
 {
     const __m256i nib = _mm256_set1_epi8(0x0F);
     for (int64_t q = 0; q < steps; q++, src += 32, dst += QMOE_PK_STEP) {
@@ -174,7 +174,7 @@ static void expand_i4_avx2(const uint8_t *src, int64_t steps, uint8_t *dst)
 }
 
 /* Prepacked codes -> the 64-byte steps gemm reads (gmm_fast.h, expand_c4): nibbles looked up. */
-static void expand_c4_avx2(const uint8_t *src, int64_t steps, uint8_t *dst, const uint8_t *tbl)
+void qmoe_expand_c4_avx2(const uint8_t *src, int64_t steps, uint8_t *dst, const uint8_t *tbl)
 {
     const __m256i nib = _mm256_set1_epi8(0x0F),
                   tb = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)tbl));
@@ -230,8 +230,8 @@ const qmoe_gemm_isa qmoe_isa_avx2 = {
     .gemm_pf = gemm_pf_avx2,
     .gemm_i4 = gemm_i4_avx2,
     .gemm_c4 = gemm_c4_avx2,
-    .expand_i4 = expand_i4_avx2,
-    .expand_c4 = expand_c4_avx2,
+    .expand_i4 = qmoe_expand_i4_avx2,
+    .expand_c4 = qmoe_expand_c4_avx2,
     .rearrange = qmoe_rearrange_portable,
     .fold = qmoe_fold_avx2,
     .half_to_f32 = qmoe_half_to_f32_avx2,

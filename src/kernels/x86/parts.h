@@ -66,6 +66,10 @@ void qmoe_widen_s8_avx512(float *d, const int8_t *q, const float *base, int64_t 
 /* convert_avx2.c: the same with 256-bit F16C (also used by the AVX-VNNI table) */
 void qmoe_half_to_f32_avx2(float *d, const uint16_t *s, int bf16, int64_t n);
 
+/* gemm_s8_avx2.c: gmm_fast.h's expand_i4 / expand_c4 (also used by the AVX-VNNI table) */
+void qmoe_expand_i4_avx2(const uint8_t *src, int64_t steps, uint8_t *dst);
+void qmoe_expand_c4_avx2(const uint8_t *src, int64_t steps, uint8_t *dst, const uint8_t *tbl);
+
 /* epilogue_avx2.c (also used by the AVX-VNNI table) */
 void qmoe_fold_avx2(int64_t rows, int64_t cols, const int32_t *acc, int64_t ldacc,
                     const int32_t *xoff, int64_t xoff_stride, const float *xs, const float *ws,
