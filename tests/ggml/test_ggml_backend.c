@@ -1128,8 +1128,9 @@ int main(int argc, char **argv)
         int64_t k = qg_format_of(type)->blk == 256 ? 256 : 32; /* K in whole blocks */
         run_case(be, buft, GGML_OP_MUL_MAT_ID, type, f32, 4 * k, 64, 8, 2, 13, 2, 0); /* routed rows */
         run_case(be, buft, GGML_OP_MUL_MAT_ID, type, f32, 3 * k, 5, 4, 1, 7, 3, 0);   /* odd N, broadcast b */
-        /* 400 routed rows: the K-quants' min term shares its row work over the threads */
-        run_case(be, buft, GGML_OP_MUL_MAT_ID, type, f32, 4 * k, 320, 8, 1, 100, 4, 0);
+        /* 256 routed rows of K 1024, N 256: the K-quants' min term shares its row work (sums,
+         * then adds) over the threads from 256 KB of each */
+        if (qg_format_of(type)->c) run_case(be, buft, GGML_OP_MUL_MAT_ID, type, f32, 4 * k, 256, 8, 1, 64, 4, 0);
         run_case(be, buft, GGML_OP_MUL_MAT, type, f32, 2 * k, 3, 1100, 2, 0, 0, 0);   /* > 1024 matrices */
         run_case(be, buft, GGML_OP_MUL_MAT, type, GGML_TYPE_F16, 2 * k, 8, 3, 4, 0, 0, 0); /* f16 b */
         run_case(be, buft, GGML_OP_MUL_MAT_ID, type, GGML_TYPE_BF16, 2 * k, 8, 4, 2, 5, 2, 0); /* bf16 */
