@@ -14,14 +14,16 @@ static const int8_t kvalues_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3,
 
 const int8_t *qg_codebook(enum ggml_type type) { return type == GGML_TYPE_MXFP4 ? kvalues_mxfp4 : NULL; }
 
-/* type, values and bytes per block, qmoe group size, int4, side bytes per block, offset c, scaled */
+/* type, values and bytes per block, qmoe group size, int4, side bytes per block, offset c, min
+ * term, scaled. q5_K's unsigned 0..31 fit int8 as they are (c 0), so its min term needs no c·s_j
+ * part; q4_K's go to int4 less 8. */
 static const qg_format formats[] = {
-    {GGML_TYPE_Q8_0, 32, 34, 32, 0, 2, 0, 1},
-    {GGML_TYPE_Q4_0, 32, 18, 32, 1, 2, 0, 1},
-    {GGML_TYPE_MXFP4, 32, 17, 32, 0, 1, 0, 1},
-    {GGML_TYPE_Q6_K, 256, 210, 16, 0, 18, 0, 0},
-    {GGML_TYPE_Q4_K, 256, 144, 32, 1, 16, 8, 0},
-    {GGML_TYPE_Q5_K, 256, 176, 32, 0, 16, 16, 0},
+    {GGML_TYPE_Q8_0, 32, 34, 32, 0, 2, 0, 0, 1},
+    {GGML_TYPE_Q4_0, 32, 18, 32, 1, 2, 0, 0, 1},
+    {GGML_TYPE_MXFP4, 32, 17, 32, 0, 1, 0, 0, 1},
+    {GGML_TYPE_Q6_K, 256, 210, 16, 0, 18, 0, 0, 0},
+    {GGML_TYPE_Q4_K, 256, 144, 32, 1, 16, 8, 1, 0},
+    {GGML_TYPE_Q5_K, 256, 176, 32, 0, 16, 0, 1, 0},
 };
 
 const qg_format *qg_format_of(enum ggml_type type)

@@ -221,7 +221,7 @@ static qmoe_op *fused_plan(qg_chunk *c, int64_t K, int64_t Rc, int threads)
 int64_t qg_weight_fusable(const qg_weight *w)
 {
     const qg_chunk *c = w->nchunks == 1 ? &w->chunks[0] : NULL;
-    if (!c || c->col || w->fmt->c || qg_chunk_cols(c) % 2 || (w->fmt->int4 && !w->assist)) return 0;
+    if (!c || c->col || w->fmt->mins || qg_chunk_cols(c) % 2 || (w->fmt->int4 && !w->assist)) return 0;
     if (w->mate) return w->mate->chunks[0].col == c->nc ? c->nc : 0; /* a paired gate */
     return c->pad ? 0 : c->nc / 2; /* one gate | up tensor */
 }
@@ -361,14 +361,15 @@ int qg_bytes3(int64_t a, int64_t b, size_t c, size_t *out)
  * sub-block j = k / 32 of super-block b = k / 256, and the main matmul computed the first part.
  * The second, for row r: xs[r] * sum_j xsum_j (c d_b sc_j - dmin_b m_j), xsum_j the sum of the
  * row's int8 values over sub-block j (the int8 activations the matmul used, so the weights stay
- * exact). That is a grouped matmul of the sums [xsum | xsum] by the chunk's min object (rows
- * sc_j then m_j, groups of 8 with scales c d_b and -dmin_b); the sums (|.| <= 4096) are not int8,
- * so each row is given twice, its low 6 bits and the rest (xsum = lo + 64 hi, exactly), both in
- * one run: matrix e's rows [start_e, start_e + n_e) become rows 2 start_e + i (lo) and
- * 2 start_e + n_e + i (hi), so its min weights stream once for both (a row's result does not
- * depend on the rows beside it). */
+ * exact). That is a grouped matmul of the sums by the chunk's min object (groups of 8): for c > 0
+ * (q4_K) the sums twice, [xsum | xsum], against rows sc_j (scales c d_b) then m_j (-dmin_b); for
+ * c 0 (q5_K, whose integers are q itself) [xsum] against the m_j alone. The sums (|.| <= 4096)
+ * are not int8, so each row is given twice, its low 6 bits and the rest (xsum = lo + 64 hi,
+ * exactly), both in one run: matrix e's rows [start_e, start_e + n_e) become rows 2 start_e + i
+ * (lo) and 2 start_e + n_e + i (hi), so its min weights stream once for both (a row's result
+ * does not depend on the rows beside it). */
 typedef struct min_rows {
-    int8_t *x;      /* [2 R, 2 K/32] */
+    int8_t *x;      /* [2 R, K2]: K2 = 2 K/32 (c > 0) or K/32 */
     float *xs;      /* [2 R] */
     int64_t *count; /* [E]: 2 n_e */
 } min_rows;
@@ -380,7 +381,7 @@ typedef struct min_job {
     const int8_t *xq;
     const float *xs;
     const qg_acts *a;
-    int64_t E, K;
+    int64_t E, K, K2;
     const min_rows *m;
     float *y;        /* the main matmul's outputs, [R, ld] */
     const float *ym; /* the min term's, [2 R, Np]: lo then hi rows of each matrix */
@@ -390,19 +391,19 @@ typedef struct min_job {
 static void min_sums_share(void *arg, int t, int n)
 {
     const min_job *j = arg;
-    const int64_t R = j->a->R, r0 = R * t / n, r1 = R * (t + 1) / n, J = j->K / 32;
+    const int64_t R = j->a->R, r0 = R * t / n, r1 = R * (t + 1) / n, J = j->K / 32, K2 = j->K2;
     for (int64_t e = 0; e < j->E; e++) {
         const int64_t s = j->a->start[e], c = j->a->counts[e];
         for (int64_t i = (r0 > s ? r0 - s : 0); i < c && s + i < r1; i++) {
             const int8_t *x = j->xq + (size_t)(s + i) * (size_t)j->K;
             const size_t lo = (size_t)(2 * s + i), hi = lo + (size_t)c;
-            int8_t *l = j->m->x + lo * (size_t)(2 * J), *h = j->m->x + hi * (size_t)(2 * J);
+            int8_t *l = j->m->x + lo * (size_t)K2, *h = j->m->x + hi * (size_t)K2;
             j->m->xs[lo] = j->m->xs[hi] = j->xs[s + i];
             for (int64_t g = 0; g < J; g++) {
                 int32_t sum = 0;
                 for (int k = 0; k < 32; k++) sum += x[g * 32 + k];
-                l[g] = l[J + g] = (int8_t)(sum & 63);
-                h[g] = h[J + g] = (int8_t)((sum - (sum & 63)) / 64); /* in [-64, 63] */
+                l[g] = l[K2 - J + g] = (int8_t)(sum & 63);                 /* twice for K2 = 2 J */
+                h[g] = h[K2 - J + g] = (int8_t)((sum - (sum & 63)) / 64); /* in [-64, 63] */
             }
         }
     }
@@ -526,10 +527,10 @@ static int weight_run(qg_context *ctx, qg_weight *w, const qg_acts *a, const int
     const int64_t K = w->K, N = w->N, Np = N + N % 2, R = a->R;
     const size_t fR = (size_t)R, fK = (size_t)K;
     const int64_t *start = a->start, *counts = a->counts;
-    /* the min term's rows: 2 R of K/16 bytes (below R * K floats), their 2 R scales, the
+    /* the min term's rows: 2 R of K2 bytes (below R * K floats), their 2 R scales, the
      * doubled row counts, and 2 R outputs of Np floats */
-    const int mins = w->fmt->c != 0;
-    const int64_t K2 = K / 16;
+    const int mins = w->fmt->mins;
+    const int64_t K2 = (w->fmt->c ? 2 : 1) * (K / 32);
     size_t ny = 0, nx = 2 * fR * (size_t)K2, nxa = (nx + 63) & ~(size_t)63;
     min_rows mr = {NULL, NULL, NULL};
     float *ym = NULL;
@@ -586,7 +587,7 @@ static int weight_run(qg_context *ctx, qg_weight *w, const qg_acts *a, const int
     if (qmoe_stream_synchronize(ctx->stream)) return 0;
     if (!mins) return 1;
     for (int64_t e = 0; e < w->E; e++) mr.count[e] = 2 * counts[e];
-    min_job mj = {xq, xs, a, w->E, K, &mr, y, ym, ld, Np, N};
+    min_job mj = {xq, xs, a, w->E, K, K2, &mr, y, ym, ld, Np, N};
     const size_t fN = (size_t)N;
     if (fR * fK < QG_PARALLEL_COPY_BYTES) min_sums_share(&mj, 0, 1);
     else qg_parallel(ctx, min_sums_share, &mj);

@@ -30,12 +30,13 @@
 
 /* A weight type the backend takes: ggml blocks of `blk` values in `bytes` bytes, as qmoe
  * integers (int4 or int8) with one float scale per group of `gs` values; `side` bytes per block
- * hold the rest (scales, mins) verbatim. c > 0: the unsigned K-quants (see qg_decode_row).
+ * hold the rest (scales, mins) verbatim. mins: the K-quants with a dmin·m term, whose unsigned
+ * integers are kept less c (q4_K: q − 8 in int4; q5_K: q itself in int8, c 0; qg_decode_row).
  * scaled: the side bytes are the block's one scale (q8_0, q4_0: its fp16; mxfp4: its e8m0), so
  * they are not kept: qg_side_of_scale rebuilds them from the prepacked object's scales. */
 typedef struct qg_format {
     enum ggml_type type;
-    int blk, bytes, gs, int4, side, c, scaled;
+    int blk, bytes, gs, int4, side, c, mins, scaled;
 } qg_format;
 
 /* NULL for the types the backend does not take (q8_0, q4_0, mxfp4, q6_K, q4_K, q5_K). */
@@ -48,8 +49,9 @@ int qg_type_supported(enum ggml_type type);
 
 /* Decodes one row of K values (K % blk == 0): q[k] the integer and s[k / gs] its group's scale,
  * side (NULL: not wanted) the blocks' side bytes [K / blk][side]. Value k is exactly q[k] * s
- * for c == 0; for q4_K / q5_K it is s_j (q[k] + c) - dmin m_j (sub-block j = k / 32), that is
- * s_j q[k] + (c s_j - dmin m_j), the second term added by the matmul from activation sums. */
+ * without a min term; for q4_K / q5_K (mins) it is s_j (q[k] + c) - dmin m_j (sub-block j =
+ * k / 32), that is s_j q[k] + (c s_j - dmin m_j), the second term added by the matmul from
+ * activation sums. */
 void qg_decode_row(enum ggml_type type, const void *row, int64_t K, int8_t *q, float *s, uint8_t *side);
 /* The side bytes of a `scaled` format's block from its scale s (exactly a value decoding gives). */
 void qg_side_of_scale(enum ggml_type type, float s, uint8_t *side);
@@ -100,9 +102,10 @@ typedef struct qg_plans {
 /* One piece of a weight: experts [e0, e0 + ne) and columns [n0, n0 + nc) as a qmoe prepacked
  * object of nc + pad columns (pad 1 when nc is odd: qmoe's N is even; the extra column is zero),
  * with the grouped-matmul plans made for it. q4_K / q5_K also have the min object: their 6-bit
- * scales and mins as an int8 weight [ne, 2 K/32, ncp] (rows j: sc_j, rows K/32 + j: m_j) in
- * groups of 8 (one super-block) with scales c d and -dmin, which multiplies each row's int8
- * group sums (matmul.c). */
+ * codes as an int8 weight in groups of 8 (one super-block), which multiplies each row's int8
+ * group sums (matmul.c): for c > 0 (q4_K) [ne, 2 K/32, ncp], rows j: sc_j with scales c d, rows
+ * K/32 + j: m_j with -dmin; for c 0 (q5_K) [ne, K/32, ncp], the m_j alone (the sc_j then live in
+ * qg_weight.ksc). */
 typedef struct qg_chunk {
     int64_t e0, ne, n0, nc, pad;
     /* a paired weight's (qg_weight.mate): the object is its gate and up side by side, this
@@ -130,9 +133,11 @@ typedef struct qg_weight {
     int64_t G;           /* qmoe scale groups per column: K / fmt->gs */
     /* what the prepacked integers do not hold, to give ggml's bytes back (get_tensor):
      * side: the blocks' side bytes [E][N][K / blk][fmt->side] (all but q4_K / q5_K);
-     * q4_K / q5_K: fp16 d, dmin [E][K / 256][N] (their 6-bit codes are in the min objects) */
+     * q4_K / q5_K: fp16 d, dmin [E][K / 256][N], their 6-bit codes in the min objects, and for
+     * c 0 (q5_K) the sc_j in ksc [E][K / 32][N] */
     uint8_t *side;
     uint16_t *kd, *kdmin;
+    uint8_t *ksc;
     /* mxfp4's -0 codes, which the integers cannot tell from +0: bit k of row r = m N + n
      * (matrix m, column n) at bit r K + k; allocated for every mxfp4 weight and freed when it
      * holds none (a file llama-quantize wrote), so its untouched pages never cost memory */

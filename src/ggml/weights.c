@@ -112,7 +112,7 @@ static void gather(qg_weight *w, const qg_chunk *c, int64_t s0, int64_t ns, uint
                 const uint8_t *row = w->data + (size_t)gn * w->nb[1] + (size_t)i2 * w->nb[2] +
                                      (size_t)i3 * w->nb[3];
                 uint8_t *side = w->side ? w->side + ((size_t)m * (size_t)N + (size_t)gn) * (size_t)(nb * f->side)
-                                : f->c  ? rows
+                                : f->mins ? rows
                                         : NULL; /* scaled: the object's scales hold them */
                 qg_decode_row(w->type, row, K, rowq + t * K, rowd + t * G, side);
                 if (w->negzero)
@@ -123,8 +123,10 @@ static void gather(qg_weight *w, const qg_chunk *c, int64_t s0, int64_t ns, uint
                     for (int64_t k = 0; k < K; k++) acc += (double)rowq[t * K + k] * rowd[t * G + k / f->gs];
                     bias[(size_t)e * (size_t)ncp + (size_t)(c->col + n)] = (float)(8.0 * acc);
                 }
-                if (!f->c) continue;
-                const size_t J = (size_t)nb * 8, col = (size_t)ncp;
+                if (!f->mins) continue;
+                /* the min object's rows: [sc_j (c > 0)] then m_j; its scales [c d] then -dmin */
+                const size_t J = (size_t)nb * 8, col = (size_t)ncp, mo = f->c ? J : 0,
+                             so = f->c ? (size_t)nb : 0;
                 for (int64_t b = 0; b < nb; b++) { /* q4_K / q5_K: d, dmin, 12 bytes of codes */
                     const uint8_t *sb = rows + b * 16;
                     size_t at = ((size_t)m * (size_t)nb + (size_t)b) * (size_t)N + (size_t)gn;
@@ -132,14 +134,16 @@ static void gather(qg_weight *w, const qg_chunk *c, int64_t s0, int64_t ns, uint
                     memcpy(&w->kdmin[at], sb + 2, 2);
                     uint8_t sc[8], mn[8];
                     qg_kq_unpack(sb + 4, sc, mn);
-                    int8_t *mv = mvals + (size_t)e * 2 * J * col + (size_t)n;
+                    int8_t *mv = mvals + (size_t)e * (mo + J) * col + (size_t)n;
                     for (int j = 0; j < 8; j++) {
-                        mv[((size_t)b * 8 + (size_t)j) * col] = (int8_t)sc[j];
-                        mv[(J + (size_t)b * 8 + (size_t)j) * col] = (int8_t)mn[j];
+                        const size_t jj = (size_t)b * 8 + (size_t)j;
+                        if (f->c) mv[jj * col] = (int8_t)sc[j];
+                        else w->ksc[((size_t)m * J + jj) * (size_t)N + (size_t)gn] = sc[j];
+                        mv[(mo + jj) * col] = (int8_t)mn[j];
                     }
-                    float *ms = mscales + (size_t)e * 2 * (size_t)nb * col + (size_t)n;
-                    ms[(size_t)b * col] = (float)f->c * qg_half(w->kd[at]); /* exact: times 8 or 16 */
-                    ms[((size_t)nb + (size_t)b) * col] = -qg_half(w->kdmin[at]);
+                    float *ms = mscales + (size_t)e * (so + (size_t)nb) * col + (size_t)n;
+                    if (f->c) ms[(size_t)b * col] = (float)f->c * qg_half(w->kd[at]); /* exact: times 8 */
+                    ms[(so + (size_t)b) * col] = -qg_half(w->kdmin[at]);
                 }
             }
             size_t v = (size_t)e * (size_t)K * (size_t)ncp + (size_t)(c->col + n0);
@@ -202,11 +206,12 @@ static qmoe_status build_parts(qg_weight *const *ws, qg_chunk *const *cs, int np
     /* a pair's slices are half as many matrices: the same staging bytes, twice the columns */
     const int64_t slice = np > 1 ? QG_SLICE / 2 : QG_SLICE;
     const int64_t K = w->K, G = w->G, ncp = qg_chunk_cols(c), S = c->ne < slice ? c->ne : slice;
-    const int a8w4 = w->fmt->int4, mins = w->fmt->c != 0;
-    const int64_t J = K / 32, nb = K / 256;
+    const int a8w4 = w->fmt->int4, mins = w->fmt->mins;
+    /* the min object: MJ rows (sc_j and m_j, or m_j alone for c 0) in MG groups of 8 */
+    const int64_t J = K / 32, nb = K / 256, MJ = (w->fmt->c ? 2 : 1) * J, MG = (w->fmt->c ? 2 : 1) * nb;
     size_t nv, ns, nbias, nmv = 0, nms = 0, nt;
     if (!mul3(S, K, ncp, &nv) || !mul3(S, G, ncp, &ns) || !mul3(S, 1, ncp, &nbias) ||
-        !mul3(S, 2 * J, ncp, &nmv) || !mul3(S, 2 * nb, ncp, &nms) || !mul3(QG_TILE, K, 4, &nt))
+        !mul3(S, MJ, ncp, &nmv) || !mul3(S, MG, ncp, &nms) || !mul3(QG_TILE, K, 4, &nt))
         return qmoe_error_set(QMOE_ERR_PARAM_INVALID, QMOE_RULE_LIMIT, "weight",
                               "ggml-qmoe: the weight's size overflows");
     const size_t vbytes = a8w4 ? nv / 2 + 1 : nv ? nv : 1;
@@ -250,7 +255,7 @@ static qmoe_status build_parts(qg_weight *const *ws, qg_chunk *const *cs, int np
             }
         }
         int wfit = wwide || scale_dtype(scales, (size_t)(n * G * ncp), s0 == 0, &wdt);
-        int mfit = mwide || !mins || scale_dtype(mscales, (size_t)(n * 2 * nb * ncp), s0 == 0, &mdt);
+        int mfit = mwide || !mins || scale_dtype(mscales, (size_t)(n * MG * ncp), s0 == 0, &mdt);
         if (!wfit || !mfit) { /* the slices so far again, that object's scales float32 (pages re-read) */
             qmoe_weights_destroy(c->w);
             qmoe_weights_destroy(c->mw);
@@ -286,9 +291,9 @@ static qmoe_status build_parts(qg_weight *const *ws, qg_chunk *const *cs, int np
             continue;
         }
         if (!st && mins) {
-            int64_t mshape[3] = {n, 2 * J, ncp}, msshape[3] = {n, 2 * nb, ncp};
+            int64_t mshape[3] = {n, MJ, ncp}, msshape[3] = {n, MG, ncp};
             st = tensor3(mshape, 3, QMOE_DTYPE_INT8, mvals, &tw);
-            if (!st) st = scale_tensor(msshape, mscales, (size_t)(n * 2 * nb * ncp), mdt, &half, &ts);
+            if (!st) st = scale_tensor(msshape, mscales, (size_t)(n * MG * ncp), mdt, &half, &ts);
             if (!st) st = s0 == 0 ? qmoe_weights_prepack(tw, ts, NULL, &mo, &c->mw) : qmoe_weights_append(c->mw, tw, ts, NULL);
             qmoe_tensor_destroy(tw);
             qmoe_tensor_destroy(ts);
@@ -338,13 +343,14 @@ static int alloc_side(qg_weight *w)
         return 0;
     }
     if (f->scaled) return 1;
-    if (f->c == 0) {
+    if (!f->mins) {
         w->side = malloc(cols * nb * (size_t)f->side + 1);
     } else {
         w->kd = malloc(cols * nb * sizeof(uint16_t) + 1);
         w->kdmin = malloc(cols * nb * sizeof(uint16_t) + 1);
+        if (!f->c) w->ksc = malloc(cols * nb * 8 + 1); /* 8 sub-blocks a super-block */
     }
-    if (f->c == 0 ? !!w->side : (w->kd && w->kdmin)) return 1;
+    if (!f->mins ? !!w->side : (w->kd && w->kdmin && (f->c || w->ksc))) return 1;
     qmoe_error_set(QMOE_ERR_INNER, QMOE_RULE_NONE, "weight", "ggml-qmoe: out of memory");
     return 0;
 }
@@ -445,7 +451,7 @@ int qg_pairable(const struct ggml_tensor *a, const struct ggml_tensor *b)
      * main model, has bias ADD_IDs between the matmuls and the GLU, so its FFN runs node by node,
      * where a paired half would compute its mate's columns too (pairing is decided at load,
      * before any graph) */
-    if (!f || f->c || a->type == GGML_TYPE_MXFP4 || b->type != a->type || a->ne[0] % f->blk) return 0;
+    if (!f || f->mins || a->type == GGML_TYPE_MXFP4 || b->type != a->type || a->ne[0] % f->blk) return 0;
     for (int i = 0; i < 4; i++)
         if (a->ne[i] != b->ne[i] || a->nb[i] != b->nb[i]) return 0;
     return a->ne[3] == 1 && a->ne[1] > 1 && a->ne[2] <= QG_MAX_EXPERTS && 2 * a->ne[1] <= QG_MAX_COLS &&
@@ -509,6 +515,7 @@ void qg_weight_free(qg_weight *w)
     free(w->side);
     free(w->kd);
     free(w->kdmin);
+    free(w->ksc);
     free(w->negzero);
     if (w->run_ready) pthread_mutex_destroy(&w->run);
     free(w);
@@ -536,11 +543,11 @@ static float scale_at(const void *sv, qmoe_dtype dt, int64_t g, int64_t ncp, int
 
 /* Side bytes of row (m, n): the kept ones; a scaled format's from the object's scales, unpacked
  * in sv [G, ncp]; or q4_K / q5_K's rebuilt from d, dmin and the codes of the min object,
- * unpacked in mv [2 K/32, ncp] (this row's at column cn). */
+ * unpacked in mv [2 K/32 or K/32, ncp] (this row's at column cn), and ksc (c 0). */
 static void row_side(const qg_weight *w, const qg_chunk *c, int64_t m, int64_t n, const void *sv,
                      const int8_t *mv, int64_t ncp, int64_t cn, uint8_t *out)
 {
-    const int64_t nb = w->K / w->fmt->blk, N = w->N, J = nb * 8;
+    const int64_t nb = w->K / w->fmt->blk, N = w->N, J = nb * 8, mo = w->fmt->c ? J : 0;
     if (w->fmt->scaled) { /* one scale a block: group b */
         for (int64_t b = 0; b < nb; b++)
             qg_side_of_scale(w->type, scale_at(sv, c->wdt, b, ncp, cn), out + b * w->fmt->side);
@@ -557,8 +564,9 @@ static void row_side(const qg_weight *w, const qg_chunk *c, int64_t m, int64_t n
         memcpy(sb, &w->kd[at], 2);
         memcpy(sb + 2, &w->kdmin[at], 2);
         for (int j = 0; j < 8; j++) {
-            sc[j] = (uint8_t)mv[(size_t)(b * 8 + j) * (size_t)ncp + (size_t)cn];
-            mn[j] = (uint8_t)mv[(size_t)(J + b * 8 + j) * (size_t)ncp + (size_t)cn];
+            sc[j] = w->fmt->c ? (uint8_t)mv[(size_t)(b * 8 + j) * (size_t)ncp + (size_t)cn]
+                              : w->ksc[((size_t)m * (size_t)J + (size_t)(b * 8 + j)) * (size_t)N + (size_t)n];
+            mn[j] = (uint8_t)mv[(size_t)(mo + b * 8 + j) * (size_t)ncp + (size_t)cn];
         }
         qg_kq_pack(sc, mn, sb + 4);
     }

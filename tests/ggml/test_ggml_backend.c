@@ -61,7 +61,7 @@ static void random_blocks(enum ggml_type type, uint8_t *p, int64_t nblocks)
 static double decoded(const qg_format *f, const int8_t *q, const float *s, const uint8_t *side, int64_t k)
 {
     double v = (double)q[k] * s[k / f->gs];
-    if (f->c) {
+    if (f->mins) {
         const uint8_t *sb = side + (k / 256) * 16;
         uint8_t sc[8], m[8];
         uint16_t dmin;
@@ -776,7 +776,7 @@ static void test_moe_ffn(ggml_backend_t be, ggml_backend_buffer_type_t buft, enu
         ggml_backend_tensor_set(wu, wv[1], 0, ggml_nbytes(wu));
     }
     ggml_log_set(NULL, NULL);
-    const int pairs = named && named != 3 && type != GGML_TYPE_MXFP4 && !qg_format_of(type)->c;
+    const int pairs = named && named != 3 && type != GGML_TYPE_MXFP4 && !qg_format_of(type)->mins;
     CHECK_MSG(paired_seen == pairs, "MoE FFN %s named %d: paired %d times", ggml_type_name(type), named,
               paired_seen);
     float x[5 * 256], y[5 * 2 * 48], hv[5 * 2 * 256], sent[5 * 2 * 256];
@@ -857,7 +857,7 @@ static void test_moe_ffn_merged(ggml_backend_t be, ggml_backend_buffer_type_t bu
     CHECK_MSG(st == GGML_STATUS_SUCCESS, "merged MoE FFN %s: status %d", ggml_type_name(type), (int)st);
     ggml_backend_tensor_get(out, y, 0, ggml_nbytes(out));
     ggml_backend_tensor_get(gu, back, 0, ggml_nbytes(gu));
-    const int fused = fuse && !f->c && (!f->int4 || named);
+    const int fused = fuse && !f->mins && (!f->int4 || named);
     CHECK_MSG((memcmp(back, sent, ggml_nbytes(gu)) == 0) == fused, "merged MoE FFN %s named %d fuse %d: gu %s",
               ggml_type_name(type), named, fuse, fused ? "written" : "not written");
     uint8_t *w3[3] = {wv[0], wv[0], wv[1]};
@@ -973,7 +973,7 @@ static void test_load_orders(ggml_backend_t be, ggml_backend_buffer_type_t buft,
               "load orders %s: %d computes, %d failed, %d off the reference, %d weights read back wrong",
               ggml_type_name(type), computed, failed, bad_out, bad_reads);
     /* the sequences did make pairs where the type pairs (and none where it does not) */
-    const int pairable = type != GGML_TYPE_MXFP4 && !qg_format_of(type)->c;
+    const int pairable = type != GGML_TYPE_MXFP4 && !qg_format_of(type)->mins;
     CHECK_MSG(pairable ? paired_seen >= sequences / 10 : paired_seen == 0, "load orders %s: %d pairs made",
               ggml_type_name(type), paired_seen);
 }
@@ -1130,7 +1130,7 @@ int main(int argc, char **argv)
         run_case(be, buft, GGML_OP_MUL_MAT_ID, type, f32, 3 * k, 5, 4, 1, 7, 3, 0);   /* odd N, broadcast b */
         /* 256 routed rows of K 1024, N 256: the K-quants' min term shares its row work (sums,
          * then adds) over the threads from 256 KB of each */
-        if (qg_format_of(type)->c) run_case(be, buft, GGML_OP_MUL_MAT_ID, type, f32, 4 * k, 256, 8, 1, 64, 4, 0);
+        if (qg_format_of(type)->mins) run_case(be, buft, GGML_OP_MUL_MAT_ID, type, f32, 4 * k, 256, 8, 1, 64, 4, 0);
         run_case(be, buft, GGML_OP_MUL_MAT, type, f32, 2 * k, 3, 1100, 2, 0, 0, 0);   /* > 1024 matrices */
         run_case(be, buft, GGML_OP_MUL_MAT, type, GGML_TYPE_F16, 2 * k, 8, 3, 4, 0, 0, 0); /* f16 b */
         run_case(be, buft, GGML_OP_MUL_MAT_ID, type, GGML_TYPE_BF16, 2 * k, 8, 4, 2, 5, 2, 0); /* bf16 */
