@@ -333,11 +333,11 @@ static void scatter_share(void *arg, int t, int n)
 
 enum { QG_PARALLEL_COPY_BYTES = 1 << 18, QG_SMALL_QUANT = 1 << 16, QG_QUANT_ROWS = 256 };
 
-static void rows_on_threads(qg_context *ctx, void (*fn)(void *, int, int), moved *m,
-                            size_t bytes)
+/* fn's row shares on ggml's threads, or all on this one below QG_PARALLEL_COPY_BYTES of work */
+static void rows_on_threads(qg_context *ctx, void (*fn)(void *, int, int), void *arg, size_t bytes)
 {
-    if (bytes < QG_PARALLEL_COPY_BYTES) fn(m, 0, 1);
-    else qg_parallel(ctx, fn, m);
+    if (bytes < QG_PARALLEL_COPY_BYTES) fn(arg, 0, 1);
+    else qg_parallel(ctx, fn, arg);
 }
 
 static int64_t routed_rows(const struct ggml_tensor *node)
@@ -530,7 +530,7 @@ static int weight_run(qg_context *ctx, qg_weight *w, const qg_acts *a, const int
     /* the min term's rows: 2 R of K2 bytes (below R * K floats), their 2 R scales, the
      * doubled row counts, and 2 R outputs of Np floats */
     const int mins = w->fmt->mins;
-    const int64_t K2 = (w->fmt->c ? 2 : 1) * (K / 32);
+    const int64_t K2 = qg_min_rows(w->fmt, K);
     size_t ny = 0, nx = 2 * fR * (size_t)K2, nxa = (nx + 63) & ~(size_t)63;
     min_rows mr = {NULL, NULL, NULL};
     float *ym = NULL;
@@ -588,9 +588,7 @@ static int weight_run(qg_context *ctx, qg_weight *w, const qg_acts *a, const int
     if (!mins) return 1;
     for (int64_t e = 0; e < w->E; e++) mr.count[e] = 2 * counts[e];
     min_job mj = {xq, xs, a, w->E, K, K2, &mr, y, ym, ld, Np, N};
-    const size_t fN = (size_t)N;
-    if (fR * fK < QG_PARALLEL_COPY_BYTES) min_sums_share(&mj, 0, 1);
-    else qg_parallel(ctx, min_sums_share, &mj);
+    rows_on_threads(ctx, min_sums_share, &mj, fR * fK);
     k = 0;
     for (int i = 0; i < w->nchunks; i++) {
         qg_chunk *c = &w->chunks[i];
@@ -604,8 +602,7 @@ static int weight_run(qg_context *ctx, qg_weight *w, const qg_acts *a, const int
         }
     }
     if (qmoe_stream_synchronize(ctx->stream)) return 0;
-    if (fR * fN * sizeof(float) < QG_PARALLEL_COPY_BYTES) min_add_share(&mj, 0, 1);
-    else qg_parallel(ctx, min_add_share, &mj);
+    rows_on_threads(ctx, min_add_share, &mj, fR * (size_t)N * sizeof(float));
     return 1;
 }
 

@@ -121,6 +121,9 @@ typedef struct qg_chunk {
 
 static inline int64_t qg_chunk_cols(const qg_chunk *c) { return c->col + c->nc + c->pad; }
 
+/* The min object's rows (K of its grouped matmul): sc_j and m_j for c > 0, m_j alone for c 0. */
+static inline int64_t qg_min_rows(const qg_format *f, int64_t K) { return (f->c ? 2 : 1) * (K / 32); }
+
 /* A weight as one op reads it: where its bytes are, its layout, and its chunks. */
 typedef struct qg_weight {
     const uint8_t *data; /* tensor->data of the viewed bytes */

@@ -208,7 +208,7 @@ static qmoe_status build_parts(qg_weight *const *ws, qg_chunk *const *cs, int np
     const int64_t K = w->K, G = w->G, ncp = qg_chunk_cols(c), S = c->ne < slice ? c->ne : slice;
     const int a8w4 = w->fmt->int4, mins = w->fmt->mins;
     /* the min object: MJ rows (sc_j and m_j, or m_j alone for c 0) in MG groups of 8 */
-    const int64_t J = K / 32, nb = K / 256, MJ = (w->fmt->c ? 2 : 1) * J, MG = (w->fmt->c ? 2 : 1) * nb;
+    const int64_t MJ = qg_min_rows(w->fmt, K), MG = MJ / 8;
     size_t nv, ns, nbias, nmv = 0, nms = 0, nt;
     if (!mul3(S, K, ncp, &nv) || !mul3(S, G, ncp, &ns) || !mul3(S, 1, ncp, &nbias) ||
         !mul3(S, MJ, ncp, &nmv) || !mul3(S, MG, ncp, &nms) || !mul3(QG_TILE, K, 4, &nt))
@@ -594,7 +594,7 @@ qmoe_status qg_weight_encode(const qg_weight *w, size_t a, size_t z, uint8_t *ou
             if (n1 <= r0 || n0 >= r1) continue;
             if (!vals) { /* K * ncp bytes: at most the chunk's own int8 weight of one expert */
                 vals = malloc((size_t)K * (size_t)ncp + 1);
-                mv = c->mw ? malloc((size_t)(K / 16) * (size_t)ncp + 1) : NULL;
+                mv = c->mw ? malloc((size_t)qg_min_rows(w->fmt, K) * (size_t)ncp + 1) : NULL;
                 sv = w->fmt->scaled ? malloc((size_t)w->G * (size_t)ncp * sizeof(float) + 1) : NULL;
                 if (!vals || (c->mw && !mv) || (w->fmt->scaled && !sv)) {
                     st = qmoe_error_set(QMOE_ERR_INNER, QMOE_RULE_NONE, "weight",
