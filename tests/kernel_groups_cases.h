@@ -43,7 +43,8 @@ static int micro_case(const qmoe_gemm_isa *isa, qt_rng *r, int mr, int nu, int i
                     w[q * wstep + 64 * u + b] = tbl[d[32 * u + b] & 0xF];
                     w[q * wstep + 64 * u + 32 + b] = tbl[d[32 * u + b] >> 4];
                 }
-        else if (i4) /* the expanded steps gemm reads, unit by unit (gemm_i4's format) */
+        else if (i4) /* the expanded steps gemm reads, unit by unit (gemm_i4's format); i4 3
+                      * gives them to gemm_groups as they are (int8 steps of bytes <= 15) */
             for (int u = 0; u < 4; u++) isa->expand_i4(d + 32 * u, 1, w + q * wstep + 64 * u);
         else
             for (int64_t b = 0; b < wstep; b++) w[q * wstep + b] = (uint8_t)qt_range(r, 0, 255);
@@ -75,8 +76,9 @@ static int micro_case(const qmoe_gemm_isa *isa, qt_rng *r, int mr, int nu, int i
         isa->gemm(mr, nu, kq, x + 4 * g * kq, K, w + g * kq * wstep, wstep, acc, 64, 0);
         isa->fold(mr, 16 * nu, acc, 64, xoff + g, MAXG, xsp, ws + g * 64, want, 64, g == 0);
     }
-    const uint8_t *wq = i4 ? w4 : w;
-    int64_t ws_ = i4 ? wstep4 : wstep;
+    const int packed = i4 == 1 || i4 == 2;
+    const uint8_t *wq = packed ? w4 : w;
+    int64_t ws_ = packed ? wstep4 : wstep;
     isa->gemm_groups(mr, nu, i4, i4 == 2 ? tbl : NULL, ng, kq, x, K, wq, ws_, xoff, MAXG, xsp, wsv, kind, 64, wbv, blk, 0,
                      got, 64, 1);
     int64_t a = ng / 2; /* two calls: groups [0, a) then [a, ng) continuing the tile */
@@ -167,6 +169,50 @@ static int driver_case(int kernel, const qmoe_gemm_isa *isa, kcase *c)
         free(b);
     }
     return ran;
+}
+
+/* The micro-kernel alone, rows 1..max_mr, 1-4 units, every step kind (i4 0-3), with and
+ * without xScale, every scale kind, `tries` random group / step counts each. */
+static inline void groups_micro_sweep(const qmoe_gemm_isa *isa, uint64_t seed, int max_mr, int tries)
+{
+    qt_rng r = {seed};
+    long bad = 0, cases = 0;
+    for (int mr = 1; mr <= max_mr; mr++)
+        for (int nu = 1; nu <= 4; nu++)
+            for (int i4 = 0; i4 < 4; i4++)
+                for (int use_xs = 0; use_xs < 2; use_xs++)
+                    for (int kind = 0; kind < 4; kind++)
+                        for (int t = 0; t < tries; t++) {
+                            int64_t ng = qt_range(&r, 1, MAXG), kq = qt_range(&r, 1, MAXQ);
+                            int ok = micro_case(isa, &r, mr, nu, i4, use_xs, kind, ng, kq);
+                            CHECK_MSG(ok, "gemm_groups != gemm + fold: mr %d nu %d i4 %d xs %d "
+                                          "scales %d groups %lld steps %lld", mr, nu, i4, use_xs,
+                                      kind, (long long)ng, (long long)kq);
+                            bad += !ok;
+                            cases++;
+                        }
+    CHECK(cases == (long)max_mr * 4 * 4 * 2 * 4 * tries && bad == 0);
+}
+
+/* Through the driver: the kernel sweep's per-group cases, then ggml's groups of 32 at K = 1024
+ * (A8W8 and A8W4), 1 to 60 rows: the table as it is against a copy without gemm_groups. */
+static inline void groups_driver_sweep(int kernel, const qmoe_gemm_isa *isa, uint64_t seed)
+{
+    qt_rng r = {seed};
+    int grouped = 0;
+    for (int i = 0; i < 240; i++) {
+        kcase c;
+        kcase_make(&c, &r, i);
+        if (c.p.G > 1) grouped += driver_case(kernel, isa, &c);
+        kcase_free(&c);
+    }
+    CHECK(grouped > 20); /* the sweep's per-group cases ran */
+    for (int i = 0; i < 8; i++) {
+        kcase c;
+        kcase_make_groups(&c, &r, i % 2, 1024, 32, qt_range(&r, 1, 60));
+        CHECK(driver_case(kernel, isa, &c) >= 1);
+        kcase_free(&c);
+    }
 }
 
 #endif

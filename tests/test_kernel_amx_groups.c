@@ -2,8 +2,9 @@
  * The AMX gemm_groups micro-kernel (src/kernels/x86/gemm_groups_amx.c): the same bits as the
  * table's gemm then fold, group by group (kernel_groups_cases.h):
  *   - the micro-kernel alone: 1-40 rows (tiles for each 16, the AVX-512 kernel for the rest), 1-4
- *     units, 1-9 groups of 1-9 steps (K padding of a group included), int8 steps (and the int4
- *     steps and codes it hands to the AVX-512 kernel), with and without xScale, in one call and
+ *     units, 1-9 groups of 1-9 steps (K padding of a group included), int8 steps, int8 steps of
+ *     bytes <= 15 (and the int4 steps and codes it hands to the AVX-512 kernel), with and
+ *     without xScale, in one call and
  *     split into two; float32, float16, bfloat16 and scale-block scales; zero and negative
  *     scales;
  *   - through the driver: the kernel sweep's per-group cases and groups of 32 and 16 (ggml's q8_0 /
@@ -20,7 +21,7 @@ static void check_micro(const qmoe_gemm_isa *isa)
     long bad = 0, cases = 0;
     for (size_t m = 0; m < sizeof mrs / sizeof mrs[0]; m++)
         for (int nu = 1; nu <= 4; nu++)
-            for (int i4 = 0; i4 < 3; i4++)
+            for (int i4 = 0; i4 < 4; i4++)
                 for (int use_xs = 0; use_xs < 2; use_xs++)
                     for (int kind = 0; kind < 4; kind++)
                         for (int t = 0; t < (i4 ? 1 : 3); t++) {
@@ -34,7 +35,7 @@ static void check_micro(const qmoe_gemm_isa *isa)
                             bad += !ok;
                             cases++;
                         }
-    CHECK(cases == 9 * 4 * (3 + 1 + 1) * 2 * 4 && bad == 0);
+    CHECK(cases == 9 * 4 * (3 + 1 + 1 + 1) * 2 * 4 && bad == 0);
 }
 
 #if defined(__x86_64__)

@@ -523,7 +523,7 @@ static void groups_chunk(const qmoe_gemm_isa *isa, const panel *pn, const int8_t
             for (int64_t u0 = 0; u0 < pn->nu; u0 += isa->nu) {
                 int nu = (int)(pn->nu - u0 < isa->nu ? pn->nu - u0 : isa->nu);
                 int64_t c = h * half + u0 * QMOE_PK_UNIT;
-                isa->gemm_groups(mr, nu, pn->i4 ? (pn->tbl ? 2 : 1) : 0, pn->tbl, ng, kq,
+                isa->gemm_groups(mr, nu, pn->i4 ? (pn->tbl ? 2 : 1) : pn->u4 ? 3 : 0, pn->tbl, ng, kq,
                                  x + r * ldx + 4 * g0 * kq, ldx,
                                  pn->wp + h * pn->blk + g0 * kq * pn->wstep + u0 * ustep,
                                  pn->wstep, xoff + r * G + g0, G, xs ? xs + r : NULL,
@@ -545,7 +545,8 @@ static void groups_block(const qmoe_gemm_isa *isa, const panel *pn, const int8_t
                          int64_t ldx, int64_t rows, int64_t G, int64_t kq, const int32_t *xoff,
                          const float *xs, float *f)
 {
-    int64_t per = KC / (4 * kq) > 0 ? KC / (4 * kq) : 1;
+    const int64_t kc = rows <= isa->mr && pn->i4 && isa->groups_k_one ? isa->groups_k_one : KC;
+    int64_t per = kc / (4 * kq) > 0 ? kc / (4 * kq) : 1;
     for (int64_t g0 = 0; g0 < G; g0 += per)
         groups_chunk(isa, pn, x, ldx, rows, G, g0, G - g0 < per ? G - g0 : per, kq, xoff, xs, f);
 }

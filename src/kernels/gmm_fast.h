@@ -118,7 +118,8 @@ typedef struct qmoe_gemm_isa {
      * each, group g's steps at wp + g * kq * wstep and its x at x + 4 * g * kq, int8 steps
      * (unit u at wp + 64u) or, with i4, gemm_i4's prepacked int4 steps (wp + 32u), folded in
      * group order as fold does it: f[r][c] = (first ? v_0 : f[r][c] + v_0) + v_1 + ... + v_ng-1,
-     * or, with i4 = 2, gemm_c4's codes of the table tbl (NULL otherwise),
+     * or, with i4 = 2, gemm_c4's codes of the table tbl (NULL otherwise), or, with i4 = 3,
+     * int8 steps as 0 whose bytes are all <= 15 (expanded int4: a kernel may take gemm_u4's way),
      * v_g = (float)(acc_g[r][c] - xoff[r * xoff_stride + g]) * xs[r] * ws[g * ws_stride + c],
      * xs NULL: no xs factor, for r < mr, c < 16 * nu. For small groups, where a fold per group
      * through memory costs as much as the group's products. ws holds float32 (ws_kind 0) or the
@@ -131,6 +132,10 @@ typedef struct qmoe_gemm_isa {
                         int64_t xoff_stride, const float *xs, const void *ws, int ws_kind,
                         int64_t ws_stride, const float *wsb, int64_t wblk, int64_t wb0, float *f,
                         int64_t ldf, int first);
+    /* Optional (0: the driver's chunk, 512): k per gemm_groups call in a block of one
+     * micro-tile (decode) on 4-bit steps (int4, codes) read in place from memory: a call covers
+     * one column half of the panel, so a smaller chunk keeps both halves' streams in flight. */
+    int64_t groups_k_one;
 
     /* Optional (NULL: portable loop): prepacked int4 steps (32 bytes, gemm_i4's format) -> the
      * 64-byte steps gemm reads, `steps` of them, src and dst contiguous. */

@@ -129,6 +129,7 @@ void qmoe_gemm_groups_amx(int mr, int nu, int i4, const uint8_t *tbl, int64_t ng
                           int ws_kind, int64_t ws_stride, const float *wsb, int64_t wblk,
                           int64_t wb0, float *f, int64_t ldf, int first)
 {
+    if (i4 == 3) i4 = 0; /* bytes <= 15: the int8 steps' way */
     int tiled = i4 || kq > 16 || ng < 1 ? 0 : mr & ~15;
     if (tiled) {
         alignas(64) uint8_t cfg[64];

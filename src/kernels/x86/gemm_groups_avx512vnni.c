@@ -197,6 +197,7 @@ void qmoe_gemm_groups_avx512(int mr, int nu, int i4, const uint8_t *tbl, int64_t
                              float *f, int64_t ldf, int first)
 {
     const size_t es = qmoe_ws_bytes(ws_kind);
+    if (i4 == 3) i4 = 0; /* bytes <= 15: the int8 steps' way */
     const int64_t ustep = i4 ? 32 : 64;
     const int sr = i4 ? SR4 : SR8, su = i4 ? SU4 : SU8;
     for (int r = 0; r < mr; r += sr)

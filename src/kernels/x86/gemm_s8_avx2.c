@@ -1,5 +1,6 @@
 /*
- * AVX2 int8 micro-kernel without VNNI: up to 4 rows x 1 unit (16 columns, two ymm).
+ * AVX2 int8 micro-kernel without VNNI: up to 4 rows x 1 unit (16 columns, two ymm), a call
+ * looping over up to 4 units; per-group scales (ggml's blocks of 32) in gemm_groups_avx2.c.
  * vpmaddubsw multiplies uint8 weights by int8 x and adds pairs into int16 with saturation; with
  * weights up to 255 a pair can reach 2 * 255 * 128 and saturate, so every weight byte is split
  * into nibbles, w = 16 h + l (h, l <= 15), and the two products go their own ways. Int4 weights
@@ -224,12 +225,15 @@ const qmoe_gemm_isa qmoe_isa_avx2 = {
     .name = "avx2",
     .kernel_id = QMOE_KERNEL_AVX2,
     .mr = MR,
-    .nu = 1,
+    .nu = 4, /* its calls loop over units; gemm_groups goes group by group across them */
     .gemm = gemm_avx2,
     .gemm_u4 = gemm_u4_avx2,
     .gemm_pf = gemm_pf_avx2,
     .gemm_i4 = gemm_i4_avx2,
     .gemm_c4 = gemm_c4_avx2,
+    .gemm_groups = qmoe_gemm_groups_avx2,
+    .groups_k_one = 32, /* decode A8W4 G 32: 16 groups a call 11.3-13.8 ms, one 9.6-9.7 (int8:
+                           * one 31-32 ms, 16 as before, 22-30: it keeps the driver's chunk) */
     .expand_i4 = qmoe_expand_i4_avx2,
     .expand_c4 = qmoe_expand_c4_avx2,
     .rearrange = qmoe_rearrange_portable,

@@ -70,6 +70,13 @@ void qmoe_half_to_f32_avx2(float *d, const uint16_t *s, int bf16, int64_t n);
 void qmoe_expand_i4_avx2(const uint8_t *src, int64_t steps, uint8_t *dst);
 void qmoe_expand_c4_avx2(const uint8_t *src, int64_t steps, uint8_t *dst, const uint8_t *tbl);
 
+/* gemm_groups_avx2.c: gmm_fast.h's gemm_groups */
+void qmoe_gemm_groups_avx2(int mr, int nu, int i4, const uint8_t *tbl, int64_t ng, int64_t kq,
+                           const int8_t *x, int64_t ldx, const uint8_t *wp, int64_t wstep,
+                           const int32_t *xoff, int64_t xoff_stride, const float *xs,
+                           const void *ws, int ws_kind, int64_t ws_stride, const float *wsb,
+                           int64_t wblk, int64_t wb0, float *f, int64_t ldf, int first);
+
 /* epilogue_avx2.c (also used by the AVX-VNNI table) */
 void qmoe_fold_avx2(int64_t rows, int64_t cols, const int32_t *acc, int64_t ldacc,
                     const int32_t *xoff, int64_t xoff_stride, const float *xs, const float *ws,
