@@ -194,9 +194,11 @@ static inline void groups_micro_sweep(const qmoe_gemm_isa *isa, uint64_t seed, i
     CHECK(cases == (long)max_mr * 4 * 4 * 2 * 4 * tries && bad == 0);
 }
 
-/* Through the driver: the kernel sweep's per-group cases, then ggml's groups of 32 at K = 1024
- * (A8W8 and A8W4), 1 to 60 rows: the table as it is against a copy without gemm_groups. */
-static inline void groups_driver_sweep(int kernel, const qmoe_gemm_isa *isa, uint64_t seed)
+/* Through the driver: the kernel sweep's per-group cases, then ggml's groups at K = 1024 (A8W8
+ * and A8W4; groups of 32, the last two of 16 as q6_K's), blocks of lo to hi rows: the table as
+ * it is against a copy without gemm_groups. */
+static inline void groups_driver_sweep(int kernel, const qmoe_gemm_isa *isa, uint64_t seed,
+                                       int64_t lo, int64_t hi)
 {
     qt_rng r = {seed};
     int grouped = 0;
@@ -209,7 +211,7 @@ static inline void groups_driver_sweep(int kernel, const qmoe_gemm_isa *isa, uin
     CHECK(grouped > 20); /* the sweep's per-group cases ran */
     for (int i = 0; i < 8; i++) {
         kcase c;
-        kcase_make_groups(&c, &r, i % 2, 1024, 32, qt_range(&r, 1, 60));
+        kcase_make_groups(&c, &r, i % 2, 1024, i < 6 ? 32 : 16, qt_range(&r, lo, hi));
         CHECK(driver_case(kernel, isa, &c) >= 1);
         kcase_free(&c);
     }

@@ -70,20 +70,6 @@ int main(void)
 #if defined(__x86_64__)
     check_caller_config(isa);
 #endif
-    qt_rng r = {888};
-    int grouped = 0;
-    for (int i = 0; i < 240; i++) {
-        kcase c;
-        kcase_make(&c, &r, i);
-        if (c.p.G > 1) grouped += driver_case(QMOE_KERNEL_AMX_INT8, isa, &c);
-        kcase_free(&c);
-    }
-    CHECK(grouped > 20);
-    for (int i = 0; i < 8; i++) {
-        kcase c;
-        kcase_make_groups(&c, &r, i % 2, 1024, i < 6 ? 32 : 16, qt_range(&r, 16, 90));
-        CHECK(driver_case(QMOE_KERNEL_AMX_INT8, isa, &c) >= 1);
-        kcase_free(&c);
-    }
+    groups_driver_sweep(QMOE_KERNEL_AMX_INT8, isa, 888, 16, 90);
     return qt_finish("test_kernel_amx_groups");
 }

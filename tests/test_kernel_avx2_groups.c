@@ -6,8 +6,8 @@
  *     int8 steps (split into nibbles), prepacked int4 steps, prepacked codes and int8 steps of
  *     bytes <= 15 (one vpmaddubsw a product), with and without xScale, in one call and split in
  *     two; float32, float16, bfloat16 and scale-block scales, zero and negative ones;
- *   - through the driver: the kernel sweep's per-group cases and groups of 32 at K = 1024 (A8W8
- *     and A8W4, 1-60 rows), the table as it is against a copy without gemm_groups.
+ *   - through the driver: the kernel sweep's per-group cases and groups of 32 and 16 at K = 1024
+ *     (A8W8 and A8W4, 1-60 rows), the table as it is against a copy without gemm_groups.
  */
 #include "kernel_groups_cases.h"
 
@@ -18,6 +18,6 @@ int main(void)
     if (!isa || !isa->gemm_groups || !qmoe_cpu_runs_kernel(QMOE_KERNEL_AVX2))
         return qt_skip("test_kernel_avx2_groups", "no AVX2 on this CPU");
     groups_micro_sweep(isa, 2525, isa->mr, 4);
-    groups_driver_sweep(QMOE_KERNEL_AVX2, isa, 999);
+    groups_driver_sweep(QMOE_KERNEL_AVX2, isa, 999, 1, 60);
     return qt_finish("test_kernel_avx2_groups");
 }

@@ -9,7 +9,7 @@
  *     scales, so signed zeros and their sums are compared too; scales given as float32 and as
  *     float16 / bfloat16 bits (read in place, widened on the load) and as prepacked scale
  *     blocks (int8 multipliers of per-block bases, a block of 1-9 groups) against their values;
- *   - through the driver, the kernel sweep's per-group cases and groups of 32 at K = 1024
+ *   - through the driver, the kernel sweep's per-group cases and groups of 32 and 16 at K = 1024
  *     (A8W8 and A8W4): the table as it is against a copy without gemm_groups.
  */
 #include "kernel_groups_cases.h"
@@ -21,6 +21,6 @@ int main(void)
     if (!isa || !isa->gemm_groups || !qmoe_cpu_runs_kernel(QMOE_KERNEL_AVX512_VNNI))
         return qt_skip("test_kernel_avx512vnni_groups", "no AVX-512 VNNI on this CPU");
     groups_micro_sweep(isa, 2323, 6, 4);
-    groups_driver_sweep(QMOE_KERNEL_AVX512_VNNI, isa, 777);
+    groups_driver_sweep(QMOE_KERNEL_AVX512_VNNI, isa, 777, 1, 60);
     return qt_finish("test_kernel_avx512vnni_groups");
 }
