@@ -15,6 +15,7 @@
 #ifndef QMOE_KERNELS_GMM_FAST_H
 #define QMOE_KERNELS_GMM_FAST_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "core/gmm_params.h"
@@ -163,6 +164,9 @@ typedef struct qmoe_gemm_isa {
      * independent register accumulators; returns the int8 operations done (2 per multiply-add). */
     uint64_t (*peak_loop)(uint64_t iters);
 } qmoe_gemm_isa;
+
+/* Bytes of one gemm_groups scale of ws_kind k (float32, 16-bit, int8 multiplier). */
+static inline size_t qmoe_ws_bytes(int kind) { return kind == 0 ? 4 : kind == 3 ? 1 : 2; }
 
 /* The tables: the portable one, and qmoe_isa_<name> of every kernel in kernels/isa_list.h
  * (declared on every architecture; defined where QMOE_HAVE_<SET> is 1). */

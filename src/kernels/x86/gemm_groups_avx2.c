@@ -26,10 +26,9 @@
 enum { MR = 4, RUN = 8 };
 enum { PREFETCH = 8192 }; /* bytes ahead of the weight stream, as gemm_pf (gemm_s8_avx2.c) */
 
-/* The whole step (every unit of the panel, wstep bytes) PREFETCH ahead: a call reads one unit
- * through all its groups, 32 or 64 bytes of each step, so the first unit's call must fetch the
- * others' lines (they find them in cache); one line a step left decode 1.7x slower than gemm then
- * fold, which goes group by group across the units. */
+/* The whole step (every unit of the panel, wstep bytes) PREFETCH ahead, by the group's first
+ * unit: each unit reads only its 32 or 64 bytes of a step, and the others find the lines in
+ * cache. */
 static inline __attribute__((always_inline)) void ahead(const uint8_t *wp, int64_t wstep)
 {
     for (int64_t o = 0; o < wstep; o += 64) _mm_prefetch((const char *)wp + PREFETCH + o, _MM_HINT_T0);
@@ -43,7 +42,7 @@ enum { WS_AHEAD = 8 };
 static inline __attribute__((always_inline)) void ws_ahead(const void *ws, int kind, int64_t stride,
                                                            int64_t g)
 {
-    const uintptr_t es = kind == 0 ? 4 : kind == 3 ? 1 : 2, row = es * (uintptr_t)stride;
+    const uintptr_t row = (uintptr_t)qmoe_ws_bytes(kind) * (uintptr_t)stride;
     const uintptr_t p = (uintptr_t)ws + (uintptr_t)(g + WS_AHEAD) * row;
     for (uintptr_t o = 0; o < row; o += 64) _mm_prefetch((const char *)(p + o), _MM_HINT_T0);
 }
@@ -114,47 +113,28 @@ static inline __attribute__((always_inline)) void fold(int mr, int64_t col, int6
     }
 }
 
-/* Half h of one unit over one group: int4 values summed in int16 for RUN steps at a time, int8
- * bytes split into nibbles, into c. lead: prefetch every unit's step ahead. */
+/* Half h of one unit over one group of more than RUN steps of int4 values: int16 sums of RUN
+ * steps at a time, widened into c. lead: prefetch every unit's step ahead. */
 static inline __attribute__((always_inline)) void half_products(int w4, int mr, int h, int lead,
                                                                 const uint8_t *wp, const int8_t *xg,
-                                                                __m256i tb, __m256i *c,
-                                                                const groups_args *a)
+                                                                __m256i *c, const groups_args *a)
 {
-    const __m256i one = _mm256_set1_epi16(1), sixteen = _mm256_set1_epi16(16),
-                  nib = _mm256_set1_epi8(0x0F);
-    for (int r = 0; r < mr; r++) c[r] = _mm256_setzero_si256();
+    const __m256i one = _mm256_set1_epi16(1), none = _mm256_setzero_si256();
+    for (int r = 0; r < mr; r++) c[r] = none;
     for (int64_t q0 = 0; q0 < a->kq; q0 += RUN) {
         const int64_t n = a->kq - q0 < RUN ? a->kq - q0 : RUN;
-        if (w4 == 1 || w4 == 3) {
-            __m256i s[MR];
-            for (int r = 0; r < mr; r++) s[r] = _mm256_setzero_si256();
-            for (int64_t q = q0; q < q0 + n; q++, wp += a->wstep) {
-                if (lead) ahead(wp, a->wstep);
-                const __m256i w = half_bytes(w4, wp, h, tb);
-                for (int r = 0; r < mr; r++) {
-                    int32_t xv;
-                    memcpy(&xv, xg + r * a->ldx + 4 * q, sizeof xv);
-                    s[r] = _mm256_add_epi16(s[r], _mm256_maddubs_epi16(w, _mm256_set1_epi32(xv)));
-                }
-            }
-            for (int r = 0; r < mr; r++) c[r] = _mm256_add_epi32(c[r], _mm256_madd_epi16(s[r], one));
-            continue;
-        }
+        __m256i s[MR];
+        for (int r = 0; r < mr; r++) s[r] = none;
         for (int64_t q = q0; q < q0 + n; q++, wp += a->wstep) {
             if (lead) ahead(wp, a->wstep);
-            const __m256i by = half_bytes(w4, wp, h, tb);
-            const __m256i wl = _mm256_and_si256(by, nib),
-                          wu = _mm256_and_si256(_mm256_srli_epi16(by, 4), nib);
+            const __m256i w = half_bytes(w4, wp, h, none);
             for (int r = 0; r < mr; r++) {
                 int32_t xv;
                 memcpy(&xv, xg + r * a->ldx + 4 * q, sizeof xv);
-                const __m256i b = _mm256_set1_epi32(xv);
-                const __m256i lo = _mm256_madd_epi16(_mm256_maddubs_epi16(wl, b), one);
-                const __m256i hi = _mm256_madd_epi16(_mm256_maddubs_epi16(wu, b), sixteen);
-                c[r] = _mm256_add_epi32(c[r], _mm256_add_epi32(lo, hi));
+                s[r] = _mm256_add_epi16(s[r], _mm256_maddubs_epi16(w, _mm256_set1_epi32(xv)));
             }
         }
+        for (int r = 0; r < mr; r++) c[r] = _mm256_add_epi32(c[r], _mm256_madd_epi16(s[r], one));
     }
 }
 
@@ -246,9 +226,9 @@ static inline __attribute__((always_inline)) void tile(int w4, int mr, const gro
                 narrow_products(w4, mr, u == 0, wp, xg, c0, c1, a);
             } else if (w4 == 0 || w4 == 2) {
                 split_products(w4, mr, u == 0, wp, xg, tb, c0, c1, a);
-            } else {
-                half_products(w4, mr, 0, u == 0, wp, xg, tb, c0, a);
-                half_products(w4, mr, 1, 0, wp, xg, tb, c1, a);
+            } else { /* int4 groups of more than RUN steps */
+                half_products(w4, mr, 0, u == 0, wp, xg, c0, a);
+                half_products(w4, mr, 1, 0, wp, xg, c1, a);
             }
             fold(mr, QMOE_PK_UNIT * u, g, c0, a);
             fold(mr, QMOE_PK_UNIT * u + 8, g, c1, a);

@@ -28,6 +28,5 @@ static inline __attribute__((always_inline)) __m512 qmoe_ws_block_load(const voi
     return _mm512_mul_ps(_mm512_loadu_ps(base + c), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)));
 }
 
-static inline size_t qmoe_ws_bytes(int kind) { return kind == 0 ? 4 : kind == 3 ? 1 : 2; }
 
 #endif
