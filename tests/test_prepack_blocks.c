@@ -31,15 +31,20 @@ typedef struct wcase {
     float *ws, *bias;
 } wcase;
 
-/* Scales of expert blocks as d * sc: d a float16-like value (11 significant bits), sc in
- * [lo, 63] (q4_K's 6 bits; lo < 0 as q6_K's signed ones); now and then a block of zeros. */
+/* Scales of expert blocks as d * sc: d a float16-like value (11 significant bits; now and then
+ * a subnormal one or one of 18 bits), sc in [lo, 63] (q4_K's 6 bits; lo < 0 as q6_K's signed
+ * ones); now and then a block of zeros. */
 static void block_scales(qt_rng *r, const wcase *c, float *ws, int lo)
 {
     for (int64_t e = 0; e < c->E; e++)
         for (int64_t n = 0; n < c->N; n++)
             for (int64_t g0 = 0; g0 < c->G; g0 += c->B) {
                 float d = ldexpf((float)qt_range(r, 1024, 2047), (int)qt_range(r, -22, -14));
-                int zero = qt_range(r, 0, 15) == 0;
+                int zero = qt_range(r, 0, 15) == 0, kind = (int)qt_range(r, 0, 15);
+                if (kind == 1) /* subnormal bases (products exact: integers times 2^-149) */
+                    d = ldexpf((float)qt_range(r, 1, 2047), -149 + (int)qt_range(r, 0, 8));
+                if (kind == 2) /* a base of 18 significant bits (times 6-bit sc: exact) */
+                    d = ldexpf((float)qt_range(r, 1 << 17, (1 << 18) - 1), -40);
                 for (int64_t g = g0; g < g0 + c->B && g < c->G; g++)
                     ws[(e * c->G + g) * c->N + n] = zero ? 0.0f : d * (float)qt_range(r, lo, 63);
             }

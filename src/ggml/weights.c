@@ -90,6 +90,70 @@ static int scale_dtype(const float *f, size_t n, int first, qmoe_dtype *dt)
     return 0;
 }
 
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+#define QG_BIG_ENDIAN 1 /* the blocks below read bytes as little-endian words: the byte loop then */
+#else
+#define QG_BIG_ENDIAN 0
+#endif
+
+/* 8 x 8 bytes transposed in place: a[i] holds row i (byte j: column j, little-endian), after it
+ * column i. Three rounds of swaps of 1, 2 and 4 bytes between row pairs. */
+static void transpose8(uint64_t a[8])
+{
+    static const uint64_t m[3] = {0x00FF00FF00FF00FFull, 0x0000FFFF0000FFFFull, 0x00000000FFFFFFFFull};
+    for (int r = 0, d = 1; r < 3; r++, d *= 2)
+        for (int j = 0; j < 4; j++) { /* the 4 pairs (i, i + d) with bit d of i clear */
+            int i = (j / d) * 2 * d + j % d;
+            uint64_t t = ((a[i] >> (8 * d)) ^ a[i + d]) & m[r];
+            a[i + d] ^= t;
+            a[i] ^= t << (8 * d);
+        }
+}
+
+/* 8 int8 values (one k, 8 columns, low byte first) as 4 bytes of int4 pairs, low nibble first. */
+static uint32_t pack_nibbles(uint64_t x)
+{
+    x &= 0x0F0F0F0F0F0F0F0Full;
+    x = (x | x >> 4) & 0x00FF00FF00FF00FFull;
+    x = (x | x >> 8) & 0x0000FFFF0000FFFFull;
+    return (uint32_t)(x | x >> 16);
+}
+
+/* A decoded tile (tn rows of K int8 values, row t at rowq + t K) written as columns v0 + t of the
+ * [K, ncp] values, v0 + k ncp + t for row k (int4: two values a byte, low nibble first, or'ed in:
+ * an odd column starts mid-byte; vals starts zeroed). Blocks of 8 x 8 go through registers:
+ * the element-wise loop read each value from a different row and took most of a model's load
+ * time (docs/ggml.md, "Load time"). The results are the same bytes. */
+static void put_tile(const int8_t *rowq, int64_t K, int64_t tn, int int4, uint8_t *vals, size_t v0,
+                     size_t ncp)
+{
+    int64_t t8 = 0; /* columns [0, t8) in blocks; whole bytes for int4 need even columns */
+    if ((!int4 || (v0 % 2 == 0 && ncp % 2 == 0)) && K % 8 == 0 && !QG_BIG_ENDIAN) t8 = tn / 8 * 8;
+    for (int64_t t0 = 0; t0 < t8; t0 += 8)
+        for (int64_t k0 = 0; k0 < K; k0 += 8) {
+            uint64_t a[8];
+            for (int i = 0; i < 8; i++) memcpy(&a[i], rowq + (t0 + i) * K + k0, 8);
+            transpose8(a);
+            for (int j = 0; j < 8; j++) {
+                size_t v = v0 + (size_t)(k0 + j) * ncp + (size_t)t0;
+                if (int4) {
+                    uint32_t b = pack_nibbles(a[j]);
+                    memcpy(vals + v / 2, &b, 4);
+                } else {
+                    memcpy(vals + v, &a[j], 8);
+                }
+            }
+        }
+    size_t v = v0;
+    for (int64_t k = 0; k < K; k++, v += ncp)
+        for (int64_t t = t8; t < tn; t++) {
+            if (int4)
+                vals[(v + (size_t)t) / 2] |= (uint8_t)((rowq[t * K + k] & 0xF) << ((v + (size_t)t) % 2 ? 4 : 0));
+            else
+                vals[v + (size_t)t] = (uint8_t)rowq[t * K + k];
+        }
+}
+
 /* Integers and scales of matrices [s0, s0 + ns) of the chunk, its columns, laid out [ns, K, ncp]
  * and [ns, G, ncp] (the pad column stays zero; vals zeroed); int4 ones packed straight away (two a
  * byte, low nibble first, as qmoe_layout_int4_pack), so no int8 copy of an int4 weight is made;
@@ -119,8 +183,12 @@ static void gather(qg_weight *w, const qg_chunk *c, int64_t s0, int64_t ns, uint
                     w->n_negzero += qg_row_negative_zeros(w->type, row, K,
                                                           w->negzero + ((size_t)m * (size_t)N + (size_t)gn) * (size_t)(K / 8));
                 if (bias) { /* the assist matrix as qmoe_layout_weight_assist_matrix states it */
-                    double acc = 0;
-                    for (int64_t k = 0; k < K; k++) acc += (double)rowq[t * K + k] * rowd[t * G + k / f->gs];
+                    double acc = 0; /* each group's integer sum first, as the library's rule */
+                    for (int64_t g = 0; g < G; g++) {
+                        int64_t sum = 0;
+                        for (int64_t k = g * f->gs; k < (g + 1) * f->gs; k++) sum += rowq[t * K + k];
+                        acc += (double)sum * rowd[t * G + g];
+                    }
                     bias[(size_t)e * (size_t)ncp + (size_t)(c->col + n)] = (float)(8.0 * acc);
                 }
                 if (!f->mins) continue;
@@ -146,14 +214,8 @@ static void gather(qg_weight *w, const qg_chunk *c, int64_t s0, int64_t ns, uint
                     ms[(so + (size_t)b) * col] = -qg_half(w->kdmin[at]);
                 }
             }
-            size_t v = (size_t)e * (size_t)K * (size_t)ncp + (size_t)(c->col + n0);
-            if (f->int4) /* two values a byte, low nibble first (an odd col starts mid-byte) */
-                for (int64_t k = 0; k < K; k++, v += (size_t)ncp)
-                    for (int64_t t = 0; t < tn; t++)
-                        vals[(v + (size_t)t) / 2] |= (uint8_t)((rowq[t * K + k] & 0xF) << ((v + (size_t)t) % 2 ? 4 : 0));
-            else
-                for (int64_t k = 0; k < K; k++, v += (size_t)ncp)
-                    for (int64_t t = 0; t < tn; t++) vals[v + (size_t)t] = (uint8_t)rowq[t * K + k];
+            put_tile(rowq, K, tn, f->int4, vals, (size_t)e * (size_t)K * (size_t)ncp + (size_t)(c->col + n0),
+                     (size_t)ncp);
             float *sg = scales + (size_t)e * (size_t)G * (size_t)ncp + (size_t)(c->col + n0);
             for (int64_t g = 0; g < G; g++)
                 for (int64_t t = 0; t < tn; t++) sg[(size_t)g * (size_t)ncp + (size_t)t] = rowd[t * G + g];

@@ -5,6 +5,7 @@
 #define _DEFAULT_SOURCE /* madvise, MADV_HUGEPAGE */
 #include "qmoe/weights.h"
 
+#include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -193,12 +194,72 @@ static uint32_t f32_bits(float f)
     return u;
 }
 
+/* Scale s as M 2^E with M odd (0 when s is zero; -1 for infinity and NaN); *neg its sign. */
+static int64_t odd_part(float s, int *e, int *neg)
+{
+    uint32_t u = f32_bits(s), ex = (u >> 23) & 0xFF, m = u & 0x7FFFFF;
+    if (ex == 0xFF) return -1;
+    if (ex == 0 && m == 0) return 0;
+    if (ex) m |= 0x800000;
+    int tz = __builtin_ctz(m);
+    *e = (ex ? (int)ex : 1) - 150 + tz;
+    *neg = (int)(u >> 31);
+    return (int64_t)(m >> tz);
+}
+
+/* gcd of two odd numbers (binary: no division) */
+static uint32_t gcd_odd(uint32_t a, uint32_t b)
+{
+    while (a != b) {
+        if (a > b) {
+            a -= b;
+            a >>= __builtin_ctz(a);
+        } else {
+            b -= a;
+            b >>= __builtin_ctz(b);
+        }
+    }
+    return a;
+}
+
+/* The run as exact multiples of the largest float that divides every scale: each nonzero s =
+ * M 2^E (M odd), the base G 2^Emin with G the gcd of the M; 1 when every multiplier fits int8.
+ * Integer work, no search: the search below divides once per element and candidate (39
+ * candidates a run on average for q4_K's scales, most of a K-quant model's load time). Any
+ * factorization gives the kernels the same bits (base * q is the scale), so which is kept is
+ * free. */
+static int factor_exact(const float *s, int64_t n, int64_t ld, float *base, int8_t *q)
+{
+    uint32_t g = 0;
+    int emin = 0, e, neg;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t m = odd_part(s[i * ld], &e, &neg);
+        if (m < 0) return 0;
+        if (!m) continue;
+        if (!g || e < emin) emin = e;
+        g = g ? gcd_odd(g, (uint32_t)m) : (uint32_t)m;
+    }
+    if (!g) return 0; /* all zero: the search's base 0 */
+    for (int64_t i = 0; i < n; i++) {
+        int64_t m = odd_part(s[i * ld], &e, &neg);
+        uint32_t k = (uint32_t)m / g;
+        if (m && (e - emin > 7 || (k << (e - emin)) > 127)) return 0;
+        q[i * ld] = (int8_t)(m ? (neg ? -1 : 1) * (int)(k << (e - emin)) : 0);
+    }
+    float b = ldexpf((float)g, emin);
+    for (int64_t i = 0; i < n; i++) /* exact by construction; as the search tests it */
+        if (f32_bits(b * (float)q[i * ld]) != f32_bits(s[i * ld])) return 0;
+    *base = b;
+    return 1;
+}
+
 /* n scales s[0], s[ld], ... as base * q[i] with the same bits (the driver's widen_s8), q in
- * int8: 1 when found. The base is the smallest nonzero magnitude over j = 1..128, the largest
- * that works: for d * sc (|sc| <= 128, d * sc exact in float32) j = |sc| of the smallest gives
- * d itself, so such scales always factor. */
+ * int8: 1 when found. Exact multiples first; else the base is the smallest nonzero magnitude
+ * over j = 1..128, the largest that works (rounding included): for d * sc (|sc| <= 128, d * sc
+ * exact in float32) j = |sc| of the smallest gives d itself, so such scales always factor. */
 static int factor_run(const float *s, int64_t n, int64_t ld, float *base, int8_t *q)
 {
+    if (factor_exact(s, n, ld, base, q)) return 1;
     float smin = 0.0f;
     for (int64_t i = 0; i < n; i++) {
         float a = s[i * ld] < 0 ? -s[i * ld] : s[i * ld];
