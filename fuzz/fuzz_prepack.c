@@ -7,7 +7,7 @@
  * An object of more experts (options.experts) takes the same slice again by qmoe_weights_append
  * while it fits, refuses one past its end, and is refused by the operator until it is full.
  * Mutations change one descriptor (dtype, rank, format, a smaller dim, absence) or the options
- * (experts, scale blocks, a codebook with the weights' values drawn from it);
+ * (experts, scale blocks, a codebook with the weights' values drawn from it, packing threads);
  * dims never grow and every buffer has room for 64-bit elements (16 times the int4 bytes), so
  * whatever phase one accepts stays inside real memory.
  */
@@ -201,7 +201,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int mutations = (int)fz_range(&in, 0, 3);
     for (int i = 0; i < mutations; i++) {
         desc *m = &d[fz_range(&in, 0, SLOTS - 1)];
-        switch (fz_range(&in, 0, 9)) {
+        switch (fz_range(&in, 0, 10)) {
         case 0: m->present = !m->present; break;
         case 1: m->dtype = (int)fz_range(&in, 0, 7); break; /* buffers have room for 64-bit */
         case 2: m->format = !m->format; break;
@@ -227,6 +227,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 oracle_pack_weight((oracle_wlayout)layout, w, E, K, N, wst);
             }
             po.codebook = book;
+            break;
+        case 10: /* packing threads: 0 (every core) to a few, or past the limit (refused) */
+            po.struct_size = (uint32_t)sizeof po;
+            po.threads = fz_u8(&in) & 1 ? (int)fz_range(&in, -2, 5) : (int)fz_range(&in, 4094, 4098);
             break;
         }
     }

@@ -6,10 +6,12 @@
  *     object whose outputs are bit-identical to the object made from the same scales kept as
  *     float32 (1 and 3 threads, 1 to 40 rows), which holds 3 bytes less per scale plus 4 per
  *     block, and whose unpack_scales returns the scales given, bit for bit;
- *   - the same, made a slice at a time (qmoe_weights_append);
+ *   - the same, made a slice at a time (qmoe_weights_append), and on 1, 2, 3 and every online
+ *     core's threads (options.threads);
  *   - refused with QMOE_ERR_PARAM_INVALID, *out or the object as it was: scales that are not
  *     such products (uniform random floats, a -0, a NaN), in the first slice or a later one;
- *     a negative scale_block.
+ *     a negative scale_block, threads out of [0, 4096]; with several threads the error still
+ *     names the first bad expert.
  * The scales are built here from integers, not by the library's factoring.
  */
 #include <math.h>
@@ -91,12 +93,13 @@ static void free3(qmoe_tensor *a, qmoe_tensor *b, qmoe_tensor *d)
     qmoe_tensor_destroy(d);
 }
 
-/* Prepacks c with scales ws in slices of `slice` experts (0: whole). */
+/* Prepacks c with scales ws in slices of `slice` experts (0: whole) on `threads` threads. */
 static qmoe_status prepack(const wcase *c, const float *ws, int kernel, int64_t block, int64_t slice,
-                           qmoe_weights **out)
+                           int threads, qmoe_weights **out)
 {
     qmoe_weights_options o = QMOE_WEIGHTS_OPTIONS_INIT;
     o.kernel = (qmoe_kernel)kernel;
+    o.threads = threads;
     o.scale_block = block;
     o.experts = slice ? c->E : 0;
     int64_t n0 = slice ? slice : c->E;
@@ -113,15 +116,16 @@ static qmoe_status prepack(const wcase *c, const float *ws, int kernel, int64_t 
     return st;
 }
 
-/* Blocked and float32 objects of c give the same bits; sizes and unpacked scales as stated. */
-static void check_same(qt_rng *r, const wcase *c, int kernel, int64_t slice, int *ran)
+/* Blocked and float32 objects of c give the same bits; sizes and unpacked scales as stated. The
+ * float32 one is packed on one thread, the blocked one on `threads`. */
+static void check_same(qt_rng *r, const wcase *c, int kernel, int64_t slice, int threads, int *ran)
 {
     qmoe_weights *plain = NULL, *blk = NULL;
-    if (prepack(c, c->ws, kernel, 0, 0, &plain)) return; /* not a kernel this CPU prepacks for */
+    if (prepack(c, c->ws, kernel, 0, 0, 1, &plain)) return; /* not a kernel this CPU prepacks for */
     ++*ran;
-    qmoe_status st = prepack(c, c->ws, kernel, c->B, slice, &blk);
-    CHECK_MSG(st == QMOE_OK, "%s %s G=%lld B=%lld slice %lld: %s", qmoe_kernel_name((qmoe_kernel)kernel),
-              c->a8w4 ? "A8W4" : "A8W8", (long long)c->G, (long long)c->B, (long long)slice,
+    qmoe_status st = prepack(c, c->ws, kernel, c->B, slice, threads, &blk);
+    CHECK_MSG(st == QMOE_OK, "%s %s G=%lld B=%lld slice %lld threads %d: %s", qmoe_kernel_name((qmoe_kernel)kernel),
+              c->a8w4 ? "A8W4" : "A8W8", (long long)c->G, (long long)c->B, (long long)slice, threads,
               qmoe_last_error());
     if (st) {
         qmoe_weights_destroy(plain);
@@ -141,7 +145,8 @@ static void check_same(qt_rng *r, const wcase *c, int kernel, int64_t slice, int
     }
     free(back);
     char what[160];
-    snprintf(what, sizeof what, "%s G=%lld B=%lld slice %lld", c->a8w4 ? "A8W4" : "A8W8", (long long)c->G, (long long)c->B, (long long)slice);
+    snprintf(what, sizeof what, "%s G=%lld B=%lld slice %lld threads %d", c->a8w4 ? "A8W4" : "A8W8",
+             (long long)c->G, (long long)c->B, (long long)slice, threads);
     qt_check_same_outputs(r, plain, blk, kernel, c->K, c->N, c->E, what);
     qmoe_weights_destroy(plain);
     qmoe_weights_destroy(blk);
@@ -153,7 +158,7 @@ static void check_refusals(qt_rng *r, int kernel)
     wcase c;
     make(r, &c, 1, 4, 256, 128, 8, 4);
     qmoe_weights *keep = (qmoe_weights *)(uintptr_t)0x1;
-    if (prepack(&c, c.ws, kernel, 0, 0, &keep)) { /* not a kernel this CPU prepacks for */
+    if (prepack(&c, c.ws, kernel, 0, 0, 1, &keep)) { /* not a kernel this CPU prepacks for */
         unmake(&c);
         return;
     }
@@ -166,11 +171,15 @@ static void check_refusals(qt_rng *r, int kernel)
             for (int64_t i = 0; i < c.E * c.G * c.N; i++) bad[i] = qt_uniform(r, 0.001f, 0.02f);
         else
             bad[at] = v == 1 ? -0.0f : NAN;
-        qmoe_weights *out = (qmoe_weights *)(uintptr_t)0x1;
-        qmoe_status st = prepack(&c, bad, kernel, c.B, 0, &out);
-        CHECK_MSG(st == QMOE_ERR_PARAM_INVALID && out == (qmoe_weights *)(uintptr_t)0x1,
-                  "scales %d: prepack status %d", v, (int)st);
-        CHECK_MSG(strstr(qmoe_last_error(), "int8 multipliers") != NULL, "message: %s", qmoe_last_error());
+        for (int threads = 1; threads <= 3; threads += 2) { /* the first bad expert's error, whatever the split */
+            qmoe_weights *out = (qmoe_weights *)(uintptr_t)0x1;
+            qmoe_status st = prepack(&c, bad, kernel, c.B, 0, threads, &out);
+            CHECK_MSG(st == QMOE_ERR_PARAM_INVALID && out == (qmoe_weights *)(uintptr_t)0x1,
+                      "scales %d: prepack status %d", v, (int)st);
+            CHECK_MSG(strstr(qmoe_last_error(), "int8 multipliers") != NULL, "message: %s", qmoe_last_error());
+            CHECK_MSG(strstr(qmoe_last_error(), v == 0 ? "expert 0," : "expert 3, column 77,") != NULL,
+                      "threads %d, scales %d: %s", threads, v, qmoe_last_error());
+        }
         if (v == 0) continue;
         /* in the second slice: the first slice's object stays, and a good slice then completes it */
         qmoe_weights_options o = QMOE_WEIGHTS_OPTIONS_INIT;
@@ -196,7 +205,10 @@ static void check_refusals(qt_rng *r, int kernel)
         qmoe_weights_destroy(pw);
     }
     qmoe_weights *out = (qmoe_weights *)(uintptr_t)0x1;
-    CHECK(prepack(&c, c.ws, kernel, -1, 0, &out) == QMOE_ERR_PARAM_INVALID && out == (qmoe_weights *)(uintptr_t)0x1);
+    CHECK(prepack(&c, c.ws, kernel, -1, 0, 1, &out) == QMOE_ERR_PARAM_INVALID && out == (qmoe_weights *)(uintptr_t)0x1);
+    CHECK(prepack(&c, c.ws, kernel, 0, 0, -1, &out) == QMOE_ERR_PARAM_INVALID && out == (qmoe_weights *)(uintptr_t)0x1);
+    CHECK(prepack(&c, c.ws, kernel, 0, 0, 4097, &out) == QMOE_ERR_PARAM_INVALID && out == (qmoe_weights *)(uintptr_t)0x1);
+    CHECK_MSG(strstr(qmoe_last_error(), "threads = 4097") != NULL, "message: %s", qmoe_last_error());
     free(bad);
     unmake(&c);
 }
@@ -215,8 +227,10 @@ int main(void)
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
             wcase c;
             make(&r, &c, cases[i].a8w4, cases[i].E, cases[i].K, cases[i].N, cases[i].G, cases[i].B);
-            check_same(&r, &c, kernels[k], 0, &ran);
-            if (i == 0) check_same(&r, &c, kernels[k], 2, &ran);
+            check_same(&r, &c, kernels[k], 0, 1, &ran);
+            check_same(&r, &c, kernels[k], 0, 3, &ran); /* 3 threads: the same bits */
+            if (i == 0) check_same(&r, &c, kernels[k], 2, 2, &ran);
+            if (i == 0) check_same(&r, &c, kernels[k], 2, 0, &ran); /* every online core */
             unmake(&c);
         }
         check_refusals(&r, kernels[k]);

@@ -53,9 +53,14 @@ typedef struct qmoe_weights_options {
      * whose values are few and not an int4 range, e.g. MXFP4's E2M1 times 2: {0, 1, 2, 3, 4,
      * 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12}, so each index is the format's own code. */
     const int8_t *codebook;
+    /* Since 0.3.5. Threads that pack the experts, in qmoe_weights_prepack and in every
+     * qmoe_weights_append of the object: 0, every online core; 1, the calling thread only; at
+     * most 4096. They are started and joined within each call, each packing whole experts, so
+     * the object is the same bytes for any count. (Callers built before this field get 0.) */
+    int threads;
 } qmoe_weights_options;
 
-#define QMOE_WEIGHTS_OPTIONS_INIT {(uint32_t)sizeof(qmoe_weights_options), QMOE_KERNEL_AUTO, 0, 0, 0, NULL}
+#define QMOE_WEIGHTS_OPTIONS_INIT {(uint32_t)sizeof(qmoe_weights_options), QMOE_KERNEL_AUTO, 0, 0, 0, NULL, 0}
 
 /*
  * Builds the prepacked weights of the fused operator (GroupedMatmulSwigluQuant) from `weight`

@@ -19,10 +19,11 @@ from ._op import ArrayLike, _c_int, _kernel, _plain, _Weight, _weight_scale
 
 
 class WeightsOptions(ctypes.Structure):
-    """struct qmoe_weights_options (the 0.3.3 layout; struct_size tells the library which)."""
+    """struct qmoe_weights_options (the 0.3.5 layout; struct_size tells the library which)."""
 
     _fields_ = [("struct_size", ctypes.c_uint32), ("kernel", c_int), ("force_weight_nz", c_int),
-                ("experts", c_int64), ("scale_block", c_int64), ("codebook", POINTER(c_int8))]
+                ("experts", c_int64), ("scale_block", c_int64), ("codebook", POINTER(c_int8)),
+                ("threads", c_int)]
 
 
 def _codebook(value: Any) -> Optional[np.ndarray]:
@@ -212,6 +213,7 @@ def prepack(
     experts: Optional[int] = None,
     scale_block: int = 0,
     codebook: Optional[ArrayLike] = None,
+    threads: Optional[int] = None,
 ) -> PrepackedWeights:
     """Prepacks expert weights once for the fused operator.
 
@@ -241,13 +243,18 @@ def prepack(
     :meth:`PrepackedWeights.append`) raises :class:`QmoeError` (161002) naming its expert, k
     and column; so do a codebook without 0 and one for int4 weights. Not 16 integers in
     [-128, 127]: :class:`QmoeError` (161002) too.
+
+    ``threads``: threads that pack the experts, here and in every
+    :meth:`PrepackedWeights.append` (None or 0: every online core; 1: the calling thread), the
+    same object for any count; outside [0, 4096] raises :class:`QmoeError` (161002).
     """
     src = _Source(weight, weight_scale, bias, weight_format, int4_packed, weight_scale_dtype)
     book = _codebook(codebook)  # referenced until the call returns (the library copies it)
     opts = WeightsOptions(struct_size=ctypes.sizeof(WeightsOptions), kernel=_kernel(kernel),
                           force_weight_nz=0, experts=_c_int(experts, "experts", 64),
                           scale_block=_c_int(scale_block, "scale_block", 64),
-                          codebook=None if book is None else book.ctypes.data_as(POINTER(c_int8)))
+                          codebook=None if book is None else book.ctypes.data_as(POINTER(c_int8)),
+                          threads=_c_int(threads, "threads"))
     handle = c_void_p()
     with Tensors() as t:
         _lib.check(_lib.lib.qmoe_weights_prepack(*src.tensors(t), ctypes.byref(opts),

@@ -36,6 +36,7 @@ enum {
     QMOE_PP_VERSION = 4, /* 2: 16-bit scales kept 16-bit; 3: scale blocks; 4: codes */
     QMOE_PP_COLS = 64, /* output columns per panel (per half) */
     QMOE_PP_LD = 128,  /* floats per scale / correction row of a panel: both halves */
+    QMOE_PP_MAX_THREADS = 4096, /* options.threads, the library's one limit of a threads option */
 };
 
 #define QMOE_PP_MAGIC 0x4b43415045454d51ull /* "QMEEPACK" */
@@ -58,6 +59,7 @@ struct qmoe_weights {
     int32_t ws_kind;        /* qmoe_scale_type of ws: F32, F16 or BF16 (2 bytes an element) */
     int32_t src_layout;     /* qmoe_wlayout it was made from (information) */
     int32_t force_nz;       /* options.force_weight_nz it was made with (qmoe_weights_append) */
+    int32_t threads;        /* threads that pack its experts (options.threads; its appends too) */
     int32_t has_bias;       /* made with a bias tensor */
     int32_t codes;          /* A8W8 kept as 4-bit indices into tbl (options.codebook) */
     uint8_t tbl[16];        /* codes: the codebook's values + 128 (the int8 step bytes) */

@@ -5,6 +5,7 @@
  * past qmoe's expert limit and columns past its N limit go to further chunks. */
 #define _DEFAULT_SOURCE /* madvise */
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -158,13 +159,34 @@ static void put_tile(const int8_t *rowq, int64_t K, int64_t tn, int int4, uint8_
  * and [ns, G, ncp] (the pad column stays zero; vals zeroed); int4 ones packed straight away (two a
  * byte, low nibble first, as qmoe_layout_int4_pack), so no int8 copy of an int4 weight is made;
  * the side bytes go to the weight's arrays. */
-static void gather(qg_weight *w, const qg_chunk *c, int64_t s0, int64_t ns, uint8_t *vals,
-                   float *scales, int8_t *rowq, float *rowd, uint8_t *rows, int8_t *mvals,
-                   float *mscales, float *bias)
+typedef struct gather_part {
+    qg_weight *w;
+    const qg_chunk *c;
+    int64_t s0, e0, e1; /* the slice's matrices [e0, e1), s0 its first in the chunk */
+    uint8_t *vals;
+    float *scales;
+    int8_t *mvals;
+    float *mscales, *bias;
+    int8_t *rowq; /* the thread's own decoding buffers */
+    float *rowd;
+    uint8_t *rows;
+    int64_t negzero; /* mxfp4's negative zeros it found (the weight's count: summed after) */
+    pthread_t tid;
+    int started;
+} gather_part;
+
+static void *gather(void *arg)
 {
+    gather_part *gp = arg;
+    qg_weight *w = gp->w;
+    const qg_chunk *c = gp->c;
+    const int64_t s0 = gp->s0;
+    uint8_t *vals = gp->vals, *rows = gp->rows;
+    float *scales = gp->scales, *rowd = gp->rowd, *mscales = gp->mscales, *bias = gp->bias;
+    int8_t *rowq = gp->rowq, *mvals = gp->mvals;
     const qg_format *f = w->fmt;
     const int64_t K = w->K, G = w->G, ncp = qg_chunk_cols(c), nb = K / f->blk, N = w->N;
-    for (int64_t e = 0; e < ns; e++) {
+    for (int64_t e = gp->e0; e < gp->e1; e++) {
         int64_t m = c->e0 + s0 + e, i2 = m % w->ne[2], i3 = m / w->ne[2];
         /* QG_TILE rows decoded, then written column-wise a run of QG_TILE at a time (one value
          * per row of K apart was a cache line and a TLB entry per value: minutes per large
@@ -180,7 +202,7 @@ static void gather(qg_weight *w, const qg_chunk *c, int64_t s0, int64_t ns, uint
                                         : NULL; /* scaled: the object's scales hold them */
                 qg_decode_row(w->type, row, K, rowq + t * K, rowd + t * G, side);
                 if (w->negzero)
-                    w->n_negzero += qg_row_negative_zeros(w->type, row, K,
+                    gp->negzero += qg_row_negative_zeros(w->type, row, K,
                                                           w->negzero + ((size_t)m * (size_t)N + (size_t)gn) * (size_t)(K / 8));
                 if (bias) { /* the assist matrix as qmoe_layout_weight_assist_matrix states it */
                     double acc = 0; /* each group's integer sum first, as the library's rule */
@@ -221,6 +243,30 @@ static void gather(qg_weight *w, const qg_chunk *c, int64_t s0, int64_t ns, uint
                 for (int64_t t = 0; t < tn; t++) sg[(size_t)g * (size_t)ncp + (size_t)t] = rowd[t * G + g];
         }
     }
+    return NULL;
+}
+
+/* Matrices [s0, s0 + ns) of the chunk gathered by the parts' threads, a contiguous run of them
+ * each (every matrix's bytes are its own: the split changes nothing); a thread that cannot be
+ * started leaves its run to this one. */
+static void gather_slice(gather_part *parts, int64_t T, qg_weight *w, const qg_chunk *c, int64_t s0,
+                         int64_t ns, uint8_t *vals, float *scales, int8_t *mvals, float *mscales,
+                         float *bias)
+{
+    T = T < ns ? T : ns > 0 ? ns : 1;
+    for (int64_t t = 0; t < T; t++) {
+        gather_part *g = &parts[t];
+        g->w = w, g->c = c, g->s0 = s0, g->e0 = ns * t / T, g->e1 = ns * (t + 1) / T;
+        g->vals = vals, g->scales = scales, g->mvals = mvals, g->mscales = mscales, g->bias = bias;
+        g->negzero = 0;
+        g->started = t > 0 && pthread_create(&g->tid, NULL, gather, g) == 0;
+    }
+    gather(&parts[0]);
+    for (int64_t t = 1; t < T; t++) {
+        if (parts[t].started) pthread_join(parts[t].tid, NULL);
+        else gather(&parts[t]);
+    }
+    for (int64_t t = 0; t < T; t++) w->n_negzero += parts[t].negzero;
 }
 
 /* The caller's pages of matrices [m0, m0 + n) once read (source.c decides whether they can go):
@@ -278,16 +324,24 @@ static qmoe_status build_parts(qg_weight *const *ws, qg_chunk *const *cs, int np
                               "ggml-qmoe: the weight's size overflows");
     const size_t vbytes = a8w4 ? nv / 2 + 1 : nv ? nv : 1;
     uint8_t *vals = malloc(vbytes);
-    int8_t *rowq = malloc((size_t)(QG_TILE * K));
-    float *scales = calloc(ns ? ns : 1, sizeof(float)), *rowd = malloc((size_t)(QG_TILE * G) * sizeof(float));
-    uint8_t *rows = malloc((size_t)(K / w->fmt->blk * w->fmt->side));
+    /* the slice's matrices are decoded on up to S threads (the loader's and S - 1 more) */
+    const int64_t T = qmoe_device_online_cores() < S ? qmoe_device_online_cores() : S;
+    gather_part *parts = calloc((size_t)T, sizeof *parts);
+    int oom = !parts;
+    for (int64_t t = 0; !oom && t < T; t++) {
+        parts[t].rowq = malloc((size_t)(QG_TILE * K));
+        parts[t].rowd = malloc((size_t)(QG_TILE * G) * sizeof(float));
+        parts[t].rows = malloc((size_t)(K / w->fmt->blk * w->fmt->side));
+        oom = !parts[t].rowq || !parts[t].rowd || !parts[t].rows;
+    }
+    float *scales = calloc(ns ? ns : 1, sizeof(float));
     float *bias = a8w4 ? calloc(nbias ? nbias : 1, sizeof(float)) : NULL;
     int8_t *mvals = mins ? calloc(nmv ? nmv : 1, 1) : NULL;
     float *mscales = mins ? calloc(nms ? nms : 1, sizeof(float)) : NULL;
     qmoe_tensor *tw = NULL, *ts = NULL, *tb = NULL;
     uint16_t *half = NULL;
     qmoe_status st = QMOE_OK;
-    if (!vals || !rowq || !scales || !rowd || !rows || (a8w4 && !bias) || (mins && (!mvals || !mscales))) {
+    if (oom || !vals || !scales || (a8w4 && !bias) || (mins && (!mvals || !mscales))) {
         st = qmoe_error_set(QMOE_ERR_INNER, QMOE_RULE_NONE, "weight",
                             "ggml-qmoe: out of memory converting a weight");
         goto done;
@@ -309,7 +363,7 @@ static qmoe_status build_parts(qg_weight *const *ws, qg_chunk *const *cs, int np
         memset(vals, 0, vbytes); /* int4 values are or'ed in */
         for (int p = 0; p < np; p++) {
             /* GroupedMatmul reads no assist matrix (zero); the fused operator's is the weights' */
-            gather(ws[p], cs[p], s0, n, vals, scales, rowq, rowd, rows, mvals, mscales, assist ? bias : NULL);
+            gather_slice(parts, T, ws[p], cs[p], s0, n, vals, scales, mvals, mscales, assist ? bias : NULL);
             if (cs[p]->n0 + cs[p]->nc == ws[p]->N && (!own[p] || w->fmt->scaled))
             {
                 release_source(ws[p], own[p], c->e0 + s0, n); /* no chunk reads them again */
@@ -376,10 +430,13 @@ static qmoe_status build_parts(qg_weight *const *ws, qg_chunk *const *cs, int np
     if (!st && mins) st = qmoe_weights_tensor(c->mw, &c->mview);
 done:
     free(vals);
-    free(rowq);
+    for (int64_t t = 0; parts && t < T; t++) {
+        free(parts[t].rowq);
+        free(parts[t].rowd);
+        free(parts[t].rows);
+    }
+    free(parts);
     free(scales);
-    free(rowd);
-    free(rows);
     free(bias);
     free(mvals);
     free(mscales);

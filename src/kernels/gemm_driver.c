@@ -781,6 +781,12 @@ int qmoe_fast_prepack_expert(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p,
         pn.wstep = pn.nu * QMOE_PK_STEP;
         pn.blk = (L.Kp / 4) * pn.wstep;
         pack_panel(isa, p, &q, &L, sp, e, 0, &pn);
+        /* the scales of the units a last panel lacks are never read, but kept: zero, so the
+         * object's bytes (and the scale blocks factored from them) do not depend on scratch */
+        for (int64_t g = 0; g < p->G; g++)
+            for (int64_t h = 0; h < 2; h++)
+                for (int64_t c = pn.nu * QMOE_PK_UNIT; c < pn.ld / 2; c++)
+                    pn.wsg[g * pn.ld + h * (pn.ld / 2) + c] = 0.0f;
         uint8_t *rec = pp->w + (uint64_t)de * pp->expert_wbytes + (uint64_t)i * pp->panel_wbytes;
         int64_t steps = 2 * (L.Kp / 4) * pn.nu;
         if (pp->codes) {

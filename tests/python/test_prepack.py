@@ -72,3 +72,21 @@ def test_prepack_memory_and_refusals(rng):
     pw.close()
     with pytest.raises(qmoe.QmoeError):
         run(p, pw, "auto", ws=None, bias=None)
+
+
+def test_prepack_threads(rng):
+    """threads packs whole experts on each thread: the same results for any count; out of range
+    is refused by the library with its message."""
+    p = Problem(rng, M=40, K=128, N=192, E=5, group_list=[3, 9, 10, 30, 40], int4=True, G=4)
+    weight = vr.words_from_nibbles(p.w)
+    outs = []
+    for threads in (1, 3, None):
+        with qmoe.prepack(weight, p.ws, bias=p.bias, threads=threads) as pw:
+            out, scale, _ = run(p, pw, "auto", ws=None, bias=None)
+            outs.append((out, scale.view(np.uint32)))
+    for out, scale in outs[1:]:
+        assert np.array_equal(out, outs[0][0]) and np.array_equal(scale, outs[0][1])
+    for bad in (-1, 4097):
+        with pytest.raises(qmoe.QmoeError) as err:
+            qmoe.prepack(weight, p.ws, bias=p.bias, threads=bad)
+        assert err.value.code == qmoe.ERR_PARAM_INVALID and "threads" in err.value.message

@@ -203,11 +203,12 @@ def test_append_waits_for_the_calls_in_flight(rng):
 
 
 def test_options_layout_is_the_headers():
-    # the 0.3.3 layout: experts and scale_block (int64_t) after force_weight_nz (the first
+    # the 0.3.5 layout: experts and scale_block (int64_t) after force_weight_nz (the first
     # layout's 12 bytes), aligned as int64_t is (offset 16), then codebook (const int8_t *)
-    # aligned as a pointer is (offset 32, 40 bytes in all on x86-64 and arm64)
+    # aligned as a pointer is (offset 32), then threads (int, offset 40; 48 bytes in all on
+    # x86-64 and arm64)
     names = [n for n, _ in _prepack.WeightsOptions._fields_]
-    assert names[-3:] == ["experts", "scale_block", "codebook"]
+    assert names[-4:] == ["experts", "scale_block", "codebook", "threads"]
     assert _prepack.WeightsOptions.force_weight_nz.offset == 8
     a = ctypes.alignment(ctypes.c_int64)
     experts = (12 + a - 1) // a * a
@@ -216,12 +217,15 @@ def test_options_layout_is_the_headers():
     pa, psize = ctypes.alignment(ctypes.c_void_p), ctypes.sizeof(ctypes.c_void_p)
     codebook = (experts + 16 + pa - 1) // pa * pa
     assert _prepack.WeightsOptions.codebook.offset == codebook
+    threads = codebook + psize
+    assert _prepack.WeightsOptions.threads.offset == threads
     size_align = max(a, pa)
     assert ctypes.sizeof(_prepack.WeightsOptions) == \
-        (codebook + psize + size_align - 1) // size_align * size_align
+        (threads + 4 + size_align - 1) // size_align * size_align
     if ctypes.sizeof(ctypes.c_void_p) == 8:
-        assert (experts, codebook, ctypes.sizeof(_prepack.WeightsOptions)) == (16, 32, 40)
+        assert (experts, codebook, threads, ctypes.sizeof(_prepack.WeightsOptions)) == (16, 32, 40, 48)
     assert not _prepack.WeightsOptions().codebook  # zeroed: NULL, no codebook
+    assert _prepack.WeightsOptions().threads == 0  # zeroed: every online core
 
 
 def test_scale_blocks_give_the_same_results(rng):

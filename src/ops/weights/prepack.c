@@ -6,9 +6,11 @@
 #include "qmoe/weights.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #if defined(__linux__)
 #include <sys/mman.h>
 #endif
@@ -110,6 +112,12 @@ static void advise_huge_pages(void *p, uint64_t n)
 #endif
 }
 
+static int32_t online_cores(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > QMOE_PP_MAX_THREADS ? QMOE_PP_MAX_THREADS : (int32_t)n;
+}
+
 /* Geometry and allocation of the object for plan p's experts, E of them in all (p->E at first). */
 static qmoe_status allocate(const qmoe_gmm_params *p, qmoe_dtype ws_dtype, int64_t E,
                             const qmoe_weights_options *o, int has_bias, struct qmoe_weights **out)
@@ -130,6 +138,7 @@ static qmoe_status allocate(const qmoe_gmm_params *p, qmoe_dtype ws_dtype, int64
                                                                                  : QMOE_SCALE_F32;
     pp->src_layout = p->w_layout;
     pp->force_nz = o->force_weight_nz != 0;
+    pp->threads = o->threads ? o->threads : online_cores();
     pp->has_bias = has_bias;
     if (o->scale_block > 0) { /* kept as int8 multipliers of a float32 base per block */
         pp->ws_kind = QMOE_SCALE_F32;
@@ -326,30 +335,83 @@ static qmoe_status not_in_codebook(const qmoe_gmm_params *p, const struct qmoe_w
     return qmoe_fail(QMOE_ERR_INNER, "prepack: a value outside the codebook that the weight does not hold");
 }
 
-/* p's experts packed as the object's next ones, [filled, filled + p->E): each expert's pages
- * are touched only when it is packed (a weight appended in slices grows the memory it holds as
- * it goes). */
+/* Slice expert e packed as the object's expert filled + e; an error names what does not fit. */
+static qmoe_status pack_one(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p, struct qmoe_weights *pp,
+                            int64_t e, void *scratch, float *ws32)
+{
+    int64_t de = pp->filled + e;
+    /* the 64-byte padding of records is never read; keep it defined */
+    memset(pp->w + (uint64_t)de * pp->expert_wbytes, 0, (size_t)pp->expert_wbytes);
+    if (!qmoe_fast_prepack_expert(isa, p, e, de, scratch, pp, ws32)) return not_in_codebook(p, pp, e);
+    return ws32 ? keep_blocks(pp, de, ws32) : QMOE_OK;
+}
+
+/* One thread's experts [e0, e1) of a slice, with its own scratch; bad: the first that failed. */
+typedef struct fill_part {
+    const qmoe_gemm_isa *isa;
+    const qmoe_gmm_params *p;
+    struct qmoe_weights *pp;
+    int64_t e0, e1, bad;
+    void *scratch;
+    float *ws32;
+    pthread_t tid;
+    int started;
+} fill_part;
+
+static void *fill_range(void *arg)
+{
+    fill_part *f = arg;
+    for (int64_t e = f->e0; e < f->e1 && f->bad == f->p->E; e++)
+        if (pack_one(f->isa, f->p, f->pp, e, f->scratch, f->ws32)) f->bad = e;
+    if (f->isa->release) f->isa->release(); /* state the packing's micro-kernels set up (AMX tiles) */
+    return NULL;
+}
+
+/* p's experts packed as the object's next ones, [filled, filled + p->E), on pp->threads threads
+ * (contiguous ranges of experts; each expert's bytes depend on nothing but its inputs, so the
+ * split changes no bit): each expert's pages are touched only when it is packed (a weight
+ * appended in slices grows the memory it holds as it goes), and on several threads the first
+ * touch of those pages, most of a large model's conversion, is shared too. An error is the
+ * first failing expert's, found again on the calling thread for its message (the workers'
+ * messages are theirs), so it does not depend on the split either. */
 static qmoe_status fill(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p, struct qmoe_weights *pp)
 {
-    void *scratch = aligned_alloc(64, (size_t)align64(qmoe_fast_prepack_scratch_bytes(isa, p)));
+    const int64_t T = pp->threads < p->E ? pp->threads : p->E > 0 ? p->E : 1;
+    const size_t sbytes = (size_t)align64(qmoe_fast_prepack_scratch_bytes(isa, p));
     /* scale blocks: one expert's float32 scales at a time (bounded by allocate's checks) */
-    float *ws32 = pp->ws_block ? malloc(sizeof(float) * (size_t)(pp->panels * pp->G * QMOE_PP_LD) + 1)
-                               : NULL;
-    qmoe_status st = QMOE_OK;
-    if (!scratch || (pp->ws_block && !ws32))
-        st = qmoe_fail(QMOE_ERR_INNER, "prepack: out of memory for the packing scratchpad");
-    for (int64_t e = 0; !st && e < p->E; e++) {
-        int64_t de = pp->filled + e;
-        /* the 64-byte padding of records is never read; keep it defined */
-        memset(pp->w + (uint64_t)de * pp->expert_wbytes, 0, (size_t)pp->expert_wbytes);
-        if (!qmoe_fast_prepack_expert(isa, p, e, de, scratch, pp, ws32))
-            st = not_in_codebook(p, pp, e);
-        else if (ws32)
-            st = keep_blocks(pp, de, ws32);
+    const size_t wbytes = sizeof(float) * (size_t)(pp->panels * pp->G * QMOE_PP_LD) + 1;
+    fill_part *parts = calloc((size_t)T, sizeof *parts);
+    qmoe_status st = parts ? QMOE_OK : qmoe_fail(QMOE_ERR_INNER, "prepack: out of memory for the packing scratchpad");
+    for (int64_t t = 0; !st && t < T; t++) {
+        parts[t] = (fill_part){.isa = isa, .p = p, .pp = pp, .e0 = p->E * t / T,
+                               .e1 = p->E * (t + 1) / T, .bad = p->E};
+        parts[t].scratch = aligned_alloc(64, sbytes);
+        parts[t].ws32 = pp->ws_block ? malloc(wbytes) : NULL;
+        if (!parts[t].scratch || (pp->ws_block && !parts[t].ws32))
+            st = qmoe_fail(QMOE_ERR_INNER, "prepack: out of memory for the packing scratchpad");
     }
-    if (isa->release) isa->release(); /* state the packing's micro-kernels set up (AMX tiles) */
-    free(scratch);
-    free(ws32);
+    if (!st) {
+        for (int64_t t = 1; t < T; t++)
+            parts[t].started = pthread_create(&parts[t].tid, NULL, fill_range, &parts[t]) == 0;
+        fill_range(&parts[0]);
+        for (int64_t t = 1; t < T; t++) {
+            if (parts[t].started) pthread_join(parts[t].tid, NULL);
+            else fill_range(&parts[t]); /* a thread that could not start: its range here */
+        }
+        int64_t bad = p->E;
+        for (int64_t t = 0; t < T; t++) bad = parts[t].bad < bad ? parts[t].bad : bad;
+        if (bad < p->E) {
+            st = pack_one(isa, p, pp, bad, parts[0].scratch, parts[0].ws32);
+            if (isa->release) isa->release();
+            if (!st) st = qmoe_fail(QMOE_ERR_INNER, "prepack: expert %lld failed on a worker thread only",
+                                    (long long)bad);
+        }
+    }
+    for (int64_t t = 0; parts && t < T; t++) {
+        free(parts[t].scratch);
+        free(parts[t].ws32);
+    }
+    free(parts);
     if (!st) pp->filled += p->E;
     return st;
 }
@@ -392,6 +454,9 @@ qmoe_status qmoe_weights_prepack(const qmoe_tensor *weight, const qmoe_tensor *w
     if (E < p.E)
         return INVALID(SHAPE, "options", "options: experts = %lld, fewer than the weight's %lld",
                        (long long)opts.experts, (long long)p.E);
+    if (opts.threads < 0 || opts.threads > QMOE_PP_MAX_THREADS)
+        return INVALID(OPTION, "options", "options: threads = %d; 0 (every online core) to %d",
+                       opts.threads, QMOE_PP_MAX_THREADS);
     if (opts.scale_block < 0)
         return INVALID(OPTION, "options", "options: scale_block = %lld; 0 (none) or groups per block",
                        (long long)opts.scale_block);
