@@ -274,6 +274,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             goto done;
         }
         int fnz = po.force_weight_nz;
+        if (Eg > ew) { /* a weight cut to fewer experts than groupList names: the raw one refuses,
+                        * and so does the object unless appends made it long enough */
+            run_out bad;
+            require(run(M, Kw, x, xs, Eg, gl, N2, tw, tws, tb, k, 1, fnz, &bad) == QMOE_ERR_PARAM_INVALID &&
+                        untouched(&bad, M, N2),
+                    "more groups than the raw weight's experts were not refused");
+            out_free(&bad);
+            if (Eg > total)
+                require_refused(M, Kw, x, xs, Eg, gl, N2, view, k, "more groups than experts were not refused");
+            qmoe_tensor_destroy(view);
+            qmoe_weights_destroy(pw);
+            goto done;
+        }
         qmoe_status s1 = run(M, Kw, x, xs, Eg, gl, N2, tw, tws, tb, k, threads, fnz, &raw);
         qmoe_status s2 = run(M, Kw, x, xs, Eg, gl, N2, view, NULL, NULL, k, threads, 0, &pre);
         require(s1 == QMOE_OK && s2 == QMOE_OK, "the raw or prepacked operator failed");

@@ -5,6 +5,7 @@ Seeds are small inputs that decode to representative cases: every weight layout 
 and fuzz_op, and well-formed plus typical malformed .npy images for fuzz_npy. Run it from the
 repository root after changing a harness's input format; the fuzzers grow the corpus from here.
 """
+import base64
 import os
 import struct
 
@@ -53,6 +54,11 @@ def prepack_seeds():
                 bytes(head) + bytes(range(1, 9)) + bytes([1, 0, 0, 2]))
     # a mutation: force_weight_nz on an ND weight (refused), and the kernel option
     put("fuzz_prepack", "force-nz", bytes([0, 1, 8, 3, 2, 0, 0]) + bytes(8) + bytes([0, 1, 0, 6, 1, 0, 1]))
+    # found by the fuzzer: a weight cut to fewer experts than groupList names (the raw operator
+    # refuses it; the object refuses it too, unless appends made it long enough)
+    put("fuzz_prepack", "fewer-experts", base64.b64decode("AAAtrq6urq6urq6urq6uhLfr6+vr6+vrIevr6+vrIgH/"))
+    put("fuzz_prepack", "fewer-experts-appended", base64.b64decode(
+        "PXZa7RUBBZP7BFMEAiYWAQX//181AJPr6+vr6+vr6+vr6+vr6+vr65Ozk5OTk5OTk5OTkwOT+wZT/wAAACjBwcHBwcHBwcHBwQI="))
 
 
 def npy(descr, shape, data, version=1, fortran=False, pad=True):

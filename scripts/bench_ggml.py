@@ -11,7 +11,9 @@ issue 22, item 6).
    of 128, 128 experts, top-8, expert width 768, 4 layers, random weights; Q8_0, Q4_0, Q4_K_M from
    one F16 file by llama-quantize, cached under --models), with llama.cpp's CPU at --repack 1 and
    --repack 0 and with the backend (GGML_BACKEND_PATH), alternating; t/s, and peak RSS of the process
-   (the kernel's ru_maxrss: mmap'd file pages plus any copy) against the GGUF file's size. The type
+   (the kernel's ru_maxrss: mmap'd file pages plus any copy) against the GGUF file's size, and the
+   load's wall time (a -p 0 -n 1 run of the same configuration: the backend converts every expert
+   weight at load). The type
    MXFP4_MOE (in the default --model-types) is a gpt-oss-20b-shaped model instead (hidden 2880,
    64/8 heads of 64, 32 experts, top-4, expert width 2880, 4 layers; biases, sinks, SWIGLU_OAI),
    its experts MXFP4 and the rest Q8_0, as gpt-oss is published.
@@ -181,9 +183,10 @@ def ensure_models(a):
     return paths
 
 
-def run_llama_bench(a, model, config, logpath):
-    """({"pp512": t/s, "tg32": t/s}, peak RSS in bytes) of one llama-bench process."""
-    cmd = [os.path.join(a.bin, "llama-bench"), "-m", model, "-p", "512", "-n", "32",
+def run_llama_bench(a, model, config, logpath, prompt=512, gen=32):
+    """({"pp512": t/s, "tg32": t/s}, peak RSS in bytes, wall seconds) of one llama-bench process
+    (-p prompt -n gen; -p 0 -n 1 is the load, almost all of its wall time)."""
+    cmd = [os.path.join(a.bin, "llama-bench"), "-m", model, "-p", str(prompt), "-n", str(gen),
            "-t", str(a.threads), "-r", "1", "-o", "jsonl"]
     env = dict(os.environ)
     env.pop("GGML_BACKEND_PATH", None)
@@ -197,8 +200,10 @@ def run_llama_bench(a, model, config, logpath):
     else:
         cmd += ["--repack", "1" if config == "CPU repack 1" else "0"]
     with open(logpath, "w") as f, tempfile.TemporaryFile() as out:
+        t0 = time.monotonic()
         p = subprocess.Popen(cmd, stdout=out, stderr=f, env=env)
         _, status, usage = os.wait4(p.pid, 0)
+        wall = time.monotonic() - t0
         p.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         text = out.read().decode()
@@ -214,9 +219,10 @@ def run_llama_bench(a, model, config, logpath):
             if ("QMOE" in j["backends"]) != (config == "QMOE"):
                 raise RuntimeError(f"llama-bench reports backends {j['backends']} for {config} "
                                    f"(log: {logpath})")
-    if set(res) != {"pp512", "tg32"}:
-        raise RuntimeError(f"llama-bench gave {sorted(res)}, not pp512 and tg32 (log: {logpath})")
-    return res, usage.ru_maxrss * 1024
+    want = ({f"pp{prompt}"} if prompt else set()) | ({f"tg{gen}"} if gen else set())
+    if set(res) != want:
+        raise RuntimeError(f"llama-bench gave {sorted(res)}, not {sorted(want)} (log: {logpath})")
+    return res, usage.ru_maxrss * 1024, wall
 
 
 def bench_model(a, emit):
@@ -228,25 +234,28 @@ def bench_model(a, emit):
             for i in range(len(configs)):
                 c = configs[(i + r) % len(configs)]
                 log = os.path.join(a.out, f"llama-bench-{t}-{c.replace(' ', '')}-{r}.log")
-                ts, rss = run_llama_bench(a, paths[t], c, log)
-                d = samples.setdefault((t, c), {"pp512": [], "tg32": [], "rss": []})
+                ts, rss, _ = run_llama_bench(a, paths[t], c, log)
+                # the load alone: the wall time of -p 0 -n 1 (QMOE converts every expert weight)
+                _, _, load = run_llama_bench(a, paths[t], c, log.replace(".log", "-load.log"), 0, 1)
+                d = samples.setdefault((t, c), {"pp512": [], "tg32": [], "rss": [], "load": []})
                 d["pp512"].append(ts.get("pp512"))
                 d["tg32"].append(ts.get("tg32"))
                 d["rss"].append(rss)
+                d["load"].append(load)
                 emit({"bench": "ggml_llama_bench", "model": os.path.basename(paths[t]), "type": t,
                       "config": c, "round": r, "threads": a.threads, "pp512_ts": ts.get("pp512"),
-                      "tg32_ts": ts.get("tg32"), "peak_rss_bytes": rss,
+                      "tg32_ts": ts.get("tg32"), "peak_rss_bytes": rss, "load_s": load,
                       "gguf_bytes": os.path.getsize(paths[t])})
     print(f"\n### llama-bench -p 512 -n 32 -t {a.threads}, Qwen3-30B-A3B-shaped model (MXFP4_MOE: "
           f"gpt-oss-20b-shaped; 4 layers, random weights), t/s, median (min-max) of {a.rounds} rounds\n")
-    print("| type | config | pp512 | tg32 | peak RSS / GGUF |")
-    print("|---|---|---|---|---|")
+    print("| type | config | pp512 | tg32 | peak RSS / GGUF | load, s (-p 0 -n 1 wall) |")
+    print("|---|---|---|---|---|---|")
     for t in a.model_types:
         size = os.path.getsize(paths[t])
         for c in configs:
             d = samples[(t, c)]
             print(f"| {t} ({size / 2**30:.2f} GiB) | {c} | {fmt(d['pp512'])} | {fmt(d['tg32'])} | "
-                  f"{fmt([x / size for x in d['rss']], 2)} |")
+                  f"{fmt([x / size for x in d['rss']], 2)} | {fmt(d['load'])} |")
     print("\n| type | pp512 QMOE / best CPU | tg32 QMOE / best CPU | peak RSS QMOE / GGUF |")
     print("|---|---|---|---|")
     for t in a.model_types:

@@ -203,6 +203,7 @@ qmoe_status qmoe_moe_layer_create(const qmoe_moe_layer_config *config, const qmo
         goto fail;
     L->cfg.gate_up_bias = L->gubias, L->cfg.down_bias = L->dbias;
     qmoe_weights_options wo = QMOE_WEIGHTS_OPTIONS_INIT;
+    wo.threads = c.threads; /* the layer's own limit, 0: every online core */
     st = qmoe_weights_prepack(w13, w13_scale, a8w4 ? w13_bias : NULL, &wo, &L->w13);
     if (!st) st = qmoe_weights_tensor(L->w13, &L->t13);
     if (!st) st = check_view(L->t13, "w13", c.num_experts + moe_layer_n_shared(&c), c.hidden_size, 2 * c.intermediate_size);
