@@ -12,6 +12,9 @@
  * defaults) after them; out's struct_size becomes out_size. QMOE_ERR_PARAM_INVALID (rule
  * QMOE_RULE_OPTION, argument `arg`) for a struct_size below base_size or above 4096, or a larger
  * struct with a nonzero byte past out_size: a field this library does not know. */
+/* The most threads (or parts) any threads option of the library takes. */
+enum { QMOE_MAX_THREADS = 4096 };
+
 qmoe_status qmoe_read_options(const void *in, void *out, size_t out_size, size_t base_size,
                               const char *arg);
 

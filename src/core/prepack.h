@@ -36,7 +36,6 @@ enum {
     QMOE_PP_VERSION = 4, /* 2: 16-bit scales kept 16-bit; 3: scale blocks; 4: codes */
     QMOE_PP_COLS = 64, /* output columns per panel (per half) */
     QMOE_PP_LD = 128,  /* floats per scale / correction row of a panel: both halves */
-    QMOE_PP_MAX_THREADS = 4096, /* options.threads, the library's one limit of a threads option */
 };
 
 #define QMOE_PP_MAGIC 0x4b43415045454d51ull /* "QMEEPACK" */

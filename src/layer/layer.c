@@ -110,8 +110,8 @@ qmoe_status moe_layer_check_config(const qmoe_moe_layer_config *in, qmoe_moe_lay
                               (c->hidden_size % c->group_size || c->intermediate_size % c->group_size)))
         return BAD("config.group_size = %lld must divide hidden_size %lld and intermediate_size %lld",
                    (long long)c->group_size, (long long)c->hidden_size, (long long)c->intermediate_size);
-    if (c->threads < 0 || c->threads > 4096)
-        return BAD("config.threads = %d; expected 0 to 4096", c->threads);
+    if (c->threads < 0 || c->threads > QMOE_MAX_THREADS)
+        return BAD("config.threads = %d; expected 0 to %d", c->threads, QMOE_MAX_THREADS);
     if (c->shared_intermediate_size < 0 || c->shared_intermediate_size % c->intermediate_size ||
         c->shared_intermediate_size / c->intermediate_size > 64)
         return BAD("config.shared_intermediate_size = %lld: expected 0 or a multiple (at most 64) of "

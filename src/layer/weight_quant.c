@@ -5,11 +5,11 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "core/checked.h"
 #include "core/halfconv.h"
 #include "core/options.h"
+#include "qmoe/runtime.h"
 #include "core/status.h"
 #include "qmoe/quantize.h"
 
@@ -18,8 +18,7 @@
 #pragma STDC FP_CONTRACT OFF
 #endif
 
-/* MAX_THREADS: the library's one limit of a threads option (the operators', the layer's) */
-enum { TILE = 64, CLIP_STEPS = 50, MAX_THREADS = 4096 };
+enum { TILE = 64, CLIP_STEPS = 50 };
 
 /* Everything a worker needs; validated before any worker starts. */
 typedef struct job {
@@ -232,12 +231,6 @@ static int run_pass(job *j, int pass, int threads)
     return oom ? -1 : 0;
 }
 
-static int online_cores(void)
-{
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n < 1 ? 1 : n > MAX_THREADS ? MAX_THREADS : (int)n;
-}
-
 #define BAD(rule, arg, ...) qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, rule, arg, __VA_ARGS__)
 
 static qmoe_status read_quant_options(const qmoe_quant_options *in, qmoe_quant_options *o)
@@ -258,9 +251,9 @@ static qmoe_status read_quant_options(const qmoe_quant_options *in, qmoe_quant_o
     if (o->group_size < 0)
         return BAD(QMOE_RULE_OPTION, "options", "options.group_size = %lld: must be >= 0",
                    (long long)o->group_size);
-    if (o->threads < 0 || o->threads > MAX_THREADS)
+    if (o->threads < 0 || o->threads > QMOE_MAX_THREADS)
         return BAD(QMOE_RULE_OPTION, "options", "options.threads = %d: expected 0..%d",
-                   o->threads, MAX_THREADS);
+                   o->threads, QMOE_MAX_THREADS);
     return QMOE_OK;
 }
 
@@ -356,7 +349,7 @@ static qmoe_status quantize(job *j, const qmoe_quant_options *options, void *wei
     j->weight = weight;
     j->scale_out = scale;
     j->bias_out = bias;
-    int threads = o.threads ? o.threads : online_cores();
+    int threads = o.threads ? o.threads : qmoe_device_online_cores();
 
     j->scales = calloc((size_t)sz.scale_count + 1, sizeof(float));
     j->bad_row = malloc(((size_t)j->items + 1) * sizeof(int64_t));

@@ -15,7 +15,6 @@
 #include "runtime/device.h"
 #include "runtime/thread_state.h"
 
-enum { MAX_THREADS = 4096 };
 
 /* A thread's CPU-time clock, published by the thread itself (known is set after id). */
 struct thread_clock {
@@ -89,7 +88,7 @@ static void cpu_run_parts(qmoe_device *d, qmoe_work_fn f, void *data, int nparts
 int qmoe_device_online_cores(void)
 {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n < 1 ? 1 : n > MAX_THREADS ? MAX_THREADS : (int)n;
+    return n < 1 ? 1 : n > QMOE_MAX_THREADS ? QMOE_MAX_THREADS : (int)n;
 }
 
 static qmoe_status cpu_reserve(qmoe_device *d, uint64_t bytes)
@@ -180,15 +179,15 @@ static const qmoe_device_ops cpu_ops = {
 
 static qmoe_status check_options(const qmoe_device_options *o, int cores)
 {
-    if (o->threads < 0 || o->threads > MAX_THREADS)
+    if (o->threads < 0 || o->threads > QMOE_MAX_THREADS)
         return qmoe_fail(QMOE_ERR_PARAM_INVALID, "device: threads = %d, expected 0..%d",
-                         o->threads, MAX_THREADS);
+                         o->threads, QMOE_MAX_THREADS);
     if (o->ncpus < 0 || (o->ncpus > 0 && !o->cpus))
         return qmoe_fail(QMOE_ERR_PARAM_INVALID, "device: ncpus = %d with cpus %s", o->ncpus,
                          o->cpus ? "set" : "NULL");
-    if (o->ncpus > MAX_THREADS)
+    if (o->ncpus > QMOE_MAX_THREADS)
         return qmoe_fail(QMOE_ERR_PARAM_INVALID, "device: ncpus = %d exceeds %d", o->ncpus,
-                         MAX_THREADS);
+                         QMOE_MAX_THREADS);
     long conf = sysconf(_SC_NPROCESSORS_CONF);
     int max_cpu = conf > cores ? (int)conf : cores;
     for (int i = 0; i < o->ncpus; i++)

@@ -11,7 +11,6 @@
 #include "runtime/device.h"
 #include "runtime/thread_state.h"
 
-enum { MAX_THREADS = 4096 };
 
 typedef struct ext_device {
     qmoe_device base; /* first: a qmoe_device * is an ext_device * */
@@ -146,9 +145,9 @@ qmoe_status qmoe_device_create_external(const qmoe_device_options *options,
                                            sizeof o.scratch_bytes,
                                        "options");
     if (st) return st;
-    if (o.threads < 0 || o.threads > MAX_THREADS)
+    if (o.threads < 0 || o.threads > QMOE_MAX_THREADS)
         return qmoe_fail(QMOE_ERR_PARAM_INVALID, "device: threads = %d, expected 0..%d", o.threads,
-                         MAX_THREADS);
+                         QMOE_MAX_THREADS);
     if (o.cpus || o.ncpus)
         return qmoe_fail(QMOE_ERR_PARAM_INVALID,
                          "device: a device on the caller's threads takes no CPU set (ncpus = %d)",

@@ -101,9 +101,9 @@ qmoe_status moe_threads(const char *op, const qmoe_moe_options *options, int32_t
     qmoe_status st = qmoe_read_options(options, &o, sizeof o, sizeof o, "options");
     if (st) return st;
     int t = o.threads;
-    if (t < 0 || t > 4096)
+    if (t < 0 || t > QMOE_MAX_THREADS)
         return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_OPTION, "options",
-                             "%s: options.threads = %d; expected 0 to 4096", op, t);
+                             "%s: options.threads = %d; expected 0 to %d", op, t, QMOE_MAX_THREADS);
     if (t == 0) t = qmoe_device_online_cores();
     *threads = t > 0 ? t : 1;
     return QMOE_OK;

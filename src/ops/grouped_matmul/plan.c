@@ -138,8 +138,9 @@ qmoe_status qmoe_op_create_grouped_matmul(
     qmoe_grouped_matmul_options o;
     qmoe_status st = qmoe_read_options(options, &o, sizeof o, sizeof o, "options");
     if (st) return st;
-    if (o.threads < 0 || o.threads > 4096)
-        return INVALID(OPTION, "options", OP ": options.threads = %d; expected 0 to 4096", o.threads);
+    if (o.threads < 0 || o.threads > QMOE_MAX_THREADS)
+        return INVALID(OPTION, "options", OP ": options.threads = %d; expected 0 to %d", o.threads,
+                       QMOE_MAX_THREADS);
 
     grouped_matmul_plan ex;
     memset(&ex, 0, sizeof ex);

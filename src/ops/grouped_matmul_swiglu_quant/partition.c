@@ -2,6 +2,7 @@
 
 #include <stdint.h>
 
+#include "core/options.h"
 #include "core/prepack.h"
 #include "core/status.h"
 #include "kernels/swiglu_quant.h"
@@ -9,7 +10,6 @@
 
 enum {
     LINE = 128,
-    MAX_THREADS = 4096,
     ROW_BLOCK = 32,             /* rows per block call when the kernel has no preference */
     BLOCKS_PER_PART = 4,
     BALANCE_FLOOR = 256,
@@ -136,9 +136,9 @@ qmoe_status qmoe_gmm_plan_execution(qmoe_gmm_params *p, const qmoe_kernel_entry 
     if (devices > QMOE_MAX_DEVICES)
         return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_OPTION, "options",
                              "options: devices = %d exceeds %d", devices, QMOE_MAX_DEVICES);
-    if (threads > MAX_THREADS)
+    if (threads > QMOE_MAX_THREADS)
         return qmoe_fail_arg(QMOE_ERR_PARAM_INVALID, QMOE_RULE_OPTION, "options",
-                             "options: threads = %d exceeds %d", threads, MAX_THREADS);
+                             "options: threads = %d exceeds %d", threads, QMOE_MAX_THREADS);
     p->devices = devices > 0 ? devices : 1;
     if (threads > 0) {
         p->threads = threads;

@@ -10,7 +10,6 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 #if defined(__linux__)
 #include <sys/mman.h>
 #endif
@@ -112,12 +111,6 @@ static void advise_huge_pages(void *p, uint64_t n)
 #endif
 }
 
-static int32_t online_cores(void)
-{
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n < 1 ? 1 : n > QMOE_PP_MAX_THREADS ? QMOE_PP_MAX_THREADS : (int32_t)n;
-}
-
 /* Geometry and allocation of the object for plan p's experts, E of them in all (p->E at first). */
 static qmoe_status allocate(const qmoe_gmm_params *p, qmoe_dtype ws_dtype, int64_t E,
                             const qmoe_weights_options *o, int has_bias, struct qmoe_weights **out)
@@ -138,7 +131,7 @@ static qmoe_status allocate(const qmoe_gmm_params *p, qmoe_dtype ws_dtype, int64
                                                                                  : QMOE_SCALE_F32;
     pp->src_layout = p->w_layout;
     pp->force_nz = o->force_weight_nz != 0;
-    pp->threads = o->threads ? o->threads : online_cores();
+    pp->threads = o->threads ? o->threads : qmoe_device_online_cores();
     pp->has_bias = has_bias;
     if (o->scale_block > 0) { /* kept as int8 multipliers of a float32 base per block */
         pp->ws_kind = QMOE_SCALE_F32;
@@ -454,9 +447,9 @@ qmoe_status qmoe_weights_prepack(const qmoe_tensor *weight, const qmoe_tensor *w
     if (E < p.E)
         return INVALID(SHAPE, "options", "options: experts = %lld, fewer than the weight's %lld",
                        (long long)opts.experts, (long long)p.E);
-    if (opts.threads < 0 || opts.threads > QMOE_PP_MAX_THREADS)
+    if (opts.threads < 0 || opts.threads > QMOE_MAX_THREADS)
         return INVALID(OPTION, "options", "options: threads = %d; 0 (every online core) to %d",
-                       opts.threads, QMOE_PP_MAX_THREADS);
+                       opts.threads, QMOE_MAX_THREADS);
     if (opts.scale_block < 0)
         return INVALID(OPTION, "options", "options: scale_block = %lld; 0 (none) or groups per block",
                        (long long)opts.scale_block);
