@@ -4,7 +4,8 @@
  * then fold stored the int32 tile, called the fold per group and reloaded it (int4 groups of 32
  * ran 1.75x the per-channel time on this kernel; docs/performance.md). The products are the AVX2
  * gemm's (gemm_s8_avx2.c): bytes <= 15 (int4 weights, prepacked or expanded) one vpmaddubsw per
- * product summed in int16 for up to RUN steps, other bytes split into nibbles. Both 8-column
+ * product summed in int16 for up to RUN steps, int8 bytes one vpmaddubsw a product on the
+ * weights' signs (s8_sign_avx2.h), split into nibbles only in a step with a weight -128. Both 8-column
  * halves of a unit at once (4 rows x 2 halves of sums in 8 ymm, each x broadcast serving all
  * their products); the float tile goes through L1 once a group. Group after group, every unit of
  * the call in each, so the weights are read in memory order. The fold is fold's
@@ -16,6 +17,7 @@
 
 #include "kernels/gmm_fast.h"
 #include "kernels/x86/parts.h"
+#include "kernels/x86/s8_sign_avx2.h"
 
 #if defined(__GNUC__) && !defined(__clang__)
 /* gcc 12's partial redundancy elimination has the int16 sums change registers every step: 8
@@ -170,39 +172,48 @@ static inline __attribute__((always_inline)) void narrow_products(int w4, int mr
     c0[3] = _mm256_madd_epi16(s30, one), c1[3] = _mm256_madd_epi16(s31, one);
 }
 
-/* int8 bytes (or codes looked up) of a group, both halves at once, each split into nibbles:
- * the int32 sums of 4 rows x 2 halves in 8 registers, each x broadcast serving four products. */
+/* int8 bytes (or codes looked up) of a group, both halves at once, one vpmaddubsw a product on
+ * the weights' signs, or the nibble split for a step holding a weight -128 (s8_sign_avx2.h):
+ * the int32 sums of 4 rows x 2 halves in 8 registers, started at off (128 * each row's x sum
+ * over the group), each x broadcast serving both halves. */
 static inline __attribute__((always_inline)) void split_products(int w4, int mr, int lead,
                                                                  const uint8_t *wp, const int8_t *xg,
-                                                                 __m256i tb, __m256i *c0,
-                                                                 __m256i *c1, const groups_args *a)
+                                                                 __m256i tb, const int32_t *off,
+                                                                 __m256i *c0, __m256i *c1,
+                                                                 const groups_args *a)
 {
-    const __m256i one = _mm256_set1_epi16(1), sixteen = _mm256_set1_epi16(16),
-                  nib = _mm256_set1_epi8(0x0F), none = _mm256_setzero_si256();
+    const __m256i flip = _mm256_set1_epi8((char)0x80);
     const int8_t *x0 = xg, *x1 = x0 + a->ldx, *x2 = x1 + a->ldx, *x3 = x2 + a->ldx;
-    __m256i c00 = none, c01 = none, c10 = none, c11 = none, c20 = none, c21 = none, c30 = none,
-            c31 = none;
+    __m256i c00 = _mm256_set1_epi32(off[0]), c10 = _mm256_set1_epi32(off[1]),
+            c20 = _mm256_set1_epi32(off[2]), c30 = _mm256_set1_epi32(off[3]);
+    __m256i c01 = c00, c11 = c10, c21 = c20, c31 = c30;
     for (int64_t q = 0; q < a->kq; q++, wp += a->wstep) {
         if (lead) ahead(wp, a->wstep);
         const __m256i by0 = half_bytes(w4, wp, 0, tb), by1 = half_bytes(w4, wp, 1, tb);
-        const __m256i wl0 = _mm256_and_si256(by0, nib),
-                      wu0 = _mm256_and_si256(_mm256_srli_epi16(by0, 4), nib),
-                      wl1 = _mm256_and_si256(by1, nib),
-                      wu1 = _mm256_and_si256(_mm256_srli_epi16(by1, 4), nib);
+        if (__builtin_expect(qmoe_s8_signable(by0, by1), 1)) {
+            const __m256i w0 = _mm256_xor_si256(by0, flip), w1 = _mm256_xor_si256(by1, flip);
 #define ROW(R)                                                                                   \
     if (mr > R) {                                                                                \
         int32_t xv;                                                                              \
         memcpy(&xv, x##R + 4 * q, sizeof xv);                                                    \
-        const __m256i b = _mm256_set1_epi32(xv);                                                 \
-        c##R##0 = _mm256_add_epi32(c##R##0,                                                      \
-                                   _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(wl0, b), one), \
-                                                    _mm256_madd_epi16(_mm256_maddubs_epi16(wu0, b), sixteen))); \
-        c##R##1 = _mm256_add_epi32(c##R##1,                                                      \
-                                   _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(wl1, b), one), \
-                                                    _mm256_madd_epi16(_mm256_maddubs_epi16(wu1, b), sixteen))); \
+        const __m256i b = _mm256_set1_epi32(xv), ax = _mm256_abs_epi8(b);                        \
+        c##R##0 = _mm256_add_epi32(c##R##0, qmoe_s8_dot(ax, b, w0));                             \
+        c##R##1 = _mm256_add_epi32(c##R##1, qmoe_s8_dot(ax, b, w1));                             \
     }
-        ROW(0) ROW(1) ROW(2) ROW(3)
+            ROW(0) ROW(1) ROW(2) ROW(3)
 #undef ROW
+        } else {
+#define ROW(R)                                                                                   \
+    if (mr > R) {                                                                                \
+        int32_t xv;                                                                              \
+        memcpy(&xv, x##R + 4 * q, sizeof xv);                                                    \
+        const __m256i b = _mm256_set1_epi32(xv), o = qmoe_s8_dot_off(b);                         \
+        c##R##0 = _mm256_add_epi32(c##R##0, _mm256_sub_epi32(qmoe_s8_dot_split(b, by0), o));    \
+        c##R##1 = _mm256_add_epi32(c##R##1, _mm256_sub_epi32(qmoe_s8_dot_split(b, by1), o));    \
+    }
+            ROW(0) ROW(1) ROW(2) ROW(3)
+#undef ROW
+        }
     }
     c0[0] = c00, c1[0] = c01, c0[1] = c10, c1[1] = c11;
     c0[2] = c20, c1[2] = c21, c0[3] = c30, c1[3] = c31;
@@ -219,13 +230,16 @@ static inline __attribute__((always_inline)) void tile(int w4, int mr, const gro
     for (int64_t g = 0; g < a->ng; g++) {
         ws_ahead(a->ws, a->ws_kind, a->ws_stride, g);
         const int8_t *xg = a->x + 4 * g * a->kq;
+        int32_t off[MR] = {0, 0, 0, 0}; /* int8: 128 * each row's x sum over the group */
+        if (w4 == 0 || w4 == 2)
+            for (int r = 0; r < mr; r++) off[r] = qmoe_s8_off(xg + r * a->ldx, 4 * a->kq);
         for (int u = 0; u < a->nu; u++) {
             const uint8_t *wp = a->wp + u * a->ustep + g * a->kq * a->wstep;
             __m256i c0[MR], c1[MR];
             if (both) {
                 narrow_products(w4, mr, u == 0, wp, xg, c0, c1, a);
             } else if (w4 == 0 || w4 == 2) {
-                split_products(w4, mr, u == 0, wp, xg, tb, c0, c1, a);
+                split_products(w4, mr, u == 0, wp, xg, tb, off, c0, c1, a);
             } else { /* int4 groups of more than RUN steps */
                 half_products(w4, mr, 0, u == 0, wp, xg, c0, a);
                 half_products(w4, mr, 1, 0, wp, xg, c1, a);

@@ -2,18 +2,19 @@
  * AVX2 int8 micro-kernel without VNNI: up to 4 rows x 1 unit (16 columns, two ymm), a call
  * looping over up to 4 units; per-group scales (ggml's blocks of 32) in gemm_groups_avx2.c.
  * vpmaddubsw multiplies uint8 weights by int8 x and adds pairs into int16 with saturation; with
- * weights up to 255 a pair can reach 2 * 255 * 128 and saturate, so every weight byte is split
- * into nibbles, w = 16 h + l (h, l <= 15), and the two products go their own ways. Int4 weights
- * (bytes <= 15) need no split: gemm_u4 on expanded steps and gemm_i4 on prepacked nibbles
+ * weight bytes u up to 255 a pair can reach 2 * 255 * 128 and saturate. Int8 weights therefore
+ * move the signs (s8_sign_avx2.h): |x| times w * sign(x), w = u - 128, cannot saturate, one
+ * vpmaddubsw a product (1.2-1.3x the nibble split's speed in L1); a step holding a weight -128
+ * splits its bytes into nibbles, w = 16 h + l, as every int8 step did before. Int4 weights
+ * (bytes <= 15) need neither: gemm_u4 on expanded steps and gemm_i4 on prepacked nibbles
  * (expanded in registers) do one vpmaddubsw per product. gemm_pf (int8) and gemm_i4, which read
  * prepacked weights in place, prefetch the weight stream ahead: one unit per pass, steps 64 to
  * 256 bytes apart, is a stream the hardware prefetcher alone left at 2-3 GB/s (decode).
  * A pair of products of a byte <= 15 and an int8 is at most 2 * 15 * 128 = 3840 in magnitude,
  * so int4's RUN = 8 steps add up in int16 (vpaddw, at most 30720) before one vpmaddwd widens
  * them into the int32 tile: per product a vpmaddubsw and a vpaddw instead of a vpmaddwd and a
- * vpaddd each time (1.6-1.7x in L1). Int8 keeps widening every step: the int16 sums of its two
- * splits do not fit the registers at 4 rows, and two rows at a time measured slower. Exact, so
- * the same integers as every other kernel.
+ * vpaddd each time (1.6-1.7x in L1). Int8 widens every step (a pair of its products may reach
+ * 32512, so two cannot add in int16). Exact, so the same integers as every other kernel.
  */
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
@@ -22,6 +23,7 @@
 #include "kernels/gmm_fast.h"
 #include "kernels/peak.h"
 #include "kernels/x86/parts.h"
+#include "kernels/x86/s8_sign_avx2.h"
 
 enum { MR = 4, RUN = 8 };
 
@@ -56,25 +58,28 @@ static inline __attribute__((always_inline)) void flush(int mr, int h, const __m
 static inline __attribute__((always_inline)) void tile(int w4, int mr, int64_t kq, const int8_t *x,
                                                        int64_t ldx, const uint8_t *wp,
                                                        int64_t wstep, const uint8_t *tbl,
-                                                       int32_t *acc, int64_t ldacc, int accumulate)
+                                                       int32_t *acc, int64_t ldacc, int accumulate,
+                                                       const int32_t *off)
 {
     const __m256i nib = _mm256_set1_epi8(0x0F);
     if (w4 == 0 || w4 == 3 || w4 == 4) {
-        /* int8: the split's two products widened every step (int16 sums of lo and hi for 4 rows
-         * and both halves would not fit the registers; two rows at a time measured slower) */
-        const __m256i one = _mm256_set1_epi16(1), sixteen = _mm256_set1_epi16(16);
+        /* int8: one vpmaddubsw a product on the weights' signs (s8_sign_avx2.h), the nibble
+         * split for a step holding a weight -128; c starts at 128 * the row's x sum (off) */
+        const __m256i flip = _mm256_set1_epi8((char)0x80);
         __m256i c[MR][2];
         for (int r = 0; r < mr; r++)
-            for (int h = 0; h < 2; h++)
-                c[r][h] = accumulate ? _mm256_loadu_si256((const __m256i *)(const void *)(acc + r * ldacc + 8 * h))
-                                     : _mm256_setzero_si256();
+            for (int h = 0; h < 2; h++) {
+                __m256i o = _mm256_set1_epi32(off[r]);
+                c[r][h] = accumulate ? _mm256_add_epi32(o, _mm256_loadu_si256((const __m256i *)(const void *)(acc + r * ldacc + 8 * h)))
+                                     : o;
+            }
         /* the 16-byte table in both 128-bit lanes (vpshufb looks up within a lane) */
         const __m256i tb =
             w4 == 4 ? _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)tbl))
                     : _mm256_setzero_si256();
         for (int64_t q = 0; q < kq; q++, wp += wstep) {
             if (w4 >= 3) _mm_prefetch((const char *)wp + PREFETCH, _MM_HINT_T0);
-            __m256i wl[2], wu[2], by[2];
+            __m256i by[2];
             if (w4 == 4) {
                 __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)wp);
                 by[0] = _mm256_shuffle_epi8(tb, _mm256_and_si256(v, nib));
@@ -83,16 +88,18 @@ static inline __attribute__((always_inline)) void tile(int w4, int mr, int64_t k
                 by[0] = _mm256_loadu_si256((const __m256i *)(const void *)wp);
                 by[1] = _mm256_loadu_si256((const __m256i *)(const void *)(wp + 32));
             }
-            for (int h = 0; h < 2; h++) {
-                wl[h] = _mm256_and_si256(by[h], nib);
-                wu[h] = _mm256_and_si256(_mm256_srli_epi16(by[h], 4), nib);
-            }
-            for (int r = 0; r < mr; r++) {
-                __m256i b = bcast_x(x + r * ldx + 4 * q);
-                for (int h = 0; h < 2; h++) {
-                    __m256i lo = _mm256_madd_epi16(_mm256_maddubs_epi16(wl[h], b), one);
-                    __m256i hi = _mm256_madd_epi16(_mm256_maddubs_epi16(wu[h], b), sixteen);
-                    c[r][h] = _mm256_add_epi32(c[r][h], _mm256_add_epi32(lo, hi));
+            if (__builtin_expect(qmoe_s8_signable(by[0], by[1]), 1)) {
+                const __m256i w0 = _mm256_xor_si256(by[0], flip), w1 = _mm256_xor_si256(by[1], flip);
+                for (int r = 0; r < mr; r++) {
+                    __m256i b = bcast_x(x + r * ldx + 4 * q), ax = _mm256_abs_epi8(b);
+                    c[r][0] = _mm256_add_epi32(c[r][0], qmoe_s8_dot(ax, b, w0));
+                    c[r][1] = _mm256_add_epi32(c[r][1], qmoe_s8_dot(ax, b, w1));
+                }
+            } else {
+                for (int r = 0; r < mr; r++) {
+                    __m256i b = bcast_x(x + r * ldx + 4 * q), o = qmoe_s8_dot_off(b);
+                    for (int h = 0; h < 2; h++)
+                        c[r][h] = _mm256_add_epi32(c[r][h], _mm256_sub_epi32(qmoe_s8_dot_split(b, by[h]), o));
                 }
             }
         }
@@ -138,15 +145,15 @@ static inline __attribute__((always_inline)) void tile(int w4, int mr, int64_t k
 #define TILE_FN(W, R)                                                                            \
     static void tile_##W##_##R(int64_t kq, const int8_t *x, int64_t ldx, const uint8_t *wp,     \
                                int64_t wstep, const uint8_t *tbl, int32_t *acc, int64_t ldacc,   \
-                               int accumulate)                                                   \
+                               int accumulate, const int32_t *off)                               \
     {                                                                                            \
-        tile(W, R, kq, x, ldx, wp, wstep, tbl, acc, ldacc, accumulate);                          \
+        tile(W, R, kq, x, ldx, wp, wstep, tbl, acc, ldacc, accumulate, off);                     \
     }
 #define TILE_FNS(W) TILE_FN(W, 1) TILE_FN(W, 2) TILE_FN(W, 3) TILE_FN(W, 4)
 TILE_FNS(0) TILE_FNS(1) TILE_FNS(2) TILE_FNS(3) TILE_FNS(4)
 
 typedef void (*tile_fn)(int64_t, const int8_t *, int64_t, const uint8_t *, int64_t,
-                        const uint8_t *, int32_t *, int64_t, int);
+                        const uint8_t *, int32_t *, int64_t, int, const int32_t *);
 static const tile_fn tiles[5][MR] = {{tile_0_1, tile_0_2, tile_0_3, tile_0_4},
                                      {tile_1_1, tile_1_2, tile_1_3, tile_1_4},
                                      {tile_2_1, tile_2_2, tile_2_3, tile_2_4},
@@ -158,9 +165,12 @@ static inline void run(int w4, int mr, int nu, int64_t kq, const int8_t *x, int6
                        int64_t ldacc, int accumulate)
 {
     int64_t ustep = w4 == 2 || w4 == 4 ? QMOE_PK_STEP / 2 : QMOE_PK_STEP;
+    int32_t off[MR] = {0, 0, 0, 0}; /* int8: 128 * each row's x sum, once for every unit */
+    if (w4 == 0 || w4 == 3 || w4 == 4)
+        for (int r = 0; r < mr; r++) off[r] = qmoe_s8_off(x + r * ldx, 4 * kq);
     for (int u = 0; u < nu; u++)
         tiles[w4][mr - 1](kq, x, ldx, wp + u * ustep, wstep, tbl, acc + u * QMOE_PK_UNIT, ldacc,
-                          accumulate);
+                          accumulate, off);
 }
 
 /* Prepacked int4 steps -> the 64-byte steps gemm reads (gmm_fast.h, expand_i4). */
