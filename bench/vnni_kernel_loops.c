@@ -126,7 +126,7 @@ static int block(const bufs *b, const uint8_t *wp, const int8_t *x, int64_t K, i
         return sink;
     }
     void (*gemm)(int, int, int64_t, const int8_t *, int64_t, const uint8_t *, int64_t, int32_t *,
-                 int64_t, int) = i4 ? isa->gemm_i4 : kind == W_INT8 ? isa->gemm_pf : isa->gemm;
+                 int64_t, int) = i4 ? isa->gemm_i4 : isa->gemm;
     for (int64_t g = 0; g < groups; g++) {
         int64_t pos = g * gk;
         if (fused) {
@@ -151,8 +151,14 @@ static int block(const bufs *b, const uint8_t *wp, const int8_t *x, int64_t K, i
                 int mr = (int)(rows - r < isa->mr ? rows - r : isa->mr);
                 for (int h = 0; h < 2; h++) {
                     const uint8_t *w = wp + h * blk + (pos + a) / 4 * wstep;
+                    /* gemm_pf's prefetch as the driver asks for it (tile_chunk) */
+                    int64_t next = pos + a + n < K ? n / 4 * wstep : 0;
+                    int64_t ahead = r == 0 ? QMOE_PF_AHEAD : r == isa->mr ? next : 0;
                     if (read)
                         sink += read_bytes(w, n / 4, wstep, i4);
+                    else if (kind == W_INT8)
+                        isa->gemm_pf(mr, 4, n / 4, x + r * K + pos + a, K, w, wstep, ahead,
+                                     b->acc + r * PANEL + h * HALF, PANEL, a != 0);
                     else
                         gemm(mr, 4, n / 4, x + r * K + pos + a, K, w, wstep,
                              b->acc + r * PANEL + h * HALF, PANEL, a != 0);

@@ -280,6 +280,9 @@ typedef struct panel {
     int i4;             /* wp holds prepacked int4 steps for the isa's gemm_i4 (32 bytes a unit) */
     const uint8_t *tbl; /* with i4: the steps are codes for gemm_c4 / gemm_groups, bytes tbl[code] */
     int stream;         /* wp is read in place from prepacked weights: gemm_pf when the isa has it */
+    const uint8_t *rec; /* prepacked: the panel's record */
+    int64_t next_panel; /* prepacked: bytes from rec to the record this block reads after this
+                           one (the call's next panel, after its last row block), else 0 */
     int u4;             /* wp's bytes are all <= 15 (int4 weights): gemm_u4 when the isa has it */
 } panel;
 
@@ -288,6 +291,23 @@ typedef void (*gemm_fn)(int, int, int64_t, const int8_t *, int64_t, const uint8_
 
 /* The isa's gemm for steps of bytes <= 15 (int4 weights, units of ones). */
 static gemm_fn gemm_narrow(const qmoe_gemm_isa *isa) { return isa->gemm_u4 ? isa->gemm_u4 : isa->gemm; }
+
+/* A panel unpacked from its record (int4, codes: expanded into the scratchpad): micro-tile
+ * [r, r + mr) of the K range [pos, pos + span), computed K ranges outer and rows inner,
+ * prefetches its share of the record unpacked next, so that memory streams it while this
+ * panel's micro-tiles compute from cache instead of stalling the next unpacking (Qwen3's A8W4
+ * gate/up spent a quarter of its time there: docs/performance.md). Into L2 (locality 2).
+ * Inlined: GCC takes a function of prefetches alone for one without effects and drops its calls. */
+static inline __attribute__((always_inline)) void prefetch_next(const fast_layout *L, const panel *pn, int64_t rows, int64_t pos,
+                          int64_t span, int64_t r, int mr)
+{
+    if (pn->stream || !pn->next_panel) return;
+    const uint8_t *next = pn->rec + pn->next_panel;
+    int64_t n = L->Kp * rows, at = pos * rows;
+    int64_t o0 = pn->next_panel * (at + r * span) / n & ~(int64_t)63,
+            o1 = pn->next_panel * (at + (r + mr) * span) / n;
+    for (int64_t o = o0; o < o1; o += 64) __builtin_prefetch(next + o, 0, 2);
+}
 
 static int64_t weight_col(const qmoe_gmm_params *p, const panel *pn, int64_t half, int64_t c)
 {
@@ -470,12 +490,19 @@ static void tile_chunk(const qmoe_gemm_isa *isa, const fast_layout *L, const pan
     }
     int64_t ustep = pn->i4 ? QMOE_PK_STEP / 2 : QMOE_PK_STEP;
     const uint8_t *tbl = pn->i4 ? pn->tbl : NULL; /* codes: gemm_c4 */
-    gemm_fn gemm = pn->i4                       ? isa->gemm_i4
-                   : pn->stream && isa->gemm_pf ? isa->gemm_pf
-                   : pn->u4                     ? gemm_narrow(isa)
-                                                : isa->gemm;
+    int pf = !pn->i4 && pn->stream && isa->gemm_pf;
+    gemm_fn gemm = pn->i4 ? isa->gemm_i4 : pn->u4 ? gemm_narrow(isa) : isa->gemm;
+    /* gemm_pf: the first micro-tile streams this chunk from memory; the second prefetches what
+     * the block reads next, the panel's next chunk (kq steps on) or after its last the next
+     * panel's first (the same place of its record), which the next call finds in cache
+     * (gmm_fast.h) */
+    int64_t next = pos + 4 * kq < L->Kp ? kq * pn->wstep
+                   : pn->next_panel ? pn->next_panel - (pos / 4) * pn->wstep
+                                    : 0;
     for (int64_t r = 0; r < rows; r += isa->mr) {
         int mr = (int)(rows - r < isa->mr ? rows - r : isa->mr);
+        int64_t ahead = r == 0 ? QMOE_PF_AHEAD : r == isa->mr ? next : 0;
+        prefetch_next(L, pn, rows, pos, 4 * kq, r, mr);
         for (int64_t h = 0; h < 2; h++)
             for (int64_t u0 = 0; u0 < pn->nu; u0 += isa->nu) {
                 int nu = (int)(pn->nu - u0 < isa->nu ? pn->nu - u0 : isa->nu);
@@ -484,6 +511,9 @@ static void tile_chunk(const qmoe_gemm_isa *isa, const fast_layout *L, const pan
                 if (tbl)
                     isa->gemm_c4(mr, nu, kq, x + r * ldx + pos, ldx, w, pn->wstep, tbl, c, pn->ld,
                                  accumulate);
+                else if (pf)
+                    isa->gemm_pf(mr, nu, kq, x + r * ldx + pos, ldx, w, pn->wstep, ahead, c,
+                                 pn->ld, accumulate);
                 else
                     gemm(mr, nu, kq, x + r * ldx + pos, ldx, w, pn->wstep, c, pn->ld, accumulate);
             }
@@ -492,13 +522,15 @@ static void tile_chunk(const qmoe_gemm_isa *isa, const fast_layout *L, const pan
 
 /* One K group of the block through the isa's gemm_fold: each micro-tile is computed over the
  * whole group and folded into f at once, the same operations as tile_chunk + fold (gmm_fast.h). */
-static void fold_group(const qmoe_gemm_isa *isa, const panel *pn, const int8_t *x, int64_t ldx,
-                       int64_t rows, int64_t pos, int64_t kq, const int32_t *xoff,
-                       int64_t xoff_stride, const float *xs, const float *ws, float *f, int first)
+static void fold_group(const qmoe_gemm_isa *isa, const fast_layout *L, const panel *pn,
+                       const int8_t *x, int64_t ldx, int64_t rows, int64_t pos, int64_t kq,
+                       const int32_t *xoff, int64_t xoff_stride, const float *xs, const float *ws,
+                       float *f, int first)
 {
     int64_t half = pn->ld / 2;
     for (int64_t r = 0; r < rows; r += isa->mr) {
         int mr = (int)(rows - r < isa->mr ? rows - r : isa->mr);
+        prefetch_next(L, pn, rows, pos, 4 * kq, r, mr);
         for (int64_t h = 0; h < 2; h++)
             for (int64_t u0 = 0; u0 < pn->nu; u0 += isa->nu) {
                 int nu = (int)(pn->nu - u0 < isa->nu ? pn->nu - u0 : isa->nu);
@@ -512,13 +544,14 @@ static void fold_group(const qmoe_gemm_isa *isa, const panel *pn, const int8_t *
 }
 
 /* Groups [g0, g0 + ng) of the block, one gemm_groups call per micro-tile. */
-static void groups_chunk(const qmoe_gemm_isa *isa, const panel *pn, const int8_t *x,
-                         int64_t ldx, int64_t rows, int64_t G, int64_t g0, int64_t ng, int64_t kq,
-                         const int32_t *xoff, const float *xs, float *f)
+static void groups_chunk(const qmoe_gemm_isa *isa, const fast_layout *L, const panel *pn,
+                         const int8_t *x, int64_t ldx, int64_t rows, int64_t G, int64_t g0,
+                         int64_t ng, int64_t kq, const int32_t *xoff, const float *xs, float *f)
 {
     int64_t half = pn->ld / 2, ustep = pn->i4 ? QMOE_PK_STEP / 2 : QMOE_PK_STEP;
     for (int64_t r = 0; r < rows; r += isa->mr) {
         int mr = (int)(rows - r < isa->mr ? rows - r : isa->mr);
+        prefetch_next(L, pn, rows, 4 * g0 * kq, 4 * ng * kq, r, mr);
         for (int64_t h = 0; h < 2; h++)
             for (int64_t u0 = 0; u0 < pn->nu; u0 += isa->nu) {
                 int nu = (int)(pn->nu - u0 < isa->nu ? pn->nu - u0 : isa->nu);
@@ -541,14 +574,14 @@ static void groups_chunk(const qmoe_gemm_isa *isa, const panel *pn, const int8_t
  * groups (at most KC k, so a chunk's x rows stay in L1 and its weights in L2 for every
  * micro-tile): the same operations as fold_group (or tile_chunk + fold) group after group, with
  * the float tile kept in registers across a chunk's groups. */
-static void groups_block(const qmoe_gemm_isa *isa, const panel *pn, const int8_t *x,
-                         int64_t ldx, int64_t rows, int64_t G, int64_t kq, const int32_t *xoff,
-                         const float *xs, float *f)
+static void groups_block(const qmoe_gemm_isa *isa, const fast_layout *L, const panel *pn,
+                         const int8_t *x, int64_t ldx, int64_t rows, int64_t G, int64_t kq,
+                         const int32_t *xoff, const float *xs, float *f)
 {
     const int64_t kc = rows <= isa->mr && pn->i4 && isa->groups_k_one ? isa->groups_k_one : KC;
     int64_t per = kc / (4 * kq) > 0 ? kc / (4 * kq) : 1;
     for (int64_t g0 = 0; g0 < G; g0 += per)
-        groups_chunk(isa, pn, x, ldx, rows, G, g0, G - g0 < per ? G - g0 : per, kq, xoff, xs, f);
+        groups_chunk(isa, L, pn, x, ldx, rows, G, g0, G - g0 < per ? G - g0 : per, kq, xoff, xs, f);
 }
 
 /* The accumulator dump of the test entry point (qmoe_fast_acc_block) exists only in the tests'
@@ -684,6 +717,7 @@ static void prepacked_panel(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p,
     const struct qmoe_weights *pp = p->pp;
     int64_t i = pn->jc / QMOE_PP_COLS;
     const uint8_t *rec = pp->w + (uint64_t)e * pp->expert_wbytes + (uint64_t)i * pp->panel_wbytes;
+    pn->rec = rec;
     pn->nc = p->N2 - pn->jc < QMOE_PP_COLS ? p->N2 - pn->jc : QMOE_PP_COLS;
     pn->nu = qmoe_pp_units(pp, i);
     pn->wstep = pn->nu * QMOE_PK_STEP;
@@ -763,6 +797,8 @@ int qmoe_fast_prepack_expert(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p,
     qmoe_copyq_init(&q);
     panel pn;
     pn.i4 = pn.stream = 0;
+    pn.rec = NULL;
+    pn.next_panel = 0;
     pn.tbl = NULL;
     pn.u4 = p->mode == QMOE_MODE_A8W4;
     pn.ld = 2 * QMOE_PK_UNIT * L.U;
@@ -833,6 +869,8 @@ static void run_block(const block_args *A, uint8_t *sp, const fast_layout *L)
 
     panel pn;
     pn.i4 = pn.stream = 0;
+    pn.rec = NULL;
+    pn.next_panel = 0;
     pn.tbl = NULL;
     pn.u4 = p->mode == QMOE_MODE_A8W4;
     pn.ld = 2 * QMOE_PK_UNIT * L->U;
@@ -885,6 +923,9 @@ static void run_block(const block_args *A, uint8_t *sp, const fast_layout *L)
                 ldx = L->Kp;
             }
             const int32_t *xo = xoff + (mb - A->m0) * p->G;
+            pn.next_panel = p->pp && pn.jc + half < A->j1 && mb + rows >= A->m1
+                                ? (int64_t)p->pp->panel_wbytes
+                                : 0;
             for (int64_t r = 0; r < rows && !DUMPING(A); r++) xs[r] = p->xs[(mb + r) * p->xs_s];
             /* Blocks of several micro-tiles: each micro-tile takes a whole group in one call
              * and folds it at once (no int32 tile stored and reloaded per K chunk, no fold
@@ -906,10 +947,10 @@ static void run_block(const block_args *A, uint8_t *sp, const fast_layout *L)
                 pn.ws8 = NULL;
             }
             if (grouped)
-                groups_block(isa, &pn, x, ldx, rows, p->G, L->gkp / 4, xo, a8w4 ? NULL : xs, f);
+                groups_block(isa, L, &pn, x, ldx, rows, p->G, L->gkp / 4, xo, a8w4 ? NULL : xs, f);
             for (int64_t g = 0; g < p->G && !grouped; g++) {
                 if (fused) {
-                    fold_group(isa, &pn, x, ldx, rows, g * L->gkp, (L->gk + 3) / 4, xo + g, p->G,
+                    fold_group(isa, L, &pn, x, ldx, rows, g * L->gkp, (L->gk + 3) / 4, xo + g, p->G,
                                a8w4 ? NULL : xs, pn.wsg + g * pn.ld, f, g == 0);
                     continue;
                 }

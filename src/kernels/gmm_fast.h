@@ -30,6 +30,9 @@ enum {
     QMOE_PK_BLOCK = 4,  /* units per block */
     QMOE_PK_MAX_MR = 8, /* most rows a micro-kernel takes */
     QMOE_PK_MC = 48,    /* the driver's rows per accumulator block when the isa names none */
+    /* bytes ahead of a weight stream read from memory that gemm_pf's first micro-tile of a
+     * block prefetches: 8 KB covers DRAM's latency where 2 KB did not (docs/performance.md) */
+    QMOE_PF_AHEAD = 8192,
 };
 
 typedef struct qmoe_gemm_isa {
@@ -101,10 +104,14 @@ typedef struct qmoe_gemm_isa {
     void (*gemm_u4)(int mr, int nu, int64_t kq, const int8_t *x, int64_t ldx, const uint8_t *wp,
                     int64_t wstep, int32_t *acc, int64_t ldacc, int accumulate);
 
-    /* Optional (NULL: gemm): gemm that prefetches ahead of the weight stream, for prepacked int8
-     * weights read in place from memory. Same results as gemm. */
+    /* Optional (NULL: gemm): gemm that prefetches, for prepacked int8 weights read in place
+     * from memory: each step's lines `ahead` bytes past them (0: none). Same results as gemm.
+     * The driver's first micro-tile of a block asks for QMOE_PF_AHEAD (memory's latency); its
+     * second one for the block's next K chunk, so that memory streams while the block's other
+     * micro-tiles re-read this chunk from cache instead of all at once in the first one's
+     * (docs/performance.md, "The next chunk prefetched"); the others for none. */
     void (*gemm_pf)(int mr, int nu, int64_t kq, const int8_t *x, int64_t ldx, const uint8_t *wp,
-                    int64_t wstep, int32_t *acc, int64_t ldacc, int accumulate);
+                    int64_t wstep, int64_t ahead, int32_t *acc, int64_t ldacc, int accumulate);
 
     /* Optional (NULL: gemm, then fold): gemm of one whole K group from zero (kq steps of 64-byte
      * units, as gemm) folded at once into float as fold does it: f[r][c] = (first ? v :

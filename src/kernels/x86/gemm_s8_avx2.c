@@ -27,9 +27,10 @@
 
 enum { MR = 4, RUN = 8 };
 
-/* Bytes ahead of the weight stream that gemm_pf and gemm_i4 ask for (prepacked weights read in
- * place from memory): decode A8W8, one thread, 91-97 -> 41-47 ms (2048: 63-76, 4096: 47-50). */
-enum { PREFETCH = 8192 };
+/* Bytes ahead of the weight stream that gemm_i4 asks for, and the driver's first micro-tile of
+ * gemm_pf (prepacked weights read in place from memory): decode A8W8, one thread, 91-97 -> 41-47
+ * ms (2048: 63-76, 4096: 47-50). */
+enum { PREFETCH = QMOE_PF_AHEAD };
 
 static inline __attribute__((always_inline)) __m256i bcast_x(const int8_t *p)
 {
@@ -59,7 +60,7 @@ static inline __attribute__((always_inline)) void tile(int w4, int mr, int64_t k
                                                        int64_t ldx, const uint8_t *wp,
                                                        int64_t wstep, const uint8_t *tbl,
                                                        int32_t *acc, int64_t ldacc, int accumulate,
-                                                       const int32_t *off)
+                                                       const int32_t *off, int64_t ahead)
 {
     const __m256i nib = _mm256_set1_epi8(0x0F);
     if (w4 == 0 || w4 == 3 || w4 == 4) {
@@ -78,7 +79,7 @@ static inline __attribute__((always_inline)) void tile(int w4, int mr, int64_t k
             w4 == 4 ? _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)tbl))
                     : _mm256_setzero_si256();
         for (int64_t q = 0; q < kq; q++, wp += wstep) {
-            if (w4 >= 3) _mm_prefetch((const char *)wp + PREFETCH, _MM_HINT_T0);
+            if (w4 == 4 || (w4 == 3 && ahead)) _mm_prefetch((const char *)wp + ahead, _MM_HINT_T0);
             __m256i by[2];
             if (w4 == 4) {
                 __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)wp);
@@ -145,24 +146,25 @@ static inline __attribute__((always_inline)) void tile(int w4, int mr, int64_t k
 #define TILE_FN(W, R)                                                                            \
     static void tile_##W##_##R(int64_t kq, const int8_t *x, int64_t ldx, const uint8_t *wp,     \
                                int64_t wstep, const uint8_t *tbl, int32_t *acc, int64_t ldacc,   \
-                               int accumulate, const int32_t *off)                               \
+                               int accumulate, const int32_t *off, int64_t ahead)                \
     {                                                                                            \
-        tile(W, R, kq, x, ldx, wp, wstep, tbl, acc, ldacc, accumulate, off);                     \
+        tile(W, R, kq, x, ldx, wp, wstep, tbl, acc, ldacc, accumulate, off, ahead);              \
     }
 #define TILE_FNS(W) TILE_FN(W, 1) TILE_FN(W, 2) TILE_FN(W, 3) TILE_FN(W, 4)
 TILE_FNS(0) TILE_FNS(1) TILE_FNS(2) TILE_FNS(3) TILE_FNS(4)
 
 typedef void (*tile_fn)(int64_t, const int8_t *, int64_t, const uint8_t *, int64_t,
-                        const uint8_t *, int32_t *, int64_t, int, const int32_t *);
+                        const uint8_t *, int32_t *, int64_t, int, const int32_t *, int64_t);
 static const tile_fn tiles[5][MR] = {{tile_0_1, tile_0_2, tile_0_3, tile_0_4},
                                      {tile_1_1, tile_1_2, tile_1_3, tile_1_4},
                                      {tile_2_1, tile_2_2, tile_2_3, tile_2_4},
                                      {tile_3_1, tile_3_2, tile_3_3, tile_3_4},
                                      {tile_4_1, tile_4_2, tile_4_3, tile_4_4}};
 
+/* ahead: the prefetch distance of w4 3 (gemm_pf) and 4 (codes); the others take none or their own */
 static inline void run(int w4, int mr, int nu, int64_t kq, const int8_t *x, int64_t ldx,
-                       const uint8_t *wp, int64_t wstep, const uint8_t *tbl, int32_t *acc,
-                       int64_t ldacc, int accumulate)
+                       const uint8_t *wp, int64_t wstep, int64_t ahead, const uint8_t *tbl,
+                       int32_t *acc, int64_t ldacc, int accumulate)
 {
     int64_t ustep = w4 == 2 || w4 == 4 ? QMOE_PK_STEP / 2 : QMOE_PK_STEP;
     int32_t off[MR] = {0, 0, 0, 0}; /* int8: 128 * each row's x sum, once for every unit */
@@ -170,7 +172,7 @@ static inline void run(int w4, int mr, int nu, int64_t kq, const int8_t *x, int6
         for (int r = 0; r < mr; r++) off[r] = qmoe_s8_off(x + r * ldx, 4 * kq);
     for (int u = 0; u < nu; u++)
         tiles[w4][mr - 1](kq, x, ldx, wp + u * ustep, wstep, tbl, acc + u * QMOE_PK_UNIT, ldacc,
-                          accumulate, off);
+                          accumulate, off, ahead);
 }
 
 /* Prepacked int4 steps -> the 64-byte steps gemm reads (gmm_fast.h, expand_i4). */
@@ -200,35 +202,35 @@ void qmoe_expand_c4_avx2(const uint8_t *src, int64_t steps, uint8_t *dst, const 
 static void gemm_avx2(int mr, int nu, int64_t kq, const int8_t *x, int64_t ldx, const uint8_t *wp,
                       int64_t wstep, int32_t *acc, int64_t ldacc, int accumulate)
 {
-    run(0, mr, nu, kq, x, ldx, wp, wstep, NULL, acc, ldacc, accumulate);
+    run(0, mr, nu, kq, x, ldx, wp, wstep, 0, NULL, acc, ldacc, accumulate);
 }
 
 static void gemm_pf_avx2(int mr, int nu, int64_t kq, const int8_t *x, int64_t ldx,
-                         const uint8_t *wp, int64_t wstep, int32_t *acc, int64_t ldacc,
-                         int accumulate)
+                         const uint8_t *wp, int64_t wstep, int64_t ahead, int32_t *acc,
+                         int64_t ldacc, int accumulate)
 {
-    run(3, mr, nu, kq, x, ldx, wp, wstep, NULL, acc, ldacc, accumulate);
+    run(3, mr, nu, kq, x, ldx, wp, wstep, ahead, NULL, acc, ldacc, accumulate);
 }
 
 static void gemm_u4_avx2(int mr, int nu, int64_t kq, const int8_t *x, int64_t ldx,
                          const uint8_t *wp, int64_t wstep, int32_t *acc, int64_t ldacc,
                          int accumulate)
 {
-    run(1, mr, nu, kq, x, ldx, wp, wstep, NULL, acc, ldacc, accumulate);
+    run(1, mr, nu, kq, x, ldx, wp, wstep, 0, NULL, acc, ldacc, accumulate);
 }
 
 static void gemm_i4_avx2(int mr, int nu, int64_t kq, const int8_t *x, int64_t ldx,
                          const uint8_t *wp, int64_t wstep, int32_t *acc, int64_t ldacc,
                          int accumulate)
 {
-    run(2, mr, nu, kq, x, ldx, wp, wstep, NULL, acc, ldacc, accumulate);
+    run(2, mr, nu, kq, x, ldx, wp, wstep, 0, NULL, acc, ldacc, accumulate);
 }
 
 static void gemm_c4_avx2(int mr, int nu, int64_t kq, const int8_t *x, int64_t ldx,
                          const uint8_t *wp, int64_t wstep, const uint8_t *tbl, int32_t *acc,
                          int64_t ldacc, int accumulate)
 {
-    run(4, mr, nu, kq, x, ldx, wp, wstep, tbl, acc, ldacc, accumulate);
+    run(4, mr, nu, kq, x, ldx, wp, wstep, PREFETCH, tbl, acc, ldacc, accumulate);
 }
 
 const qmoe_gemm_isa qmoe_isa_avx2 = {

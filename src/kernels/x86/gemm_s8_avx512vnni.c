@@ -14,13 +14,14 @@
 
 enum { MR = 6 };
 
-/* Bytes ahead of the weight stream that the prefetching variants ask for: prepacked weights are
- * read from memory once per call. 8 KB (32 steps of a 4-unit panel; past a panel's end, the
- * next panel's or expert's records, which follow it) covers DRAM's latency where 2 KB did not:
- * decode's loop 13.2 -> 11.6 ms, decode A8W4 6.8 -> 5.9, qwen3 (median) 18.4 -> 17.4 (one
- * thread, CPU time, 4 alternated rounds; docs/performance.md). Into L2 (parts.h): with
- * prefetcht0 Qwen3 A8W8 ran 7 % slower on Zen 4, decode within its noise. */
-enum { PREFETCH = 8192 };
+/* Bytes ahead of the weight stream that the prefetching variants ask for (gemm_pf: the driver's
+ * `ahead`): prepacked weights are read from memory once per call. 8 KB (32 steps of a 4-unit
+ * panel; past a panel's end, the next panel's or expert's records, which follow it) covers
+ * DRAM's latency where 2 KB did not: decode's loop 13.2 -> 11.6 ms, decode A8W4 6.8 -> 5.9,
+ * qwen3 (median) 18.4 -> 17.4 (one thread, CPU time, 4 alternated rounds; docs/performance.md).
+ * Into L2 (parts.h): with prefetcht0 Qwen3 A8W8 ran 7 % slower on Zen 4, decode within its
+ * noise. */
+enum { PREFETCH = QMOE_PF_AHEAD };
 
 void qmoe_expand_i4_avx512(const uint8_t *src, int64_t steps, uint8_t *dst)
 {
@@ -46,9 +47,9 @@ typedef struct fold_to {
 } fold_to;
 
 /* i4: 0 plain bytes, 1 prepacked int4 steps, 2 prepacked codes of tbl; pf: prefetch the weight
- * stream ahead. */
-static inline __attribute__((always_inline)) void tile(int i4, int pf, int mr, int nu, int64_t kq,
-                                                       const int8_t *x, int64_t ldx,
+ * stream, each step's lines `ahead` bytes past them (0: none). */
+static inline __attribute__((always_inline)) void tile(int i4, int pf, int64_t ahead, int mr, int nu,
+                                                       int64_t kq, const int8_t *x, int64_t ldx,
                                                        const uint8_t *wp, int64_t wstep,
                                                        const uint8_t *tbl, int32_t *acc,
                                                        int64_t ldacc, int accumulate)
@@ -64,10 +65,10 @@ static inline __attribute__((always_inline)) void tile(int i4, int pf, int mr, i
                  *x5 = x + 5 * ldx;
     for (int64_t q = 0; q < kq; q++) {
         __m512i w0, w1, w2, w3;
-        if (pf) {
+        if (pf && ahead) {
             int64_t step = i4 ? 32 * nu : 64 * nu;
             for (int64_t o = 0; o < step; o += 64)
-                _mm_prefetch((const char *)(wp + PREFETCH + o), QMOE_AVX512_WEIGHT_HINT);
+                _mm_prefetch((const char *)(wp + ahead + o), QMOE_AVX512_WEIGHT_HINT);
         }
         if (i4 == 2) {
             w0 = qmoe_expand_c4_zmm(wp, tb), w1 = w2 = w3 = w0;
@@ -137,29 +138,30 @@ static inline __attribute__((always_inline)) void fold_tile(int mr, int nu, cons
     static void tile_##R##x##U(int64_t kq, const int8_t *x, int64_t ldx, const uint8_t *wp,     \
                                int64_t wstep, int32_t *acc, int64_t ldacc, int accumulate)       \
     {                                                                                            \
-        tile(0, 0, R, U, kq, x, ldx, wp, wstep, NULL, acc, ldacc, accumulate);                         \
+        tile(0, 0, 0, R, U, kq, x, ldx, wp, wstep, NULL, acc, ldacc, accumulate);                         \
     }                                                                                            \
     static void tile4_##R##x##U(int64_t kq, const int8_t *x, int64_t ldx, const uint8_t *wp,    \
                                 int64_t wstep, int32_t *acc, int64_t ldacc, int accumulate)      \
     {                                                                                            \
-        tile(1, 1, R, U, kq, x, ldx, wp, wstep, NULL, acc, ldacc, accumulate);                         \
+        tile(1, 1, PREFETCH, R, U, kq, x, ldx, wp, wstep, NULL, acc, ldacc, accumulate);                         \
     }                                                                                            \
     static void tilec_##R##x##U(int64_t kq, const int8_t *x, int64_t ldx, const uint8_t *wp,    \
                                 int64_t wstep, const uint8_t *tbl, int32_t *acc, int64_t ldacc,  \
                                 int accumulate)                                                  \
     {                                                                                            \
-        tile(2, 1, R, U, kq, x, ldx, wp, wstep, tbl, acc, ldacc, accumulate);                    \
+        tile(2, 1, PREFETCH, R, U, kq, x, ldx, wp, wstep, tbl, acc, ldacc, accumulate);                    \
     }                                                                                            \
     static void tilep_##R##x##U(int64_t kq, const int8_t *x, int64_t ldx, const uint8_t *wp,    \
-                                int64_t wstep, int32_t *acc, int64_t ldacc, int accumulate)      \
+                                int64_t wstep, int64_t ahead, int32_t *acc, int64_t ldacc,       \
+                                int accumulate)                                                  \
     {                                                                                            \
-        tile(0, 1, R, U, kq, x, ldx, wp, wstep, NULL, acc, ldacc, accumulate);                         \
+        tile(0, 1, ahead, R, U, kq, x, ldx, wp, wstep, NULL, acc, ldacc, accumulate);            \
     }                                                                                            \
     static void tilef_##R##x##U(int64_t kq, const int8_t *x, int64_t ldx, const uint8_t *wp,    \
                                 int64_t wstep, const fold_to *fo)                                \
     {                                                                                            \
         int32_t t[R * 64] __attribute__((aligned(64)));                                          \
-        tile(0, 1, R, U, kq, x, ldx, wp, wstep, NULL, t, 64, 0);                                       \
+        tile(0, 1, PREFETCH, R, U, kq, x, ldx, wp, wstep, NULL, t, 64, 0);                                       \
         fold_tile(R, U, t, fo);                                                                  \
     }
 #define TILE_ROW(R) TILE_FN(R, 1) TILE_FN(R, 2) TILE_FN(R, 3) TILE_FN(R, 4)
@@ -173,9 +175,11 @@ static const tile_fn tiles[MR][4] = {ROW_PTRS(1), ROW_PTRS(2), ROW_PTRS(3),
 #define ROW4_PTRS(R) {tile4_##R##x1, tile4_##R##x2, tile4_##R##x3, tile4_##R##x4}
 static const tile_fn tiles4[MR][4] = {ROW4_PTRS(1), ROW4_PTRS(2), ROW4_PTRS(3),
                                       ROW4_PTRS(4), ROW4_PTRS(5), ROW4_PTRS(6)};
+typedef void (*tilep_fn)(int64_t, const int8_t *, int64_t, const uint8_t *, int64_t, int64_t,
+                         int32_t *, int64_t, int);
 #define ROWP_PTRS(R) {tilep_##R##x1, tilep_##R##x2, tilep_##R##x3, tilep_##R##x4}
-static const tile_fn tilesp[MR][4] = {ROWP_PTRS(1), ROWP_PTRS(2), ROWP_PTRS(3),
-                                      ROWP_PTRS(4), ROWP_PTRS(5), ROWP_PTRS(6)};
+static const tilep_fn tilesp[MR][4] = {ROWP_PTRS(1), ROWP_PTRS(2), ROWP_PTRS(3),
+                                       ROWP_PTRS(4), ROWP_PTRS(5), ROWP_PTRS(6)};
 
 typedef void (*tilec_fn)(int64_t, const int8_t *, int64_t, const uint8_t *, int64_t,
                          const uint8_t *, int32_t *, int64_t, int);
@@ -201,12 +205,12 @@ static void gemm_fold_avx512(int mr, int nu, int64_t kq, const int8_t *x, int64_
     tilesf[mr - 1][nu - 1](kq, x, ldx, wp, wstep, &fo);
 }
 
-/* gemm that prefetches the weight stream ahead (prepacked int8 read in place). */
+/* gemm that prefetches `ahead` bytes past the weight stream (prepacked int8 read in place). */
 static void gemm_pf_avx512(int mr, int nu, int64_t kq, const int8_t *x, int64_t ldx,
-                           const uint8_t *wp, int64_t wstep, int32_t *acc, int64_t ldacc,
-                           int accumulate)
+                           const uint8_t *wp, int64_t wstep, int64_t ahead, int32_t *acc,
+                           int64_t ldacc, int accumulate)
 {
-    tilesp[mr - 1][nu - 1](kq, x, ldx, wp, wstep, acc, ldacc, accumulate);
+    tilesp[mr - 1][nu - 1](kq, x, ldx, wp, wstep, ahead, acc, ldacc, accumulate);
 }
 
 /* gemm on prepacked int4 steps (32 bytes a unit, unit u at wp + 32 u), expanded in registers:
