@@ -298,8 +298,10 @@ static gemm_fn gemm_narrow(const qmoe_gemm_isa *isa) { return isa->gemm_u4 ? isa
  * panel's micro-tiles compute from cache instead of stalling the next unpacking (Qwen3's A8W4
  * gate/up spent a quarter of its time there: docs/performance.md). Into L2 (locality 2).
  * Inlined: GCC takes a function of prefetches alone for one without effects and drops its calls. */
-static inline __attribute__((always_inline)) void prefetch_next(const fast_layout *L, const panel *pn, int64_t rows, int64_t pos,
-                          int64_t span, int64_t r, int mr)
+static inline __attribute__((always_inline)) void prefetch_next(const fast_layout *L,
+                                                                const panel *pn, int64_t rows,
+                                                                int64_t pos, int64_t span,
+                                                                int64_t r, int mr)
 {
     if (pn->stream || !pn->next_panel) return;
     const uint8_t *next = pn->rec + pn->next_panel;

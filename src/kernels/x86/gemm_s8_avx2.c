@@ -79,7 +79,7 @@ static inline __attribute__((always_inline)) void tile(int w4, int mr, int64_t k
             w4 == 4 ? _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)tbl))
                     : _mm256_setzero_si256();
         for (int64_t q = 0; q < kq; q++, wp += wstep) {
-            if (w4 == 4 || (w4 == 3 && ahead)) _mm_prefetch((const char *)wp + ahead, _MM_HINT_T0);
+            if (w4 >= 3 && ahead) _mm_prefetch((const char *)wp + ahead, _MM_HINT_T0);
             __m256i by[2];
             if (w4 == 4) {
                 __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)wp);

@@ -46,9 +46,9 @@ typedef struct fold_to {
     int first;
 } fold_to;
 
-/* i4: 0 plain bytes, 1 prepacked int4 steps, 2 prepacked codes of tbl; pf: prefetch the weight
- * stream, each step's lines `ahead` bytes past them (0: none). */
-static inline __attribute__((always_inline)) void tile(int i4, int pf, int64_t ahead, int mr, int nu,
+/* i4: 0 plain bytes, 1 prepacked int4 steps, 2 prepacked codes of tbl; ahead: prefetch the
+ * weight stream, each step's lines `ahead` bytes past them (0: none). */
+static inline __attribute__((always_inline)) void tile(int i4, int64_t ahead, int mr, int nu,
                                                        int64_t kq, const int8_t *x, int64_t ldx,
                                                        const uint8_t *wp, int64_t wstep,
                                                        const uint8_t *tbl, int32_t *acc,
@@ -65,7 +65,7 @@ static inline __attribute__((always_inline)) void tile(int i4, int pf, int64_t a
                  *x5 = x + 5 * ldx;
     for (int64_t q = 0; q < kq; q++) {
         __m512i w0, w1, w2, w3;
-        if (pf && ahead) {
+        if (ahead) {
             int64_t step = i4 ? 32 * nu : 64 * nu;
             for (int64_t o = 0; o < step; o += 64)
                 _mm_prefetch((const char *)(wp + ahead + o), QMOE_AVX512_WEIGHT_HINT);
@@ -138,30 +138,30 @@ static inline __attribute__((always_inline)) void fold_tile(int mr, int nu, cons
     static void tile_##R##x##U(int64_t kq, const int8_t *x, int64_t ldx, const uint8_t *wp,     \
                                int64_t wstep, int32_t *acc, int64_t ldacc, int accumulate)       \
     {                                                                                            \
-        tile(0, 0, 0, R, U, kq, x, ldx, wp, wstep, NULL, acc, ldacc, accumulate);                         \
+        tile(0, 0, R, U, kq, x, ldx, wp, wstep, NULL, acc, ldacc, accumulate);                         \
     }                                                                                            \
     static void tile4_##R##x##U(int64_t kq, const int8_t *x, int64_t ldx, const uint8_t *wp,    \
                                 int64_t wstep, int32_t *acc, int64_t ldacc, int accumulate)      \
     {                                                                                            \
-        tile(1, 1, PREFETCH, R, U, kq, x, ldx, wp, wstep, NULL, acc, ldacc, accumulate);                         \
+        tile(1, PREFETCH, R, U, kq, x, ldx, wp, wstep, NULL, acc, ldacc, accumulate);                         \
     }                                                                                            \
     static void tilec_##R##x##U(int64_t kq, const int8_t *x, int64_t ldx, const uint8_t *wp,    \
                                 int64_t wstep, const uint8_t *tbl, int32_t *acc, int64_t ldacc,  \
                                 int accumulate)                                                  \
     {                                                                                            \
-        tile(2, 1, PREFETCH, R, U, kq, x, ldx, wp, wstep, tbl, acc, ldacc, accumulate);                    \
+        tile(2, PREFETCH, R, U, kq, x, ldx, wp, wstep, tbl, acc, ldacc, accumulate);                    \
     }                                                                                            \
     static void tilep_##R##x##U(int64_t kq, const int8_t *x, int64_t ldx, const uint8_t *wp,    \
                                 int64_t wstep, int64_t ahead, int32_t *acc, int64_t ldacc,       \
                                 int accumulate)                                                  \
     {                                                                                            \
-        tile(0, 1, ahead, R, U, kq, x, ldx, wp, wstep, NULL, acc, ldacc, accumulate);            \
+        tile(0, ahead, R, U, kq, x, ldx, wp, wstep, NULL, acc, ldacc, accumulate);            \
     }                                                                                            \
     static void tilef_##R##x##U(int64_t kq, const int8_t *x, int64_t ldx, const uint8_t *wp,    \
                                 int64_t wstep, const fold_to *fo)                                \
     {                                                                                            \
         int32_t t[R * 64] __attribute__((aligned(64)));                                          \
-        tile(0, 1, PREFETCH, R, U, kq, x, ldx, wp, wstep, NULL, t, 64, 0);                                       \
+        tile(0, PREFETCH, R, U, kq, x, ldx, wp, wstep, NULL, t, 64, 0);                                       \
         fold_tile(R, U, t, fo);                                                                  \
     }
 #define TILE_ROW(R) TILE_FN(R, 1) TILE_FN(R, 2) TILE_FN(R, 3) TILE_FN(R, 4)
