@@ -7,7 +7,8 @@
  * An object of more experts (options.experts) takes the same slice again by qmoe_weights_append
  * while it fits, refuses one past its end, and is refused by the operator until it is full.
  * Mutations change one descriptor (dtype, rank, format, a smaller dim, absence) or the options
- * (experts, scale blocks, a codebook with the weights' values drawn from it, packing threads);
+ * (experts, scale blocks, a codebook with the weights' values drawn from it, packing threads,
+ * 6-bit values with the weights mostly brought into [-32, 31]);
  * dims never grow and every buffer has room for 64-bit elements (16 times the int4 bytes), so
  * whatever phase one accepts stays inside real memory.
  */
@@ -201,7 +202,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int mutations = (int)fz_range(&in, 0, 3);
     for (int i = 0; i < mutations; i++) {
         desc *m = &d[fz_range(&in, 0, SLOTS - 1)];
-        switch (fz_range(&in, 0, 10)) {
+        switch (fz_range(&in, 0, 11)) {
         case 0: m->present = !m->present; break;
         case 1: m->dtype = (int)fz_range(&in, 0, 7); break; /* buffers have room for 64-bit */
         case 2: m->format = !m->format; break;
@@ -231,6 +232,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         case 10: /* packing threads: 0 (every core) to a few, or past the limit (refused) */
             po.struct_size = (uint32_t)sizeof po;
             po.threads = fz_u8(&in) & 1 ? (int)fz_range(&in, -2, 5) : (int)fz_range(&in, 4094, 4098);
+            break;
+        case 11: /* 6-bit values (0, 6, 8 or refused ones); the weights mostly brought into
+                  * [-32, 31] (repacked), so the accepted path runs too */
+            po.struct_size = (uint32_t)sizeof po;
+            po.value_bits = (int)fz_range(&in, -1, 9);
+            if (fz_u8(&in) & 1) {
+                for (int64_t j = 0; j < E * K * N; j++) w[j] = (int8_t)(w[j] / 4);
+                oracle_pack_weight((oracle_wlayout)layout, w, E, K, N, wst);
+            }
             break;
         }
     }

@@ -54,6 +54,10 @@ def prepack_seeds():
                 bytes(head) + bytes(range(1, 9)) + bytes([1, 0, 0, 2]))
     # a mutation: force_weight_nz on an ND weight (refused), and the kernel option
     put("fuzz_prepack", "force-nz", bytes([0, 1, 8, 3, 2, 0, 0]) + bytes(8) + bytes([0, 1, 0, 6, 1, 0, 1]))
+    # a mutation: value_bits 6 with the weights brought into [-32, 31] (accepted), and 5 (refused)
+    for name, b in (("six-bits", 7), ("value-bits-5", 6)):
+        put("fuzz_prepack", name, bytes([0, 2, 30, 3, 2, 1, 5, 0]) + bytes(range(1, 9))
+            + bytes([1, 1, 0, 11, b, 1, 0, 2]))
     # found by the fuzzer: a weight cut to fewer experts than groupList names (the raw operator
     # refuses it; the object refuses it too, unless appends made it long enough)
     put("fuzz_prepack", "fewer-experts", base64.b64decode("AAAtrq6urq6urq6urq6uhLfr6+vr6+vrIevr6+vrIgH/"))

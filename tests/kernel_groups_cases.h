@@ -26,18 +26,28 @@ static int micro_case(const qmoe_gemm_isa *isa, qt_rng *r, int mr, int nu, int i
     static int8_t wq8[MAXG * 64];  /* kind 3: multipliers of the bases wb, blocks of blk groups */
     static float wb[MAXG * 64];
     const int64_t blk = qt_range(r, 1, 9);
-    int64_t K = 4 * ng * kq, wstep = 4 * QMOE_PK_STEP, wstep4 = 4 * QMOE_PK_STEP / 2;
+    int64_t K = 4 * ng * kq, wstep = 4 * QMOE_PK_STEP, wstep4 = 4 * QMOE_PK_STEP / 2,
+            wstep6 = 4 * 48;
     static int8_t x[MAXR * MAXK];
-    static uint8_t w[MAXK / 4 * 4 * QMOE_PK_STEP], w4[MAXK / 4 * 4 * QMOE_PK_STEP / 2];
+    static uint8_t w[MAXK / 4 * 4 * QMOE_PK_STEP], w4[MAXK / 4 * 4 * QMOE_PK_STEP / 2],
+        w6[MAXK / 4 * 4 * 48];
     static int32_t xoff[MAXR * MAXG], acc[MAXR * 64];
     static float xs[MAXR], ws[MAXG * 64], want[MAXR * 64], got[MAXR * 64], part[MAXR * 64];
     uint8_t tbl[16];
     for (int i = 0; i < 16; i++) tbl[i] = (uint8_t)qt_range(r, 0, 255);
     for (int64_t i = 0; i < MAXR * K; i++) x[i] = (int8_t)qt_range(r, -128, 127);
     for (int64_t q = 0; q < K / 4; q++) {
-        uint8_t *d = w4 + q * wstep4;
+        uint8_t *d = w4 + q * wstep4, *d6 = w6 + q * wstep6;
         for (int64_t b = 0; b < wstep4; b++) d[b] = (uint8_t)qt_range(r, 0, 255);
-        if (i4 == 2) /* codes: byte b holds the indices of bytes b and 32 + b of the step */
+        for (int64_t b = 0; b < wstep6; b++) d6[b] = (uint8_t)qt_range(r, 0, 255);
+        if (i4 == 4) /* 6 bits, core/prepack.h: 32 bytes of nibbles, 16 of high bit pairs; + 96 */
+            for (int u = 0; u < 4; u++)
+                for (int b = 0; b < 64; b++) {
+                    const uint8_t *lo = d6 + 48 * u, *hi = lo + 32;
+                    int v = (b < 32 ? lo[b] & 0xF : lo[b - 32] >> 4) | (hi[b % 16] >> (2 * (b / 16)) & 3) << 4;
+                    w[q * wstep + 64 * u + b] = (uint8_t)(v + 96);
+                }
+        else if (i4 == 2) /* codes: byte b holds the indices of bytes b and 32 + b of the step */
             for (int u = 0; u < 4; u++)
                 for (int b = 0; b < 32; b++) {
                     w[q * wstep + 64 * u + b] = tbl[d[32 * u + b] & 0xF];
@@ -77,8 +87,8 @@ static int micro_case(const qmoe_gemm_isa *isa, qt_rng *r, int mr, int nu, int i
         isa->fold(mr, 16 * nu, acc, 64, xoff + g, MAXG, xsp, ws + g * 64, want, 64, g == 0);
     }
     const int packed = i4 == 1 || i4 == 2;
-    const uint8_t *wq = packed ? w4 : w;
-    int64_t ws_ = packed ? wstep4 : wstep;
+    const uint8_t *wq = i4 == 4 ? w6 : packed ? w4 : w;
+    int64_t ws_ = i4 == 4 ? wstep6 : packed ? wstep4 : wstep;
     isa->gemm_groups(mr, nu, i4, i4 == 2 ? tbl : NULL, ng, kq, x, K, wq, ws_, xoff, MAXG, xsp, wsv, kind, 64, wbv, blk, 0,
                      got, 64, 1);
     int64_t a = ng / 2; /* two calls: groups [0, a) then [a, ng) continuing the tile */
@@ -171,15 +181,17 @@ static int driver_case(int kernel, const qmoe_gemm_isa *isa, kcase *c)
     return ran;
 }
 
-/* The micro-kernel alone, rows 1..max_mr, 1-4 units, every step kind (i4 0-3), with and
- * without xScale, every scale kind, `tries` random group / step counts each. */
+/* The micro-kernel alone, rows 1..max_mr, 1-4 units, every step kind (i4 0-3, and 4 where the
+ * table says groups_b6), with and without xScale, every scale kind, `tries` random group / step
+ * counts each. */
 static inline void groups_micro_sweep(const qmoe_gemm_isa *isa, uint64_t seed, int max_mr, int tries)
 {
     qt_rng r = {seed};
     long bad = 0, cases = 0;
+    const int kinds = isa->groups_b6 ? 5 : 4;
     for (int mr = 1; mr <= max_mr; mr++)
         for (int nu = 1; nu <= 4; nu++)
-            for (int i4 = 0; i4 < 4; i4++)
+            for (int i4 = 0; i4 < kinds; i4++)
                 for (int use_xs = 0; use_xs < 2; use_xs++)
                     for (int kind = 0; kind < 4; kind++)
                         for (int t = 0; t < tries; t++) {
@@ -191,7 +203,7 @@ static inline void groups_micro_sweep(const qmoe_gemm_isa *isa, uint64_t seed, i
                             bad += !ok;
                             cases++;
                         }
-    CHECK(cases == (long)max_mr * 4 * 4 * 2 * 4 * tries && bad == 0);
+    CHECK(cases == (long)max_mr * 4 * kinds * 2 * 4 * tries && bad == 0);
 }
 
 /* Through the driver: the kernel sweep's per-group cases, then ggml's groups at K = 1024 (A8W8

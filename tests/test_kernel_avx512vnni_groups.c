@@ -4,7 +4,8 @@
  * per-group scales:
  *   - the micro-kernel alone, every tile shape (1-6 rows, 1-4 units), 1-9 groups of 1-9 steps,
  *     int8 steps, prepacked int4 steps (against expand_i4 + gemm), prepacked codes (against
- *     their table's bytes + gemm) and int8 steps of bytes <= 15, with and without xScale,
+ *     their table's bytes + gemm), int8 steps of bytes <= 15 and prepacked 6-bit steps (against
+ *     the bytes their layout defines + gemm), with and without xScale,
  *     in one call and split into two (first = 0 continues the float tile); zero and negative
  *     scales, so signed zeros and their sums are compared too; scales given as float32 and as
  *     float16 / bfloat16 bits (read in place, widened on the load) and as prepacked scale

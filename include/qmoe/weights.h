@@ -58,9 +58,18 @@ typedef struct qmoe_weights_options {
      * most 4096. They are started and joined within each call, each packing whole experts, so
      * the object is the same bytes for any count. (Callers built before this field get 0.) */
     int threads;
+    /* Since 0.3.6. 0 (or 8): int8 weights are kept a byte a value. 6 (int8 weights, no
+     * codebook): every weight value must be in [-32, 31], and the object keeps each in 6 bits,
+     * 0.75 bytes a value (ggml's q6_K integers, for one); the same results (the driver widens a
+     * panel's steps as it reads them; qmoe_weights_unpack gives the values back). A value outside
+     * fails with QMOE_ERR_PARAM_INVALID naming its expert (in the weight given), row and column
+     * (prepack, or the append of the slice that holds it). Other values, 6 with int4 weights or
+     * with a codebook: QMOE_ERR_PARAM_INVALID. (Callers built before this field get 0: it is
+     * 64-bit so that it lies past their struct_size, not in the tail padding it counted.) */
+    int64_t value_bits;
 } qmoe_weights_options;
 
-#define QMOE_WEIGHTS_OPTIONS_INIT {(uint32_t)sizeof(qmoe_weights_options), QMOE_KERNEL_AUTO, 0, 0, 0, NULL, 0}
+#define QMOE_WEIGHTS_OPTIONS_INIT {(uint32_t)sizeof(qmoe_weights_options), QMOE_KERNEL_AUTO, 0, 0, 0, NULL, 0, 0}
 
 /*
  * Builds the prepacked weights of the fused operator (GroupedMatmulSwigluQuant) from `weight`

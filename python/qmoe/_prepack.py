@@ -19,11 +19,11 @@ from ._op import ArrayLike, _c_int, _kernel, _plain, _Weight, _weight_scale
 
 
 class WeightsOptions(ctypes.Structure):
-    """struct qmoe_weights_options (the 0.3.5 layout; struct_size tells the library which)."""
+    """struct qmoe_weights_options (the 0.3.6 layout; struct_size tells the library which)."""
 
     _fields_ = [("struct_size", ctypes.c_uint32), ("kernel", c_int), ("force_weight_nz", c_int),
                 ("experts", c_int64), ("scale_block", c_int64), ("codebook", POINTER(c_int8)),
-                ("threads", c_int)]
+                ("threads", c_int), ("value_bits", c_int64)]
 
 
 def _codebook(value: Any) -> Optional[np.ndarray]:
@@ -214,6 +214,7 @@ def prepack(
     scale_block: int = 0,
     codebook: Optional[ArrayLike] = None,
     threads: Optional[int] = None,
+    value_bits: int = 0,
 ) -> PrepackedWeights:
     """Prepacks expert weights once for the fused operator.
 
@@ -247,6 +248,12 @@ def prepack(
     ``threads``: threads that pack the experts, here and in every
     :meth:`PrepackedWeights.append` (None or 0: every online core; 1: the calling thread), the
     same object for any count; outside [0, 4096] raises :class:`QmoeError` (161002).
+
+    ``value_bits``: 0 (or 8) keeps int8 weights a byte a value; 6 (int8 weights without a
+    codebook, e.g. ggml's q6_K integers) keeps each in 6 bits, 0.75 bytes a value, the same
+    results. A value outside [-32, 31] (here or in an appended slice) raises
+    :class:`QmoeError` (161002) naming its expert, k and column; so do other values of
+    ``value_bits`` and 6 with int4 weights or a codebook.
     """
     src = _Source(weight, weight_scale, bias, weight_format, int4_packed, weight_scale_dtype)
     book = _codebook(codebook)  # referenced until the call returns (the library copies it)
@@ -254,7 +261,8 @@ def prepack(
                           force_weight_nz=0, experts=_c_int(experts, "experts", 64),
                           scale_block=_c_int(scale_block, "scale_block", 64),
                           codebook=None if book is None else book.ctypes.data_as(POINTER(c_int8)),
-                          threads=_c_int(threads, "threads"))
+                          threads=_c_int(threads, "threads"),
+                          value_bits=_c_int(value_bits, "value_bits", 64))
     handle = c_void_p()
     with Tensors() as t:
         _lib.check(_lib.lib.qmoe_weights_prepack(*src.tensors(t), ctypes.byref(opts),

@@ -13,6 +13,10 @@
  * - codes (A8W8 made with a codebook, `codes`): stored as int4 is, v being each byte's index in
  *   `tbl` (the codebook's values + 128, the bytes the int8 layout would hold); the same pass
  *   and then a lookup restore the int8 step.
+ * - 6 bits (A8W8 made with value_bits 6, `bits6`): each 64-byte unit step as 48 bytes of v =
+ *   byte - 96 (W + 32, 0..63): 32 bytes of low nibbles as int4 stores them (byte i = lo v[i] |
+ *   lo v[32 + i] << 4), then 16 of the high two bits (byte i = hi v[i] | hi v[16 + i] << 2 |
+ *   hi v[32 + i] << 4 | hi v[48 + i] << 6); the driver restores the step (expand_bits6).
  * Records start at 64-byte boundaries: record (e, i) at w + e * expert_wbytes + i * panel_wbytes
  * (only the last panel of an expert may be shorter). Per record also the weight scale [G][128]
  * (act columns then gate columns, 0 past N2) at ws + (e * panels + i) * G * 128 elements, stored
@@ -33,7 +37,8 @@
 #include "qmoe/qmoe.h"
 
 enum {
-    QMOE_PP_VERSION = 4, /* 2: 16-bit scales kept 16-bit; 3: scale blocks; 4: codes */
+    QMOE_PP_VERSION = 5, /* 2: 16-bit scales kept 16-bit; 3: scale blocks; 4: codes; 5: 6 bits */
+    QMOE_PP_STEP6 = 48,  /* stored bytes of a 6-bit unit step */
     QMOE_PP_COLS = 64, /* output columns per panel (per half) */
     QMOE_PP_LD = 128,  /* floats per scale / correction row of a panel: both halves */
 };
@@ -62,12 +67,13 @@ struct qmoe_weights {
     int32_t has_bias;       /* made with a bias tensor */
     int32_t codes;          /* A8W8 kept as 4-bit indices into tbl (options.codebook) */
     uint8_t tbl[16];        /* codes: the codebook's values + 128 (the int8 step bytes) */
+    int32_t bits6;          /* A8W8 kept 6 bits a value (options.value_bits 6) */
     int64_t ws_block;       /* groups per scale block (ws: int8 multipliers, wsb: bases); 0: none */
     int64_t nblk;           /* blocks per column: ceil(G / ws_block) */
     int64_t filled;         /* experts packed so far: [0, filled); usable when E */
     int64_t E, K, N, N2, G, gk, gkp, Kp;
     int64_t panels;         /* per expert: ceil(N2 / 64) */
-    int64_t step_bytes;     /* stored bytes per unit step: 64 (int8) or 32 (int4, codes) */
+    int64_t step_bytes;     /* stored bytes per unit step: 64 (int8), 48 (bits6), 32 (int4, codes) */
     uint64_t panel_wbytes;  /* stored bytes of a full record, 64-aligned */
     uint64_t expert_wbytes; /* stored bytes of one expert's records */
     uint64_t weight_bytes;  /* E * expert_wbytes */

@@ -63,6 +63,17 @@ int qg_take_codes(void)
     return k == QMOE_KERNEL_AVX512_VNNI || k == QMOE_KERNEL_AMX_INT8 || k == QMOE_KERNEL_AVX2;
 }
 
+int qg_take_bits6(void)
+{
+    /* a quarter fewer bytes of q6_K weights to hold and to read at decode, for about a fifth
+     * more time at prompts (the widening per call, docs/ggml.md "Memory"); on kernels without
+     * the in-place path each one-row call would widen a whole panel */
+    const char *v = getenv("QMOE_GGML_BITS6"); /* asked while weights are converted */
+    if (v && !strcmp(v, "0")) return 0;
+    if (v && !strcmp(v, "1")) return 1;
+    return qg_kernel() == QMOE_KERNEL_AVX512_VNNI;
+}
+
 int qg_take_dense(void)
 {
     /* asked only while a model's weights are placed, so nothing depends on it changing later */

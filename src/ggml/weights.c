@@ -350,6 +350,9 @@ static qmoe_status build_parts(qg_weight *const *ws, qg_chunk *const *cs, int np
     wo.experts = mo.experts = c->ne;
     /* mxfp4: its codes, 4 bits a value (the file's own), where the kernel reads them in place */
     wo.codebook = qg_take_codes() ? qg_codebook(w->type) : NULL;
+    /* q6_K: its integers (q - 32, in [-32, 31]) kept in 6 bits, as the file holds them: 0.75
+     * bytes a value instead of 1 (docs/ggml.md, "Memory") */
+    wo.value_bits = w->type == GGML_TYPE_Q6_K && qg_take_bits6() ? 6 : 0;
     /* The K-quants' group scales are d * sc (an fp16 times a 6- or 8-bit integer, exact in
      * float32): kept as one base per super-block and int8 multipliers, 1 byte a group instead of
      * 4, the same values. They always factor; if qmoe refused, the weight is converted again with

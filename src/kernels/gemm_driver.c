@@ -284,6 +284,7 @@ typedef struct panel {
     int64_t next_panel; /* prepacked: bytes from rec to the record this block reads after this
                            one (the call's next panel, after its last row block), else 0 */
     int u4;             /* wp's bytes are all <= 15 (int4 weights): gemm_u4 when the isa has it */
+    int b6;             /* with i4: wp holds prepacked 6-bit steps (48 bytes a unit) for gemm_groups */
 } panel;
 
 typedef void (*gemm_fn)(int, int, int64_t, const int8_t *, int64_t, const uint8_t *, int64_t,
@@ -550,7 +551,8 @@ static void groups_chunk(const qmoe_gemm_isa *isa, const fast_layout *L, const p
                          const int8_t *x, int64_t ldx, int64_t rows, int64_t G, int64_t g0,
                          int64_t ng, int64_t kq, const int32_t *xoff, const float *xs, float *f)
 {
-    int64_t half = pn->ld / 2, ustep = pn->i4 ? QMOE_PK_STEP / 2 : QMOE_PK_STEP;
+    int64_t half = pn->ld / 2,
+            ustep = pn->b6 ? QMOE_PP_STEP6 : pn->i4 ? QMOE_PK_STEP / 2 : QMOE_PK_STEP;
     for (int64_t r = 0; r < rows; r += isa->mr) {
         int mr = (int)(rows - r < isa->mr ? rows - r : isa->mr);
         prefetch_next(L, pn, rows, 4 * g0 * kq, 4 * ng * kq, r, mr);
@@ -558,7 +560,8 @@ static void groups_chunk(const qmoe_gemm_isa *isa, const fast_layout *L, const p
             for (int64_t u0 = 0; u0 < pn->nu; u0 += isa->nu) {
                 int nu = (int)(pn->nu - u0 < isa->nu ? pn->nu - u0 : isa->nu);
                 int64_t c = h * half + u0 * QMOE_PK_UNIT;
-                isa->gemm_groups(mr, nu, pn->i4 ? (pn->tbl ? 2 : 1) : pn->u4 ? 3 : 0, pn->tbl, ng, kq,
+                isa->gemm_groups(mr, nu, pn->b6 ? 4 : pn->i4 ? (pn->tbl ? 2 : 1) : pn->u4 ? 3 : 0,
+                                 pn->tbl, ng, kq,
                                  x + r * ldx + 4 * g0 * kq, ldx,
                                  pn->wp + h * pn->blk + g0 * kq * pn->wstep + u0 * ustep,
                                  pn->wstep, xoff + r * G + g0, G, xs ? xs + r : NULL,
@@ -680,6 +683,22 @@ static void expand_codes(const uint8_t *src, int64_t steps, uint8_t *dst, const 
         }
 }
 
+/* 6-bit record (core/prepack.h) -> the int8 steps: v = low nibble | high two bits << 4, byte v
+ * + 96. Sixteen bytes at a time with one shift per plane, so the compiler keeps it in vectors:
+ * at one row a matrix the panel is widened every call. */
+static void expand_bits6(const uint8_t *src, int64_t steps, uint8_t *dst)
+{
+    for (int64_t q = 0; q < steps; q++, src += QMOE_PP_STEP6, dst += QMOE_PK_STEP) {
+        const uint8_t *lo = src, *hi = src + 32;
+        for (int i = 0; i < 16; i++) {
+            dst[i] = (uint8_t)(((lo[i] & 0xF) | (hi[i] & 3) << 4) + 96);
+            dst[16 + i] = (uint8_t)(((lo[16 + i] & 0xF) | (hi[i] >> 2 & 3) << 4) + 96);
+            dst[32 + i] = (uint8_t)(((lo[i] >> 4) | (hi[i] >> 4 & 3) << 4) + 96);
+            dst[48 + i] = (uint8_t)(((lo[16 + i] >> 4) | (hi[i] >> 6) << 4) + 96);
+        }
+    }
+}
+
 /* n 16-bit scales -> float32: the table's vector form, or core/halfconv.h's rule. */
 static void half_to_f32(const qmoe_gemm_isa *isa, float *d, const uint16_t *s, int bf16, int64_t n)
 {
@@ -711,10 +730,12 @@ static void panel_scale_bits(const qmoe_gmm_params *p, int64_t e, const panel *p
 /* Panel pn->jc / QMOE_PP_COLS of expert e from the prepacked object: int8 in place; int4 in
  * place for a block of one micro-tile of rows and an isa with gemm_i4 (expanded in registers,
  * once), else expanded once into the scratchpad's panel buffer (every further micro-tile would
- * expand again; tile kernels load B tiles from memory); scales and corrections in place. */
+ * expand again; tile kernels load B tiles from memory); 6 bits likewise, in place only where
+ * the block goes through gemm_groups (`grouped`) of an isa with groups_b6; scales and
+ * corrections in place. */
 static void prepacked_panel(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p,
                             const fast_layout *L, uint8_t *sp, int64_t e, int64_t rows,
-                            panel *pn)
+                            int grouped, panel *pn)
 {
     const struct qmoe_weights *pp = p->pp;
     int64_t i = pn->jc / QMOE_PP_COLS;
@@ -740,9 +761,22 @@ static void prepacked_panel(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p,
         pn->ws16_kind = pp->ws_kind == QMOE_SCALE_BF16 ? 2 : 1;
     }
     pn->corr = pp->corr + (uint64_t)(e * pp->panels + i) * QMOE_PP_LD;
-    pn->i4 = 0;
+    pn->i4 = pn->b6 = 0;
     pn->stream = 1;
     pn->tbl = pp->codes ? pp->tbl : NULL;
+    if (pp->bits6 && grouped && isa->groups_b6 && rows <= isa->mr) { /* decode: in place */
+        pn->i4 = pn->b6 = 1;
+        pn->wp = (uint8_t *)(uintptr_t)rec;
+        pn->wstep = pn->nu * QMOE_PP_STEP6;
+        pn->blk = (L->Kp / 4) * pn->wstep;
+        return;
+    }
+    if (pp->bits6) { /* widened once into the scratchpad: int8 steps for every kernel */
+        pn->stream = 0;
+        pn->wp = sp + L->wp;
+        (isa->expand_b6 ? isa->expand_b6 : expand_bits6)(rec, 2 * (L->Kp / 4) * pn->nu, pn->wp);
+        return;
+    }
     if (p->mode == QMOE_MODE_A8W8 && !pn->tbl) {
         pn->wp = (uint8_t *)(uintptr_t)rec; /* read only */
         return;
@@ -790,6 +824,30 @@ static int pack_codes(const struct qmoe_weights *pp, const panel *pn, const uint
     return 1;
 }
 
+/* A record's int8 steps in 6 bits (core/prepack.h): 0 when a byte is outside 96..159 (W in
+ * [-32, 31]) and is not padding (padding, as for codes, is stored as the byte of 0). */
+static int pack_bits6(const struct qmoe_weights *pp, const panel *pn, const uint8_t *v,
+                      int64_t steps, uint8_t *rec)
+{
+    uint8_t n[QMOE_PK_STEP];
+    for (int64_t s = 0; s < steps; s++, v += QMOE_PK_STEP, rec += QMOE_PP_STEP6) {
+        for (int b = 0; b < QMOE_PK_STEP; b++) {
+            int c = v[b] - 96;
+            if (c < 0 || c > 63) { /* byte b = 4 col + t of unit u, step q of its half */
+                int64_t q = s / pn->nu % (pp->Kp / 4), u = s % pn->nu, pos = 4 * q + b % 4;
+                if (pos % pp->gkp < pp->gk && u * QMOE_PK_UNIT + b / 4 < pn->nc) return 0;
+                c = 32;
+            }
+            n[b] = (uint8_t)c;
+        }
+        for (int b = 0; b < 32; b++) rec[b] = (uint8_t)((n[b] & 0xF) | (n[32 + b] & 0xF) << 4);
+        for (int b = 0; b < 16; b++)
+            rec[32 + b] = (uint8_t)(n[b] >> 4 | (n[16 + b] >> 4) << 2 | (n[32 + b] >> 4) << 4 |
+                                    (n[48 + b] >> 4) << 6);
+    }
+    return 1;
+}
+
 int qmoe_fast_prepack_expert(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p, int64_t e,
                              int64_t de, void *scratch, struct qmoe_weights *pp, float *ws32)
 {
@@ -798,7 +856,7 @@ int qmoe_fast_prepack_expert(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p,
     qmoe_copyq q;
     qmoe_copyq_init(&q);
     panel pn;
-    pn.i4 = pn.stream = 0;
+    pn.i4 = pn.stream = pn.b6 = 0;
     pn.rec = NULL;
     pn.next_panel = 0;
     pn.tbl = NULL;
@@ -829,6 +887,8 @@ int qmoe_fast_prepack_expert(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p,
         int64_t steps = 2 * (L.Kp / 4) * pn.nu;
         if (pp->codes) {
             if (!pack_codes(pp, &pn, pn.wp, steps, rec)) return 0;
+        } else if (pp->bits6) {
+            if (!pack_bits6(pp, &pn, pn.wp, steps, rec)) return 0;
         } else if (p->mode == QMOE_MODE_A8W8) {
             memcpy(rec, pn.wp, (size_t)(steps * QMOE_PK_STEP));
         } else {
@@ -870,12 +930,16 @@ static void run_block(const block_args *A, uint8_t *sp, const fast_layout *L)
     if (xt) pack_xt(p, L, A->m0, rows_all, xt);
 
     panel pn;
-    pn.i4 = pn.stream = 0;
+    pn.i4 = pn.stream = pn.b6 = 0;
     pn.rec = NULL;
     pn.next_panel = 0;
     pn.tbl = NULL;
     pn.u4 = p->mode == QMOE_MODE_A8W4;
     pn.ld = 2 * QMOE_PK_UNIT * L->U;
+    /* Small groups (ggml's 32): a fold per group through memory would cost as much as the
+     * group's products; gemm_groups keeps the float tile in registers. */
+    const int grouped = isa->gemm_groups && !xt && p->G > 1 && L->gk > 0 &&
+                        L->gkp <= GROUPS_MAX_K && !DUMPING(A);
     pn.wp = sp + L->wp;
     pn.wsg = (float *)(sp + L->wsg);
     pn.ws16 = NULL;
@@ -897,7 +961,7 @@ static void run_block(const block_args *A, uint8_t *sp, const fast_layout *L)
         int64_t c_lo = 0, c_hi;
         if (p->pp) {
             QMOE_TRACE_START(A->ctx->trace, QMOE_EV_COPY, pn.jc / QMOE_PK_UNIT);
-            prepacked_panel(isa, p, L, sp, A->e, rows_all, &pn);
+            prepacked_panel(isa, p, L, sp, A->e, rows_all, grouped, &pn);
             QMOE_TRACE_STOP(A->ctx->trace, QMOE_EV_COPY, pn.jc / QMOE_PK_UNIT);
             c_lo = A->j0 > pn.jc ? A->j0 - pn.jc : 0;
             c_hi = A->j1 - pn.jc < pn.nc ? A->j1 - pn.jc : pn.nc;
@@ -936,10 +1000,6 @@ static void run_block(const block_args *A, uint8_t *sp, const fast_layout *L)
              * slower). A block of one micro-tile keeps gemm_i4 / gemm_pf, which stream. */
             int fused = isa->gemm_fold && !xt && !pn.i4 && L->gk > 0 && rows > isa->mr &&
                         (L->gk <= KC || rows >= L->mc) && !DUMPING(A);
-            /* Small groups (ggml's 32): a fold per group through memory would cost as much as
-             * the group's products; gemm_groups keeps the float tile in registers. */
-            int grouped = isa->gemm_groups && !xt && p->G > 1 && L->gk > 0 &&
-                          L->gkp <= GROUPS_MAX_K && !DUMPING(A);
             if (!grouped && pn.ws16) { /* the other paths read float scales: widened once */
                 half_to_f32(isa, pn.wsg, pn.ws16, pn.ws16_kind == 2, p->G * QMOE_PP_LD);
                 pn.ws16 = NULL;

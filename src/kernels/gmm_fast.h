@@ -128,6 +128,8 @@ typedef struct qmoe_gemm_isa {
      * group order as fold does it: f[r][c] = (first ? v_0 : f[r][c] + v_0) + v_1 + ... + v_ng-1,
      * or, with i4 = 2, gemm_c4's codes of the table tbl (NULL otherwise), or, with i4 = 3,
      * int8 steps as 0 whose bytes are all <= 15 (expanded int4: a kernel may take gemm_u4's way),
+     * or, with i4 = 4 (only where groups_b6 says so), prepacked 6-bit steps (core/prepack.h:
+     * 48 bytes a unit, unit u at wp + 48u) widened in registers,
      * v_g = (float)(acc_g[r][c] - xoff[r * xoff_stride + g]) * xs[r] * ws[g * ws_stride + c],
      * xs NULL: no xs factor, for r < mr, c < 16 * nu. For small groups, where a fold per group
      * through memory costs as much as the group's products. ws holds float32 (ws_kind 0) or the
@@ -144,6 +146,9 @@ typedef struct qmoe_gemm_isa {
      * micro-tile (decode) on 4-bit steps (int4, codes) read in place from memory: a call covers
      * one column half of the panel, so a smaller chunk keeps both halves' streams in flight. */
     int64_t groups_k_one;
+    /* Nonzero: gemm_groups takes i4 = 4 (6-bit steps in place), which the driver then uses for
+     * blocks of one micro-tile of 6-bit objects (decode); others widen a panel first. */
+    int groups_b6;
 
     /* Optional (NULL: portable loop): prepacked int4 steps (32 bytes, gemm_i4's format) -> the
      * 64-byte steps gemm reads, `steps` of them, src and dst contiguous. */
@@ -152,6 +157,10 @@ typedef struct qmoe_gemm_isa {
     /* Optional (NULL: portable loop): prepacked codes (gemm_c4's format) -> the 64-byte steps
      * gemm reads, byte tbl[n] for each nibble n. */
     void (*expand_c4)(const uint8_t *src, int64_t steps, uint8_t *dst, const uint8_t *tbl);
+
+    /* Optional (NULL: portable loop): prepacked 6-bit steps (48 bytes, core/prepack.h) -> the
+     * 64-byte steps gemm reads. */
+    void (*expand_b6)(const uint8_t *src, int64_t steps, uint8_t *dst);
 
     /* Optional (NULL: the portable loop): n float16 (bf16 0) or bfloat16 (bf16 1) values ->
      * float32, exact (core/halfconv.h's rule; a signalling float16 NaN may come back quieted,

@@ -203,12 +203,13 @@ def test_append_waits_for_the_calls_in_flight(rng):
 
 
 def test_options_layout_is_the_headers():
-    # the 0.3.5 layout: experts and scale_block (int64_t) after force_weight_nz (the first
+    # the 0.3.6 layout: experts and scale_block (int64_t) after force_weight_nz (the first
     # layout's 12 bytes), aligned as int64_t is (offset 16), then codebook (const int8_t *)
-    # aligned as a pointer is (offset 32), then threads (int, offset 40; 48 bytes in all on
-    # x86-64 and arm64)
+    # aligned as a pointer is (offset 32), then threads (int, offset 40), then value_bits
+    # (int64_t, aligned: offset 48, past the 48 bytes of the 0.3.5 layout's struct_size, whose
+    # tail padding it must not reuse; 56 bytes in all on x86-64 and arm64)
     names = [n for n, _ in _prepack.WeightsOptions._fields_]
-    assert names[-4:] == ["experts", "scale_block", "codebook", "threads"]
+    assert names[-5:] == ["experts", "scale_block", "codebook", "threads", "value_bits"]
     assert _prepack.WeightsOptions.force_weight_nz.offset == 8
     a = ctypes.alignment(ctypes.c_int64)
     experts = (12 + a - 1) // a * a
@@ -220,12 +221,17 @@ def test_options_layout_is_the_headers():
     threads = codebook + psize
     assert _prepack.WeightsOptions.threads.offset == threads
     size_align = max(a, pa)
+    old_size = (threads + 4 + size_align - 1) // size_align * size_align
+    value_bits = (threads + 4 + a - 1) // a * a
+    assert _prepack.WeightsOptions.value_bits.offset == value_bits >= old_size
     assert ctypes.sizeof(_prepack.WeightsOptions) == \
-        (threads + 4 + size_align - 1) // size_align * size_align
+        (value_bits + 8 + size_align - 1) // size_align * size_align
     if ctypes.sizeof(ctypes.c_void_p) == 8:
-        assert (experts, codebook, threads, ctypes.sizeof(_prepack.WeightsOptions)) == (16, 32, 40, 48)
+        assert (experts, codebook, threads, value_bits, ctypes.sizeof(_prepack.WeightsOptions)) == \
+            (16, 32, 40, 48, 56)
     assert not _prepack.WeightsOptions().codebook  # zeroed: NULL, no codebook
     assert _prepack.WeightsOptions().threads == 0  # zeroed: every online core
+    assert _prepack.WeightsOptions().value_bits == 0  # zeroed: a byte a value
 
 
 def test_scale_blocks_give_the_same_results(rng):

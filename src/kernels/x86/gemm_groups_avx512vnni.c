@@ -19,9 +19,10 @@
 #include "kernels/x86/group_scales_avx512.h"
 #include "kernels/x86/parts.h"
 
-/* Sub-tiles, rows x units: int8 3 x 4 (a step's four units loaded whole); int4 6 x 2, split by
- * units, since each unit's int4 steps are expanded once per sub-tile that reads them: a split
- * by rows (3 + 1 for decode's 4) expanded them twice and ran slower than the per-group fold. */
+/* Sub-tiles, rows x units: int8 3 x 4 (a step's four units loaded whole); int4 (and codes, 6
+ * bits) 6 x 2, split by units, since each unit's int4 steps are expanded once per sub-tile that
+ * reads them: a split by rows (3 + 1 for decode's 4) expanded them twice and ran slower than the
+ * per-group fold. */
 enum { SR8 = 3, SU8 = 4, SR4 = 6, SU4 = 2 };
 enum { PREFETCH = 8192 };    /* bytes ahead of the weight stream, as gemm_pf (into L2: parts.h) */
 /* Groups ahead whose scales the first sub-tile prefetches, for all units of the call (the
@@ -75,7 +76,7 @@ static inline __attribute__((always_inline)) void sub_tile(int i4, int first, in
     const uint8_t *wp = a->wp;
     const int64_t pf = a->pf; /* at most a step of 4 units: 256 bytes */
     const uint8_t *pp = wp + a->ahead;
-    const int64_t ustep = i4 ? 32 : 64;
+    const int64_t ustep = i4 == 4 ? 48 : i4 ? 32 : 64;
     const __m512i tb = i4 == 2 ? qmoe_code_table_zmm(a->tbl) : _mm512_setzero_si512();
     /* as an address: past the block's end it is only ever prefetched, which cannot fault */
     const uintptr_t wsb = (uintptr_t)(qmoe_ws_bytes(a->ws_kind) * a->ws_stride);
@@ -96,7 +97,12 @@ static inline __attribute__((always_inline)) void sub_tile(int i4, int first, in
             if (pf > 192) _mm_prefetch((const char *)(pp + 192), QMOE_AVX512_WEIGHT_HINT);
             pp += a->wstep;
             __m512i w0, w1, w2, w3;
-            if (i4 == 2) {
+            if (i4 == 4) {
+                w0 = qmoe_expand_b6_zmm(wp), w1 = w2 = w3 = w0;
+                if (nu > 1) w1 = qmoe_expand_b6_zmm(wp + ustep);
+                if (nu > 2) w2 = qmoe_expand_b6_zmm(wp + 2 * ustep);
+                if (nu > 3) w3 = qmoe_expand_b6_zmm(wp + 3 * ustep);
+            } else if (i4 == 2) {
                 w0 = qmoe_expand_c4_zmm(wp, tb), w1 = w2 = w3 = w0;
                 if (nu > 1) w1 = qmoe_expand_c4_zmm(wp + ustep, tb);
                 if (nu > 2) w2 = qmoe_expand_c4_zmm(wp + 2 * ustep, tb);
@@ -167,6 +173,7 @@ static inline __attribute__((always_inline)) void sub_tile(int i4, int first, in
     SUB_FN(0, FIRST, R, 1) SUB_FN(0, FIRST, R, 2) SUB_FN(0, FIRST, R, 3) SUB_FN(0, FIRST, R, 4)
 #define SUB_ROW4(FIRST, R) SUB_FN(1, FIRST, R, 1) SUB_FN(1, FIRST, R, 2)
 #define SUB_ROWC(FIRST, R) SUB_FN(2, FIRST, R, 1) SUB_FN(2, FIRST, R, 2)
+#define SUB_ROW6(FIRST, R) SUB_FN(4, FIRST, R, 1) SUB_FN(4, FIRST, R, 2)
 #define SUB_ALL8(FIRST) SUB_ROW8(FIRST, 1) SUB_ROW8(FIRST, 2) SUB_ROW8(FIRST, 3)
 #define SUB_ALL4(FIRST)                                                                          \
     SUB_ROW4(FIRST, 1) SUB_ROW4(FIRST, 2) SUB_ROW4(FIRST, 3) SUB_ROW4(FIRST, 4)                  \
@@ -174,13 +181,17 @@ static inline __attribute__((always_inline)) void sub_tile(int i4, int first, in
 #define SUB_ALLC(FIRST)                                                                          \
     SUB_ROWC(FIRST, 1) SUB_ROWC(FIRST, 2) SUB_ROWC(FIRST, 3) SUB_ROWC(FIRST, 4)                  \
     SUB_ROWC(FIRST, 5) SUB_ROWC(FIRST, 6)
-SUB_ALL8(0) SUB_ALL8(1) SUB_ALL4(0) SUB_ALL4(1) SUB_ALLC(0) SUB_ALLC(1)
+#define SUB_ALL6(FIRST)                                                                          \
+    SUB_ROW6(FIRST, 1) SUB_ROW6(FIRST, 2) SUB_ROW6(FIRST, 3) SUB_ROW6(FIRST, 4)                  \
+    SUB_ROW6(FIRST, 5) SUB_ROW6(FIRST, 6)
+SUB_ALL8(0) SUB_ALL8(1) SUB_ALL4(0) SUB_ALL4(1) SUB_ALLC(0) SUB_ALLC(1) SUB_ALL6(0) SUB_ALL6(1)
 
 typedef void (*sub_fn)(const groups_args *);
 #define PTRS8(FIRST, R)                                                                          \
     {sub_0##FIRST##_##R##x1, sub_0##FIRST##_##R##x2, sub_0##FIRST##_##R##x3, sub_0##FIRST##_##R##x4}
 #define PTRS4(FIRST, R) {sub_1##FIRST##_##R##x1, sub_1##FIRST##_##R##x2}
 #define PTRSC(FIRST, R) {sub_2##FIRST##_##R##x1, sub_2##FIRST##_##R##x2}
+#define PTRS6(FIRST, R) {sub_4##FIRST##_##R##x1, sub_4##FIRST##_##R##x2}
 static const sub_fn subs8[2][SR8][SU8] = {{PTRS8(0, 1), PTRS8(0, 2), PTRS8(0, 3)},
                                           {PTRS8(1, 1), PTRS8(1, 2), PTRS8(1, 3)}};
 static const sub_fn subs4[2][SR4][SU4] = {
@@ -190,6 +201,10 @@ static const sub_fn subsc[2][SR4][SU4] = {
     {PTRSC(0, 1), PTRSC(0, 2), PTRSC(0, 3), PTRSC(0, 4), PTRSC(0, 5), PTRSC(0, 6)},
     {PTRSC(1, 1), PTRSC(1, 2), PTRSC(1, 3), PTRSC(1, 4), PTRSC(1, 5), PTRSC(1, 6)}};
 
+static const sub_fn subs6[2][SR4][SU4] = {
+    {PTRS6(0, 1), PTRS6(0, 2), PTRS6(0, 3), PTRS6(0, 4), PTRS6(0, 5), PTRS6(0, 6)},
+    {PTRS6(1, 1), PTRS6(1, 2), PTRS6(1, 3), PTRS6(1, 4), PTRS6(1, 5), PTRS6(1, 6)}};
+
 void qmoe_gemm_groups_avx512(int mr, int nu, int i4, const uint8_t *tbl, int64_t ng, int64_t kq,
                              const int8_t *x, int64_t ldx, const uint8_t *wp, int64_t wstep, const int32_t *xoff,
                              int64_t xoff_stride, const float *xs, const void *ws, int ws_kind,
@@ -198,7 +213,7 @@ void qmoe_gemm_groups_avx512(int mr, int nu, int i4, const uint8_t *tbl, int64_t
 {
     const size_t es = qmoe_ws_bytes(ws_kind);
     if (i4 == 3) i4 = 0; /* bytes <= 15: the int8 steps' way */
-    const int64_t ustep = i4 ? 32 : 64;
+    const int64_t ustep = i4 == 4 ? 48 : i4 ? 32 : 64;
     const int sr = i4 ? SR4 : SR8, su = i4 ? SU4 : SU8;
     for (int r = 0; r < mr; r += sr)
         for (int u = 0; u < nu; u += su) {
@@ -214,7 +229,8 @@ void qmoe_gemm_groups_avx512(int mr, int nu, int i4, const uint8_t *tbl, int64_t
                              wsb ? wsb + 16 * u : NULL, wblk, wb0, f + r * ldf + 16 * u, ldf, nu * ustep,
                              lead ? PREFETCH - u * ustep : ng * kq * wstep - u * ustep,
                              lead ? (int64_t)es * 16 * nu : 0, first};
-            if (i4 == 2) subsc[first != 0][rows - 1][units - 1](&a);
+            if (i4 == 4) subs6[first != 0][rows - 1][units - 1](&a);
+            else if (i4 == 2) subsc[first != 0][rows - 1][units - 1](&a);
             else if (i4) subs4[first != 0][rows - 1][units - 1](&a);
             else subs8[first != 0][rows - 1][units - 1](&a);
         }

@@ -260,6 +260,7 @@ const qmoe_gemm_isa qmoe_isa_amx_int8 = {
     .fold = qmoe_fold_avx512,
     .gemm_nz = qmoe_gemm_nz_avx512,
     .expand_i4 = qmoe_expand_i4_avx512,
+    .expand_b6 = qmoe_expand_b6_avx512,
     .expand_c4 = qmoe_expand_c4_avx512,
     .to_bf16 = qmoe_f32_to_bf16_avx512,
     .half_to_f32 = qmoe_half_to_f32_avx512,

@@ -29,6 +29,12 @@ void qmoe_expand_i4_avx512(const uint8_t *src, int64_t steps, uint8_t *dst)
         _mm512_storeu_si512(dst + 64 * q, qmoe_expand_i4_zmm(src + 32 * q));
 }
 
+void qmoe_expand_b6_avx512(const uint8_t *src, int64_t steps, uint8_t *dst)
+{
+    for (int64_t q = 0; q < steps; q++)
+        _mm512_storeu_si512(dst + 64 * q, qmoe_expand_b6_zmm(src + 48 * q));
+}
+
 void qmoe_expand_c4_avx512(const uint8_t *src, int64_t steps, uint8_t *dst, const uint8_t *tbl)
 {
     const __m512i tb = qmoe_code_table_zmm(tbl);
@@ -253,6 +259,8 @@ const qmoe_gemm_isa qmoe_isa_avx512_vnni = {
     .gemm_groups = qmoe_gemm_groups_avx512,
     .expand_i4 = qmoe_expand_i4_avx512,
     .expand_c4 = qmoe_expand_c4_avx512,
+    .expand_b6 = qmoe_expand_b6_avx512,
+    .groups_b6 = 1,
     .to_bf16 = qmoe_f32_to_bf16_avx512,
     .half_to_f32 = qmoe_half_to_f32_avx512,
     .widen_s8 = qmoe_widen_s8_avx512,

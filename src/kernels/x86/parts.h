@@ -24,6 +24,7 @@ int qmoe_gemm_nz_avx512(int mr, int nu, int int4, int64_t kq, const int8_t *x, i
 /* gemm_s8_avx512vnni.c: prepacked int4 steps -> the 64-byte steps gemm reads (gmm_fast.h). */
 void qmoe_expand_i4_avx512(const uint8_t *src, int64_t steps, uint8_t *dst);
 void qmoe_expand_c4_avx512(const uint8_t *src, int64_t steps, uint8_t *dst, const uint8_t *tbl);
+void qmoe_expand_b6_avx512(const uint8_t *src, int64_t steps, uint8_t *dst);
 void qmoe_rearrange_avx512(const uint8_t *const *src, const int64_t *stride, int64_t rows,
                            int nub, int int4, uint8_t *dst, int64_t wstep);
 

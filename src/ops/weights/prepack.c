@@ -151,7 +151,10 @@ static qmoe_status allocate(const qmoe_gmm_params *p, qmoe_dtype ws_dtype, int64
         pp->codes = 1;
         for (int c = 0; c < 16; c++) pp->tbl[c] = (uint8_t)(o->codebook[c] + 128);
     }
-    pp->step_bytes = p->mode == QMOE_MODE_A8W8 && !pp->codes ? QMOE_PK_STEP : QMOE_PK_STEP / 2;
+    pp->bits6 = o->value_bits == 6;
+    pp->step_bytes = p->mode != QMOE_MODE_A8W8 || pp->codes ? QMOE_PK_STEP / 2
+                     : pp->bits6                          ? QMOE_PP_STEP6
+                                                          : QMOE_PK_STEP;
     /* bounded by validated shapes (K < 65536, N <= 10240, G <= K): no overflow per expert */
     uint64_t steps = (uint64_t)(pp->Kp / 4);
     pp->panel_wbytes = align64(2 * steps * 4 * (uint64_t)pp->step_bytes);
@@ -312,20 +315,28 @@ static qmoe_status keep_blocks(struct qmoe_weights *pp, int64_t de, const float 
     return QMOE_OK;
 }
 
-/* The first value of slice expert e that is not in the object's codebook (the packing found
- * one): an error naming it. */
-static qmoe_status not_in_codebook(const qmoe_gmm_params *p, const struct qmoe_weights *pp, int64_t e)
+/* The first value of slice expert e that the object cannot hold (outside its codebook, or
+ * its 6 bits; the packing found one): an error naming it. */
+static qmoe_status not_held(const qmoe_gmm_params *p, const struct qmoe_weights *pp, int64_t e)
 {
     for (int64_t k = 0; k < p->K; k++)
         for (int64_t n = 0; n < p->N; n++) {
             int v = qmoe_w_get(p, e, k, n), c = 0;
+            if (pp->bits6) {
+                if (v < -32 || v > 31)
+                    return INVALID(VALUE, "weight",
+                                   "weight: expert %lld, k %lld, column %lld holds %d, outside "
+                                   "[-32, 31] (options.value_bits = 6)",
+                                   (long long)e, (long long)k, (long long)n, v);
+                continue;
+            }
             while (c < 16 && pp->tbl[c] != (uint8_t)(v + 128)) c++;
             if (c == 16)
                 return INVALID(VALUE, "weight",
                                "weight: expert %lld, k %lld, column %lld holds %d, which is not in "
                                "options.codebook", (long long)e, (long long)k, (long long)n, v);
         }
-    return qmoe_fail(QMOE_ERR_INNER, "prepack: a value outside the codebook that the weight does not hold");
+    return qmoe_fail(QMOE_ERR_INNER, "prepack: a value the object cannot hold that the weight does not hold");
 }
 
 /* Slice expert e packed as the object's expert filled + e; an error names what does not fit. */
@@ -335,7 +346,7 @@ static qmoe_status pack_one(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p, 
     int64_t de = pp->filled + e;
     /* the 64-byte padding of records is never read; keep it defined */
     memset(pp->w + (uint64_t)de * pp->expert_wbytes, 0, (size_t)pp->expert_wbytes);
-    if (!qmoe_fast_prepack_expert(isa, p, e, de, scratch, pp, ws32)) return not_in_codebook(p, pp, e);
+    if (!qmoe_fast_prepack_expert(isa, p, e, de, scratch, pp, ws32)) return not_held(p, pp, e);
     return ws32 ? keep_blocks(pp, de, ws32) : QMOE_OK;
 }
 
@@ -459,6 +470,13 @@ qmoe_status qmoe_weights_prepack(const qmoe_tensor *weight, const qmoe_tensor *w
     if (opts.codebook && !memchr(opts.codebook, 0, 16))
         return INVALID(OPTION, "options",
                        "options: the codebook has no 0 (the value of the layout's padding)");
+    if (opts.value_bits != 0 && opts.value_bits != 8 && opts.value_bits != 6)
+        return INVALID(OPTION, "options", "options: value_bits = %lld; 0 or 8 (a byte a value) or 6",
+                       (long long)opts.value_bits);
+    if (opts.value_bits == 6 && (p.mode != QMOE_MODE_A8W8 || opts.codebook))
+        return INVALID(OPTION, "options", "options: value_bits 6 is for int8 weights without a "
+                       "codebook; this weight is %s%s", qmoe_dtype_name(weight->dtype),
+                       opts.codebook ? " with a codebook" : "");
     struct qmoe_weights *pp = NULL;
     if ((st = allocate(&p, weight_scale->dtype, E, &opts, bias != NULL, &pp))) return st;
     if ((st = fill(isa, &p, pp))) {

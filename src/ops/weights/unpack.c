@@ -101,7 +101,12 @@ qmoe_status qmoe_weights_unpack(const qmoe_weights *weights, int64_t expert, int
                             if (col >= nc) break;
                             const int b = 4 * c + t;
                             int v;
-                            if (int4) { /* 32 bytes a step: byte b holds v[b] | v[b + 32] << 4 */
+                            if (pp->bits6) { /* 48 bytes a step: core/prepack.h */
+                                const uint8_t *st6 = rec + s * QMOE_PP_STEP6;
+                                uint8_t x = st6[b & 31], hb = st6[32 + (b & 15)];
+                                v = (b < 32 ? x & 0xF : x >> 4) | (hb >> (2 * (b / 16)) & 3) << 4;
+                                v += 96;
+                            } else if (int4) { /* 32 bytes a step: byte b holds v[b] | v[b + 32] << 4 */
                                 uint8_t x = rec[s * 32 + (b & 31)];
                                 v = b < 32 ? x & 0xF : x >> 4;
                                 if (pp->codes) v = pp->tbl[v];
