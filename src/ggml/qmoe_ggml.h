@@ -344,9 +344,8 @@ qmoe_kernel qg_kernel(void);
 /* 1: weights whose integers are a format's codes (qg_codebook) are kept as the codes, where
  * qmoe's kernel reads them in place; 0: as int8. */
 int qg_take_codes(void);
-/* 1: q6_K's integers are kept in 6 bits (qmoe_weights_options.value_bits), where qmoe's kernel
- * reads them in place at one row a matrix (AVX-512 VNNI), or QMOE_GGML_BITS6=1; 0: as int8
- * (QMOE_GGML_BITS6=0, the other kernels). */
+/* 1: q6_K's integers are kept in 6 bits (qmoe_weights_options.value_bits) where qmoe's kernel
+ * is AVX-512 VNNI, or QMOE_GGML_BITS6=1; 0: as int8 (QMOE_GGML_BITS6=0, the other kernels). */
 int qg_take_bits6(void);
 /* 1 when the backend computes this node (MUL_MAT / MUL_MAT_ID of a taken weight type). */
 int qg_supports_matmul(const struct ggml_tensor *op);

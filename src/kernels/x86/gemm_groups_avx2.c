@@ -50,7 +50,9 @@ static inline __attribute__((always_inline)) void ws_ahead(const void *ws, int k
 }
 
 /* w4: 0 int8 bytes (split), 1 prepacked int4 steps (nibbles), 2 prepacked codes of tbl (looked
- * up, then split), 3 int8 steps of bytes <= 15 (expanded int4) */
+ * up, then split), 3 int8 steps of bytes <= 15 (expanded int4), 4 prepacked 6-bit steps
+ * (core/prepack.h: the nibbles, then 16 bytes whose bit pair j of byte i is the high two bits of
+ * step byte 16 j + i; widened to int8 bytes, then split) */
 static inline __attribute__((always_inline)) __m256i half_bytes(int w4, const uint8_t *wp, int h,
                                                                 __m256i tb)
 {
@@ -58,6 +60,14 @@ static inline __attribute__((always_inline)) __m256i half_bytes(int w4, const ui
     if (w4 == 0 || w4 == 3) return _mm256_loadu_si256((const __m256i *)(const void *)(wp + 32 * h));
     __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)wp);
     __m256i n = _mm256_and_si256(h ? _mm256_srli_epi16(v, 4) : v, nib);
+    if (w4 == 4) { /* this half's pairs 2h, 2h + 1 in its 128-bit lanes; 32-bit shifts: the mask
+                    * keeps each byte's own bits (a shift of at most 6) */
+        const __m256i cnt = _mm256_set_epi32(4 * h + 2, 4 * h + 2, 4 * h + 2, 4 * h + 2, 4 * h,
+                                             4 * h, 4 * h, 4 * h);
+        __m256i p = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(wp + 32)));
+        p = _mm256_and_si256(_mm256_srlv_epi32(p, cnt), _mm256_set1_epi8(3));
+        return _mm256_add_epi8(_mm256_or_si256(n, _mm256_slli_epi16(p, 4)), _mm256_set1_epi8(96));
+    }
     return w4 == 2 ? _mm256_shuffle_epi8(tb, n) : n;
 }
 
@@ -231,14 +241,14 @@ static inline __attribute__((always_inline)) void tile(int w4, int mr, const gro
         ws_ahead(a->ws, a->ws_kind, a->ws_stride, g);
         const int8_t *xg = a->x + 4 * g * a->kq;
         int32_t off[MR] = {0, 0, 0, 0}; /* int8: 128 * each row's x sum over the group */
-        if (w4 == 0 || w4 == 2)
+        if (w4 == 0 || w4 == 2 || w4 == 4)
             for (int r = 0; r < mr; r++) off[r] = qmoe_s8_off(xg + r * a->ldx, 4 * a->kq);
         for (int u = 0; u < a->nu; u++) {
             const uint8_t *wp = a->wp + u * a->ustep + g * a->kq * a->wstep;
             __m256i c0[MR], c1[MR];
             if (both) {
                 narrow_products(w4, mr, u == 0, wp, xg, c0, c1, a);
-            } else if (w4 == 0 || w4 == 2) {
+            } else if (w4 == 0 || w4 == 2 || w4 == 4) {
                 split_products(w4, mr, u == 0, wp, xg, tb, off, c0, c1, a);
             } else { /* int4 groups of more than RUN steps */
                 half_products(w4, mr, 0, u == 0, wp, xg, c0, a);
@@ -253,13 +263,14 @@ static inline __attribute__((always_inline)) void tile(int w4, int mr, const gro
 #define TILE_FN(W, R)                                                                            \
     static void tile_##W##_##R(const groups_args *a) { tile(W, R, a); }
 #define TILE_FNS(W) TILE_FN(W, 1) TILE_FN(W, 2) TILE_FN(W, 3) TILE_FN(W, 4)
-TILE_FNS(0) TILE_FNS(1) TILE_FNS(2) TILE_FNS(3)
+TILE_FNS(0) TILE_FNS(1) TILE_FNS(2) TILE_FNS(3) TILE_FNS(4)
 
 typedef void (*tile_fn)(const groups_args *);
-static const tile_fn tiles[4][MR] = {{tile_0_1, tile_0_2, tile_0_3, tile_0_4},
+static const tile_fn tiles[5][MR] = {{tile_0_1, tile_0_2, tile_0_3, tile_0_4},
                                      {tile_1_1, tile_1_2, tile_1_3, tile_1_4},
                                      {tile_2_1, tile_2_2, tile_2_3, tile_2_4},
-                                     {tile_3_1, tile_3_2, tile_3_3, tile_3_4}};
+                                     {tile_3_1, tile_3_2, tile_3_3, tile_3_4},
+                                     {tile_4_1, tile_4_2, tile_4_3, tile_4_4}};
 
 void qmoe_gemm_groups_avx2(int mr, int nu, int i4, const uint8_t *tbl, int64_t ng, int64_t kq,
                            const int8_t *x, int64_t ldx, const uint8_t *wp, int64_t wstep,
@@ -267,7 +278,7 @@ void qmoe_gemm_groups_avx2(int mr, int nu, int i4, const uint8_t *tbl, int64_t n
                            const void *ws, int ws_kind, int64_t ws_stride, const float *wsb,
                            int64_t wblk, int64_t wb0, float *f, int64_t ldf, int first)
 {
-    const int64_t ustep = i4 == 1 || i4 == 2 ? QMOE_PK_STEP / 2 : QMOE_PK_STEP;
+    const int64_t ustep = i4 == 4 ? 48 : i4 == 1 || i4 == 2 ? QMOE_PK_STEP / 2 : QMOE_PK_STEP;
     for (int r = 0; r < mr; r += MR) {
         const int rows = mr - r < MR ? mr - r : MR;
         groups_args a = {ng, kq, x + r * ldx, ldx, wp, ustep, tbl, wstep,

@@ -244,6 +244,7 @@ const qmoe_gemm_isa qmoe_isa_avx2 = {
     .gemm_i4 = gemm_i4_avx2,
     .gemm_c4 = gemm_c4_avx2,
     .gemm_groups = qmoe_gemm_groups_avx2,
+    .groups_b6 = 1,
     .groups_k_one = 32, /* decode A8W4 G 32: 16 groups a call 11.3-13.8 ms, one 9.6-9.7 (int8:
                            * one 31-32 ms, 16 as before, 22-30: it keeps the driver's chunk) */
     .expand_i4 = qmoe_expand_i4_avx2,
