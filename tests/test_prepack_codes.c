@@ -46,19 +46,7 @@ static qmoe_status prepack(const wcase *c, const int8_t *w, const int8_t *book, 
     qmoe_weights_options o = QMOE_WEIGHTS_OPTIONS_INIT;
     o.kernel = (qmoe_kernel)kernel;
     o.codebook = book;
-    o.experts = slice ? c->E : 0;
-    int64_t n0 = slice ? slice : c->E;
-    qmoe_status st = QMOE_OK;
-    for (int64_t e0 = 0, ne; !st && e0 < c->E; e0 += ne) {
-        ne = c->E - e0 < n0 ? c->E - e0 : n0;
-        int64_t wd[3] = {ne, c->K, c->N}, sd[3] = {ne, c->G, c->N};
-        qmoe_tensor *tw = qt_tensor(wd, 3, QMOE_DTYPE_INT8, (void *)(uintptr_t)(w + e0 * c->K * c->N));
-        qmoe_tensor *ts = qt_tensor(sd, 3, QMOE_DTYPE_FLOAT32, c->ws + e0 * c->G * c->N);
-        st = e0 == 0 ? qmoe_weights_prepack(tw, ts, NULL, &o, out) : qmoe_weights_append(*out, tw, ts, NULL);
-        qmoe_tensor_destroy(tw);
-        qmoe_tensor_destroy(ts);
-    }
-    return st;
+    return qt_prepack_int8(w, c->ws, c->E, c->K, c->N, c->G, &o, slice, out);
 }
 
 /* The bytes of an A8W4 object of c's shape (int4 values, a bias: the same records and sides). */
@@ -133,27 +121,7 @@ static void check_refusals(qt_rng *r, int kernel)
     qmoe_weights_options o = QMOE_WEIGHTS_OPTIONS_INIT;
     o.kernel = (qmoe_kernel)kernel;
     o.codebook = MXFP4X2;
-    o.experts = c.E;
-    int64_t wd[3] = {2, c.K, c.N}, sd[3] = {2, c.G, c.N};
-    qmoe_tensor *tw = qt_tensor(wd, 3, QMOE_DTYPE_INT8, bad), *ts = qt_tensor(sd, 3, QMOE_DTYPE_FLOAT32, c.ws);
-    qmoe_weights *pw = NULL;
-    CHECK(qmoe_weights_prepack(tw, ts, NULL, &o, &pw) == QMOE_OK);
-    qmoe_tensor_destroy(tw);
-    qmoe_tensor_destroy(ts);
-    tw = qt_tensor(wd, 3, QMOE_DTYPE_INT8, bad + 2 * c.K * c.N);
-    ts = qt_tensor(sd, 3, QMOE_DTYPE_FLOAT32, c.ws + 2 * c.G * c.N);
-    CHECK(qmoe_weights_append(pw, tw, ts, NULL) == QMOE_ERR_PARAM_INVALID);
-    CHECK_MSG(strstr(qmoe_last_error(), "expert 1, k 200, column 77") != NULL, "message: %s", qmoe_last_error());
-    int8_t *back = malloc((size_t)(c.K * c.N));
-    CHECK(qmoe_weights_unpack(pw, 2, back) == QMOE_ERR_PARAM_INVALID); /* still not packed */
-    qmoe_tensor_destroy(tw);
-    tw = qt_tensor(wd, 3, QMOE_DTYPE_INT8, c.w + 2 * c.K * c.N);
-    CHECK(qmoe_weights_append(pw, tw, ts, NULL) == QMOE_OK); /* the good slice completes it */
-    CHECK(qmoe_weights_unpack(pw, 3, back) == QMOE_OK && !memcmp(back, c.w + 3 * c.K * c.N, (size_t)(c.K * c.N)));
-    qmoe_tensor_destroy(tw);
-    qmoe_tensor_destroy(ts);
-    qmoe_weights_destroy(pw);
-    free(back);
+    qt_check_bad_append(c.w, bad, c.ws, c.K, c.N, c.G, &o, "expert 1, k 200, column 77");
     /* no 0 in the codebook; a codebook with int4 weights */
     int8_t no_zero[16];
     for (int i = 0; i < 16; i++) no_zero[i] = (int8_t)(i + 1);
@@ -163,10 +131,8 @@ static void check_refusals(qt_rng *r, int kernel)
     uint8_t *packed = calloc((size_t)(c.E * c.K * c.N) / 2, 1);
     float *bias = calloc((size_t)(c.E * c.N), sizeof(float));
     int64_t wa[3] = {c.E, c.K, c.N}, sa[3] = {c.E, c.G, c.N}, ba[2] = {c.E, c.N};
-    tw = qt_tensor(wa, 3, QMOE_DTYPE_INT4, packed);
-    ts = qt_tensor(sa, 3, QMOE_DTYPE_FLOAT32, c.ws);
+    qmoe_tensor *tw = qt_tensor(wa, 3, QMOE_DTYPE_INT4, packed), *ts = qt_tensor(sa, 3, QMOE_DTYPE_FLOAT32, c.ws);
     qmoe_tensor *tb = qt_tensor(ba, 2, QMOE_DTYPE_FLOAT32, bias);
-    o.experts = 0;
     CHECK(qmoe_weights_prepack(tw, ts, tb, &o, &out) == QMOE_ERR_PARAM_INVALID && out == (qmoe_weights *)(uintptr_t)0x1);
     CHECK_MSG(strstr(qmoe_last_error(), "for int8 weights") != NULL, "message: %s", qmoe_last_error());
     qmoe_tensor_destroy(tw);

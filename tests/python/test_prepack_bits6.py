@@ -10,18 +10,16 @@ import pytest
 
 import qmoe
 import vendor_ref as vr
-from conftest import Problem, assert_accepted
+from conftest import Problem
 from test_operator import weight_layouts
 from test_prepack_append import E, assert_same, expect_refusal, run
-from test_prepack_codes import MXFP4
+from test_prepack_codes import MXFP4, check_compact_same_results, coded_problem
 
 
 def six_bit_problem(rng, **kw):
-    """An A8W8 Problem whose weights are in [-32, 31] (both ends present), scales sized for them."""
-    p = Problem(rng, **kw)
-    p.w = rng.integers(-32, 32, p.w.shape).astype(np.int8)
+    """An A8W8 Problem whose weights are drawn from [-32, 31], both ends present."""
+    p = coded_problem(rng, codebook=list(range(-32, 32)), **kw)
     p.w.flat[0], p.w.flat[1] = -32, 31
-    p.ws = (p.ws * 70.0 / 32.0).astype(np.float32)  # Problem sizes int8 scales for |w| ~ 70
     return p
 
 
@@ -31,20 +29,8 @@ def test_six_bits_give_the_same_results(rng, kernel, G):
         pytest.skip("the reference kernel reads raw weights only")
     # N/2 = 80: a short last panel; an empty expert and uneven groups; groups of 16 (q6_K's)
     p = six_bit_problem(rng, M=40, K=128, N=160, E=E, group_list=[4, 4, 11, 19, 40], G=G)
-    ref_out, ref_scale = p.expected()
-    for name, (weight, kw) in weight_layouts(p, False).items():
-        raw = run(p, weight, kernel, p.ws, None, **kw)
-        with qmoe.prepack(weight, p.ws, kernel=kernel, **kw) as plain, \
-                qmoe.prepack(weight, p.ws, kernel=kernel, value_bits=6, **kw) as six:
-            assert six.shape == plain.shape == (E, p.K, p.N), name
-            # a quarter of the weight bytes: at least E*K*N/4 fewer
-            assert plain.nbytes - six.nbytes >= E * p.K * p.N // 4, (name, plain.nbytes, six.nbytes)
-            for e in range(E):
-                assert np.array_equal(six.unpack(e), p.w[e]), (name, e)
-            got = run(p, six, kernel, None, None)
-            assert_same(got, run(p, plain, kernel, None, None), name)
-            assert_same(got, raw, name)
-        assert_accepted(got[0], got[1], ref_out, ref_scale)
+    # a quarter of the weight bytes: at least E*K*N/4 fewer
+    check_compact_same_results(p, kernel, E * p.K * p.N // 4, value_bits=6)
 
 
 def test_appended_six_bits_equal_the_whole(rng):

@@ -27,32 +27,38 @@ def coded_problem(rng, codebook=MXFP4, **kw):
     return p
 
 
+def check_compact_same_results(p, kernel, fewer, **option):
+    """`p`'s weights prepacked with `option` (a compact form: codes, 6 bits) against the plain
+    object and the raw weights on `kernel`, every layout: the same shape and kernel, at least
+    `fewer` bytes fewer, the values and scales back as given, the same output bits."""
+    ref_out, ref_scale = p.expected()
+    for name, (weight, kw) in weight_layouts(p, False).items():
+        raw = run(p, weight, kernel, p.ws, None, **kw)
+        with qmoe.prepack(weight, p.ws, kernel=kernel, **kw) as plain, \
+                qmoe.prepack(weight, p.ws, kernel=kernel, **option, **kw) as compact:
+            assert compact.shape == plain.shape == (E, p.K, p.N), name
+            assert compact.kernel == plain.kernel, name
+            assert plain.nbytes - compact.nbytes >= fewer, (name, plain.nbytes, compact.nbytes)
+            for e in range(E):
+                values = compact.unpack(e)
+                assert values.dtype == np.int8 and values.shape == (p.K, p.N), (name, e)
+                assert np.array_equal(values, p.w[e]), (name, e)
+                assert compact.unpack_scales(e).tobytes() == p.ws[e].tobytes(), (name, e)
+            got = run(p, compact, kernel, None, None)
+            assert_same(got, run(p, plain, kernel, None, None), name)
+            assert_same(got, raw, name)
+        assert_accepted(got[0], got[1], ref_out, ref_scale)
+
+
 @pytest.mark.parametrize("G", [0, 4], ids=["per-channel", "per-group"])
 def test_codes_give_the_same_results(rng, kernel, G):
     if kernel == "reference":
         pytest.skip("the reference kernel reads raw weights only")
     # N/2 = 80: a short last panel; an empty expert and uneven groups
     p = coded_problem(rng, M=40, K=128, N=160, E=E, group_list=[4, 4, 11, 19, 40], G=G)
-    ref_out, ref_scale = p.expected()
-    for name, (weight, kw) in weight_layouts(p, False).items():
-        raw = run(p, weight, kernel, p.ws, None, **kw)
-        with qmoe.prepack(weight, p.ws, kernel=kernel, **kw) as plain, \
-                qmoe.prepack(weight, p.ws, kernel=kernel, codebook=MXFP4, **kw) as codes:
-            assert codes.shape == plain.shape == (E, p.K, p.N), name
-            assert codes.kernel == plain.kernel, name
-            # half the weight bytes: at least E*K*N/2 fewer (the plain object's weights are
-            # E*K*N bytes or more, padded to its panels)
-            assert plain.nbytes - codes.nbytes >= E * p.K * p.N // 2, \
-                (name, plain.nbytes, codes.nbytes)
-            for e in range(E):
-                values = codes.unpack(e)
-                assert values.dtype == np.int8 and values.shape == (p.K, p.N), (name, e)
-                assert np.array_equal(values, p.w[e]), (name, e)
-                assert codes.unpack_scales(e).tobytes() == p.ws[e].tobytes(), (name, e)
-            got = run(p, codes, kernel, None, None)
-            assert_same(got, run(p, plain, kernel, None, None), name)
-            assert_same(got, raw, name)
-        assert_accepted(got[0], got[1], ref_out, ref_scale)
+    # half the weight bytes: at least E*K*N/2 fewer (the plain object's weights are E*K*N
+    # bytes or more, padded to its panels)
+    check_compact_same_results(p, kernel, E * p.K * p.N // 2, codebook=MXFP4)
 
 
 def test_appended_codes_equal_the_whole(rng):

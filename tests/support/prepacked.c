@@ -67,3 +67,51 @@ void qt_check_same_outputs(qt_rng *r, qmoe_weights *a, qmoe_weights *b, int kern
         free(x), free(q1), free(q2), free(xs), free(s1), free(s2), free(gl);
     }
 }
+
+qmoe_status qt_prepack_int8(const int8_t *w, const float *ws, int64_t E, int64_t K, int64_t N,
+                            int64_t G, const qmoe_weights_options *o, int64_t slice,
+                            qmoe_weights **out)
+{
+    qmoe_weights_options opt = *o;
+    opt.experts = slice ? E : 0;
+    int64_t n0 = slice ? slice : E;
+    qmoe_status st = QMOE_OK;
+    for (int64_t e0 = 0, ne; !st && e0 < E; e0 += ne) {
+        ne = E - e0 < n0 ? E - e0 : n0;
+        int64_t wd[3] = {ne, K, N}, sd[3] = {ne, G, N};
+        qmoe_tensor *tw = qt_tensor(wd, 3, QMOE_DTYPE_INT8, (void *)(uintptr_t)(w + e0 * K * N));
+        qmoe_tensor *ts = qt_tensor(sd, 3, QMOE_DTYPE_FLOAT32, (void *)(uintptr_t)(ws + e0 * G * N));
+        st = e0 == 0 ? qmoe_weights_prepack(tw, ts, NULL, &opt, out) : qmoe_weights_append(*out, tw, ts, NULL);
+        qmoe_tensor_destroy(tw);
+        qmoe_tensor_destroy(ts);
+    }
+    return st;
+}
+
+void qt_check_bad_append(const int8_t *good, const int8_t *bad, const float *ws, int64_t K,
+                         int64_t N, int64_t G, const qmoe_weights_options *o, const char *want)
+{
+    qmoe_weights_options opt = *o;
+    opt.experts = 4;
+    int64_t wd[3] = {2, K, N}, sd[3] = {2, G, N};
+    qmoe_tensor *tw = qt_tensor(wd, 3, QMOE_DTYPE_INT8, (void *)(uintptr_t)good);
+    qmoe_tensor *ts = qt_tensor(sd, 3, QMOE_DTYPE_FLOAT32, (void *)(uintptr_t)ws);
+    qmoe_weights *pw = NULL;
+    CHECK(qmoe_weights_prepack(tw, ts, NULL, &opt, &pw) == QMOE_OK);
+    qmoe_tensor_destroy(tw);
+    qmoe_tensor_destroy(ts);
+    tw = qt_tensor(wd, 3, QMOE_DTYPE_INT8, (void *)(uintptr_t)(bad + 2 * K * N));
+    ts = qt_tensor(sd, 3, QMOE_DTYPE_FLOAT32, (void *)(uintptr_t)(ws + 2 * G * N));
+    CHECK(qmoe_weights_append(pw, tw, ts, NULL) == QMOE_ERR_PARAM_INVALID);
+    CHECK_MSG(strstr(qmoe_last_error(), want) != NULL, "message: %s (expected %s)", qmoe_last_error(), want);
+    int8_t *back = malloc((size_t)(K * N));
+    CHECK(qmoe_weights_unpack(pw, 2, back) == QMOE_ERR_PARAM_INVALID); /* still not packed */
+    qmoe_tensor_destroy(tw);
+    tw = qt_tensor(wd, 3, QMOE_DTYPE_INT8, (void *)(uintptr_t)(good + 2 * K * N));
+    CHECK(qmoe_weights_append(pw, tw, ts, NULL) == QMOE_OK); /* the good slice completes it */
+    CHECK(qmoe_weights_unpack(pw, 3, back) == QMOE_OK && !memcmp(back, good + 3 * K * N, (size_t)(K * N)));
+    qmoe_tensor_destroy(tw);
+    qmoe_tensor_destroy(ts);
+    qmoe_weights_destroy(pw);
+    free(back);
+}
