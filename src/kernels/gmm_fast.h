@@ -147,7 +147,7 @@ typedef struct qmoe_gemm_isa {
      * one column half of the panel, so a smaller chunk keeps both halves' streams in flight. */
     int64_t groups_k_one;
     /* Nonzero: gemm_groups takes i4 = 4 (6-bit steps in place), which the driver then uses for
-     * blocks of one micro-tile of 6-bit objects (decode); others widen a panel first. */
+     * blocks of up to two micro-tiles of 6-bit objects; others widen a panel first. */
     int groups_b6;
 
     /* Optional (NULL: portable loop): prepacked int4 steps (32 bytes, gemm_i4's format) -> the
