@@ -548,7 +548,27 @@ static void fold_group(const qmoe_gemm_isa *isa, const fast_layout *L, const pan
     }
 }
 
-static void expand_bits6(const uint8_t *src, int64_t steps, uint8_t *dst);
+/* 6-bit record (core/prepack.h) -> the int8 steps: v = low nibble | high two bits << 4, byte v
+ * + 96. Sixteen bytes at a time with one shift per plane, so the compiler keeps it in vectors:
+ * at one row a matrix the panel is widened every call. */
+static void expand_bits6(const uint8_t *src, int64_t steps, uint8_t *dst)
+{
+    for (int64_t q = 0; q < steps; q++, src += QMOE_PP_STEP6, dst += QMOE_PK_STEP) {
+        const uint8_t *lo = src, *hi = src + 32;
+        for (int i = 0; i < 16; i++) {
+            dst[i] = (uint8_t)(((lo[i] & 0xF) | (hi[i] & 3) << 4) + 96);
+            dst[16 + i] = (uint8_t)(((lo[16 + i] & 0xF) | (hi[i] >> 2 & 3) << 4) + 96);
+            dst[32 + i] = (uint8_t)(((lo[i] >> 4) | (hi[i] >> 4 & 3) << 4) + 96);
+            dst[48 + i] = (uint8_t)(((lo[16 + i] >> 4) | (hi[i] >> 6) << 4) + 96);
+        }
+    }
+}
+
+/* The isa's vector widening where it has one, else the portable loop. */
+static void widen_bits6(const qmoe_gemm_isa *isa, const uint8_t *src, int64_t steps, uint8_t *dst)
+{
+    (isa->expand_b6 ? isa->expand_b6 : expand_bits6)(src, steps, dst);
+}
 
 /* Groups [g0, g0 + ng) of the block, one gemm_groups call per micro-tile. */
 static void groups_chunk(const qmoe_gemm_isa *isa, const fast_layout *L, const panel *pn,
@@ -593,9 +613,9 @@ static void groups_block(const qmoe_gemm_isa *isa, const fast_layout *L, panel *
         int64_t ng = G - g0 < per ? G - g0 : per;
         if (pn->lazy6) /* the chunk's steps of both halves, while the last chunk's are in cache */
             for (int64_t h = 0; h < 2; h++)
-                (isa->expand_b6 ? isa->expand_b6 : expand_bits6)(
-                    pn->lazy6 + (h * (L->Kp / 4) + g0 * kq) * pn->nu * QMOE_PP_STEP6, ng * kq * pn->nu,
-                    pn->wp + h * pn->blk + g0 * kq * pn->wstep);
+                widen_bits6(isa,
+                            pn->lazy6 + (h * (L->Kp / 4) + g0 * kq) * pn->nu * QMOE_PP_STEP6,
+                            ng * kq * pn->nu, pn->wp + h * pn->blk + g0 * kq * pn->wstep);
         groups_chunk(isa, L, pn, x, ldx, rows, G, g0, ng, kq, xoff, xs, f);
     }
     pn->lazy6 = NULL; /* widened whole: the block's further row blocks read it as it is */
@@ -695,22 +715,6 @@ static void expand_codes(const uint8_t *src, int64_t steps, uint8_t *dst, const 
         }
 }
 
-/* 6-bit record (core/prepack.h) -> the int8 steps: v = low nibble | high two bits << 4, byte v
- * + 96. Sixteen bytes at a time with one shift per plane, so the compiler keeps it in vectors:
- * at one row a matrix the panel is widened every call. */
-static void expand_bits6(const uint8_t *src, int64_t steps, uint8_t *dst)
-{
-    for (int64_t q = 0; q < steps; q++, src += QMOE_PP_STEP6, dst += QMOE_PK_STEP) {
-        const uint8_t *lo = src, *hi = src + 32;
-        for (int i = 0; i < 16; i++) {
-            dst[i] = (uint8_t)(((lo[i] & 0xF) | (hi[i] & 3) << 4) + 96);
-            dst[16 + i] = (uint8_t)(((lo[16 + i] & 0xF) | (hi[i] >> 2 & 3) << 4) + 96);
-            dst[32 + i] = (uint8_t)(((lo[i] >> 4) | (hi[i] >> 4 & 3) << 4) + 96);
-            dst[48 + i] = (uint8_t)(((lo[16 + i] >> 4) | (hi[i] >> 6) << 4) + 96);
-        }
-    }
-}
-
 /* n 16-bit scales -> float32: the table's vector form, or core/halfconv.h's rule. */
 static void half_to_f32(const qmoe_gemm_isa *isa, float *d, const uint16_t *s, int bf16, int64_t n)
 {
@@ -793,7 +797,7 @@ static void prepacked_panel(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p,
         if (grouped)
             pn->lazy6 = rec;
         else
-            (isa->expand_b6 ? isa->expand_b6 : expand_bits6)(rec, 2 * (L->Kp / 4) * pn->nu, pn->wp);
+            widen_bits6(isa, rec, 2 * (L->Kp / 4) * pn->nu, pn->wp);
         return;
     }
     if (p->mode == QMOE_MODE_A8W8 && !pn->tbl) {
@@ -818,6 +822,15 @@ static void prepacked_panel(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p,
 
 /* Prepacking: expert e's records, packed by the same staging, rearrange and correction code as
  * the raw path (so the bytes and the corrections are the raw path's), then stored. */
+/* Whether byte b of step s is padding (a k past its group's gk or a column past the panel's),
+ * which a compact record stores as the byte of 0: byte b = 4 col + t of unit u, step q of its
+ * half. */
+static int step_padding(const struct qmoe_weights *pp, const panel *pn, int64_t s, int b)
+{
+    int64_t q = s / pn->nu % (pp->Kp / 4), u = s % pn->nu, pos = 4 * q + b % 4;
+    return !(pos % pp->gkp < pp->gk && u * QMOE_PK_UNIT + b / 4 < pn->nc);
+}
+
 /* A record's int8 steps as codes (core/prepack.h): 0 when a byte is not in the table and is
  * not padding (padding, where x is 0 or whose column is dropped, takes the code of 0). */
 static int pack_codes(const struct qmoe_weights *pp, const panel *pn, const uint8_t *v,
@@ -831,9 +844,8 @@ static int pack_codes(const struct qmoe_weights *pp, const panel *pn, const uint
     for (int64_t s = 0; s < steps; s++, v += QMOE_PK_STEP, rec += 32) {
         for (int b = 0; b < QMOE_PK_STEP; b++) {
             int16_t c = code[v[b]];
-            if (c < 0) { /* byte b = 4 col + t of unit u, step q of its half */
-                int64_t q = s / pn->nu % (pp->Kp / 4), u = s % pn->nu, pos = 4 * q + b % 4;
-                if (pos % pp->gkp < pp->gk && u * QMOE_PK_UNIT + b / 4 < pn->nc) return 0;
+            if (c < 0) {
+                if (!step_padding(pp, pn, s, b)) return 0;
                 c = zero;
             }
             n[b] = (uint8_t)c;
@@ -852,9 +864,8 @@ static int pack_bits6(const struct qmoe_weights *pp, const panel *pn, const uint
     for (int64_t s = 0; s < steps; s++, v += QMOE_PK_STEP, rec += QMOE_PP_STEP6) {
         for (int b = 0; b < QMOE_PK_STEP; b++) {
             int c = v[b] - 96;
-            if (c < 0 || c > 63) { /* byte b = 4 col + t of unit u, step q of its half */
-                int64_t q = s / pn->nu % (pp->Kp / 4), u = s % pn->nu, pos = 4 * q + b % 4;
-                if (pos % pp->gkp < pp->gk && u * QMOE_PK_UNIT + b / 4 < pn->nc) return 0;
+            if (c < 0 || c > 63) {
+                if (!step_padding(pp, pn, s, b)) return 0;
                 c = 32;
             }
             n[b] = (uint8_t)c;
