@@ -1,7 +1,8 @@
-/* Every kernel this CPU runs that reads 4-bit records (gmm_fast.h gemm_c4, expand_c4,
- * expand_i4): expand_c4 equals this test's own lookup (byte tbl[n] for each nibble n: the low
- * nibbles of a record are the step's bytes 0-31, the high ones 32-63), expand_i4 the nibbles
- * themselves, and gemm_c4 equals the same kernel's gemm on the looked-up steps, for every row
+/* Every kernel this CPU runs that reads 4-bit or 6-bit records (gmm_fast.h gemm_c4, expand_c4,
+ * expand_i4, expand_b6): expand_c4 equals this test's own lookup (byte tbl[n] for each nibble n:
+ * the low nibbles of a record are the step's bytes 0-31, the high ones 32-63), expand_i4 the
+ * nibbles themselves, expand_b6 this test's reading of core/prepack.h's 6-bit step (byte b: its
+ * nibble, bit pair b / 16 of record byte 32 + b % 16 above it, + 96), and gemm_c4 equals the same kernel's gemm on the looked-up steps, for every row
  * count and unit count the kernel takes, several step counts, gaps between steps, and
  * accumulate on and off. */
 #include <stdlib.h>
@@ -22,6 +23,17 @@ static void lookup(const uint8_t *src, int64_t steps, uint8_t *dst, const uint8_
         }
 }
 
+/* 48-byte 6-bit records -> 64-byte steps, byte by byte from the layout's statement */
+static void widen6(const uint8_t *src, int64_t steps, uint8_t *dst)
+{
+    for (int64_t q = 0; q < steps; q++, src += 48, dst += 64)
+        for (int b = 0; b < 64; b++) {
+            int nib = b < 32 ? src[b] & 0xF : src[b - 32] >> 4;
+            int pair = src[32 + b % 16] >> (2 * (b / 16)) & 3;
+            dst[b] = (uint8_t)((nib | pair << 4) + 96);
+        }
+}
+
 static void check_kernel(const qmoe_gemm_isa *isa)
 {
     enum { KQ_MAX = 17, NU_MAX = 8, MR_MAX = 16 };
@@ -38,6 +50,13 @@ static void check_kernel(const qmoe_gemm_isa *isa)
             lookup(codes, 2 * KQ_MAX, bytes, ident);
             isa->expand_i4(codes, 2 * KQ_MAX, got);
             CHECK_MSG(!memcmp(got, bytes, sizeof got), "%s: expand_i4 differs from the nibbles", isa->name);
+        }
+        if (isa->expand_b6) {
+            uint8_t want[KQ_MAX * 64 * 2], got[KQ_MAX * 64 * 2];
+            widen6(codes, 2 * KQ_MAX, want);
+            isa->expand_b6(codes, 2 * KQ_MAX, got);
+            CHECK_MSG(!memcmp(got, want, sizeof got), "%s: expand_b6 differs from the 6-bit layout",
+                      isa->name);
         }
         if (isa->expand_c4) {
             uint8_t got[KQ_MAX * 64 * 2];
@@ -78,10 +97,11 @@ int main(void)
     int tested = 0;
     for (int id = QMOE_KERNEL_PORTABLE; id <= QMOE_KERNEL_NEON_I8MM; id++) {
         const qmoe_gemm_isa *isa = qmoe_cpu_runs_kernel(id) ? qmoe_gemm_isa_for(id) : NULL;
-        if (!isa || (!isa->gemm_c4 && !isa->expand_c4 && !isa->expand_i4)) continue;
+        if (!isa || (!isa->gemm_c4 && !isa->expand_c4 && !isa->expand_i4 && !isa->expand_b6))
+            continue;
         check_kernel(isa);
         tested++;
     }
-    if (!tested) return qt_skip("kernel_codes", "no kernel this CPU runs reads 4-bit records");
+    if (!tested) return qt_skip("kernel_codes", "no kernel this CPU runs reads 4-bit or 6-bit records");
     return qt_finish("kernel_codes");
 }

@@ -65,10 +65,11 @@ int qg_take_codes(void)
 
 int qg_take_bits6(void)
 {
-    /* a quarter fewer bytes of q6_K weights to hold and to read at decode, for about a fifth
-     * more time at prompts (the widening per call, docs/ggml.md "Memory"); on kernels without
-     * the in-place path each one-row call would widen a whole panel, and AVX2's, which has it,
-     * measured 1.3-1.7x the int8 time at 32 rows a matrix: there the user chooses */
+    /* a quarter fewer bytes of q6_K weights to hold and to read at decode, for a few per cent
+     * more time at prompts (the widening, docs/ggml.md "Memory"); on kernels without the
+     * in-place path each one-row call would widen a whole panel, and AVX2's, which has it,
+     * measured 1.2-1.6x the int8 time at 1-2 rows a matrix on an AVX2-only CPU, whose one-row
+     * matmuls are bound by instructions, not memory: there the user chooses */
     const char *v = getenv("QMOE_GGML_BITS6"); /* asked while weights are converted */
     if (v && !strcmp(v, "0")) return 0;
     if (v && !strcmp(v, "1")) return 1;

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "kernels/gmm_fast.h"
+#include "kernels/x86/expand_avx2.h"
 #include "kernels/x86/parts.h"
 #include "kernels/x86/s8_sign_avx2.h"
 
@@ -50,9 +51,8 @@ static inline __attribute__((always_inline)) void ws_ahead(const void *ws, int k
 }
 
 /* w4: 0 int8 bytes (split), 1 prepacked int4 steps (nibbles), 2 prepacked codes of tbl (looked
- * up, then split), 3 int8 steps of bytes <= 15 (expanded int4), 4 prepacked 6-bit steps
- * (core/prepack.h: the nibbles, then 16 bytes whose bit pair j of byte i is the high two bits of
- * step byte 16 j + i; widened to int8 bytes, then split) */
+ * up, then split), 3 int8 steps of bytes <= 15 (expanded int4); 4 (prepacked 6-bit steps) goes
+ * through b6_products */
 static inline __attribute__((always_inline)) __m256i half_bytes(int w4, const uint8_t *wp, int h,
                                                                 __m256i tb)
 {
@@ -60,14 +60,6 @@ static inline __attribute__((always_inline)) __m256i half_bytes(int w4, const ui
     if (w4 == 0 || w4 == 3) return _mm256_loadu_si256((const __m256i *)(const void *)(wp + 32 * h));
     __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)wp);
     __m256i n = _mm256_and_si256(h ? _mm256_srli_epi16(v, 4) : v, nib);
-    if (w4 == 4) { /* this half's pairs 2h, 2h + 1 in its 128-bit lanes; 32-bit shifts: the mask
-                    * keeps each byte's own bits (a shift of at most 6) */
-        const __m256i cnt = _mm256_set_epi32(4 * h + 2, 4 * h + 2, 4 * h + 2, 4 * h + 2, 4 * h,
-                                             4 * h, 4 * h, 4 * h);
-        __m256i p = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(wp + 32)));
-        p = _mm256_and_si256(_mm256_srlv_epi32(p, cnt), _mm256_set1_epi8(3));
-        return _mm256_add_epi8(_mm256_or_si256(n, _mm256_slli_epi16(p, 4)), _mm256_set1_epi8(96));
-    }
     return w4 == 2 ? _mm256_shuffle_epi8(tb, n) : n;
 }
 
@@ -182,6 +174,41 @@ static inline __attribute__((always_inline)) void narrow_products(int w4, int mr
     c0[3] = _mm256_madd_epi16(s30, one), c1[3] = _mm256_madd_epi16(s31, one);
 }
 
+/* 6-bit values of a group, both halves at once: the values v (0..63, the bytes less 96) go to
+ * vpmaddubsw as they are (a pair at most 2 * 63 * 128 = 16128, two steps' pairs add up in int16
+ * without saturating), so neither the signs' move nor the weight -128 check of int8 bytes; the
+ * int32 sums start at 96 times each row's x sum over the group, giving the bytes' products. */
+static inline __attribute__((always_inline)) void b6_products(int mr, int lead, const uint8_t *wp,
+                                                              const int8_t *xg, const int32_t *off,
+                                                              __m256i *c0, __m256i *c1,
+                                                              const groups_args *a)
+{
+    const __m256i one = _mm256_set1_epi16(1), none = _mm256_setzero_si256();
+    const int8_t *xr[MR] = {xg, xg + a->ldx, xg + 2 * a->ldx, xg + 3 * a->ldx};
+    for (int r = 0; r < mr; r++) c0[r] = c1[r] = _mm256_set1_epi32(off[r] / 128 * 96);
+    for (int64_t q0 = 0; q0 < a->kq; q0 += 2) {
+        const int64_t n = a->kq - q0 < 2 ? a->kq - q0 : 2;
+        __m256i s0[MR], s1[MR];
+        for (int r = 0; r < mr; r++) s0[r] = s1[r] = none;
+        for (int64_t q = q0; q < q0 + n; q++, wp += a->wstep) {
+            if (lead) ahead(wp, a->wstep);
+            __m256i v0, v1;
+            qmoe_b6_values_ymm(wp, &v0, &v1);
+            for (int r = 0; r < mr; r++) {
+                int32_t xv;
+                memcpy(&xv, xr[r] + 4 * q, sizeof xv);
+                const __m256i b = _mm256_set1_epi32(xv);
+                s0[r] = _mm256_add_epi16(s0[r], _mm256_maddubs_epi16(v0, b));
+                s1[r] = _mm256_add_epi16(s1[r], _mm256_maddubs_epi16(v1, b));
+            }
+        }
+        for (int r = 0; r < mr; r++) {
+            c0[r] = _mm256_add_epi32(c0[r], _mm256_madd_epi16(s0[r], one));
+            c1[r] = _mm256_add_epi32(c1[r], _mm256_madd_epi16(s1[r], one));
+        }
+    }
+}
+
 /* int8 bytes (or codes looked up) of a group, both halves at once, one vpmaddubsw a product on
  * the weights' signs, or the nibble split for a step holding a weight -128 (s8_sign_avx2.h):
  * the int32 sums of 4 rows x 2 halves in 8 registers, started at off (128 * each row's x sum
@@ -248,7 +275,9 @@ static inline __attribute__((always_inline)) void tile(int w4, int mr, const gro
             __m256i c0[MR], c1[MR];
             if (both) {
                 narrow_products(w4, mr, u == 0, wp, xg, c0, c1, a);
-            } else if (w4 == 0 || w4 == 2 || w4 == 4) {
+            } else if (w4 == 4) {
+                b6_products(mr, u == 0, wp, xg, off, c0, c1, a);
+            } else if (w4 == 0 || w4 == 2) {
                 split_products(w4, mr, u == 0, wp, xg, tb, off, c0, c1, a);
             } else { /* int4 groups of more than RUN steps */
                 half_products(w4, mr, 0, u == 0, wp, xg, c0, a);

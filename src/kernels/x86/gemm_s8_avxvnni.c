@@ -70,6 +70,7 @@ const qmoe_gemm_isa qmoe_isa_avx_vnni = {
     .gemm = gemm_avxvnni,
     .expand_i4 = qmoe_expand_i4_avx2,
     .expand_c4 = qmoe_expand_c4_avx2,
+    .expand_b6 = qmoe_expand_b6_avx2,
     .rearrange = qmoe_rearrange_portable,
     .fold = qmoe_fold_avx2,
     .half_to_f32 = qmoe_half_to_f32_avx2,

@@ -70,6 +70,7 @@ void qmoe_half_to_f32_avx2(float *d, const uint16_t *s, int bf16, int64_t n);
 /* gemm_s8_avx2.c: gmm_fast.h's expand_i4 / expand_c4 (also used by the AVX-VNNI table) */
 void qmoe_expand_i4_avx2(const uint8_t *src, int64_t steps, uint8_t *dst);
 void qmoe_expand_c4_avx2(const uint8_t *src, int64_t steps, uint8_t *dst, const uint8_t *tbl);
+void qmoe_expand_b6_avx2(const uint8_t *src, int64_t steps, uint8_t *dst);
 
 /* gemm_groups_avx2.c: gmm_fast.h's gemm_groups */
 void qmoe_gemm_groups_avx2(int mr, int nu, int i4, const uint8_t *tbl, int64_t ng, int64_t kq,
