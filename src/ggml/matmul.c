@@ -374,16 +374,19 @@ typedef struct min_rows {
     int64_t *count; /* [E]: 2 n_e */
 } min_rows;
 
-/* The min term's row work, shared by rows over ggml's threads (each row's values are computed
- * by one thread in one order: the same bits for any thread count). The sorted rows [r0, r1) of a
- * share are found expert by expert: matrix e holds rows [start_e, start_e + n_e). */
+/* The min term's row work for one pass (sorted rows [q0, q0 + R)), shared by rows over ggml's
+ * threads (each row's values are computed by one thread in one order: the same bits for any
+ * thread count and any pass size). The pass's rows of matrix e are its local rows
+ * [start_e, start_e + n_e), sorted row q0 + start_e + i; its lo and hi rows in m and ym are
+ * 2 start_e + i and 2 start_e + n_e + i. */
 typedef struct min_job {
     const int8_t *xq;
     const float *xs;
-    const qg_acts *a;
+    int64_t q0, R;                /* the pass */
+    const int64_t *start, *count; /* [E + 1], [E]: the pass's local rows of each matrix */
     int64_t E, K, K2;
     const min_rows *m;
-    float *y;        /* the main matmul's outputs, [R, ld] */
+    float *y;        /* the main matmul's outputs, [all rows, ld] */
     const float *ym; /* the min term's, [2 R, Np]: lo then hi rows of each matrix */
     int64_t ld, Np, N;
 } min_job;
@@ -391,14 +394,14 @@ typedef struct min_job {
 static void min_sums_share(void *arg, int t, int n)
 {
     const min_job *j = arg;
-    const int64_t R = j->a->R, r0 = R * t / n, r1 = R * (t + 1) / n, J = j->K / 32, K2 = j->K2;
+    const int64_t R = j->R, r0 = R * t / n, r1 = R * (t + 1) / n, J = j->K / 32, K2 = j->K2;
     for (int64_t e = 0; e < j->E; e++) {
-        const int64_t s = j->a->start[e], c = j->a->counts[e];
+        const int64_t s = j->start[e], c = j->count[e];
         for (int64_t i = (r0 > s ? r0 - s : 0); i < c && s + i < r1; i++) {
-            const int8_t *x = j->xq + (size_t)(s + i) * (size_t)j->K;
+            const int8_t *x = j->xq + (size_t)(j->q0 + s + i) * (size_t)j->K;
             const size_t lo = (size_t)(2 * s + i), hi = lo + (size_t)c;
             int8_t *l = j->m->x + lo * (size_t)K2, *h = j->m->x + hi * (size_t)K2;
-            j->m->xs[lo] = j->m->xs[hi] = j->xs[s + i];
+            j->m->xs[lo] = j->m->xs[hi] = j->xs[j->q0 + s + i];
             for (int64_t g = 0; g < J; g++) {
                 int32_t sum = 0;
                 for (int k = 0; k < 32; k++) sum += x[g * 32 + k];
@@ -412,12 +415,12 @@ static void min_sums_share(void *arg, int t, int n)
 static void min_add_share(void *arg, int t, int n)
 {
     const min_job *j = arg;
-    const int64_t R = j->a->R, r0 = R * t / n, r1 = R * (t + 1) / n;
+    const int64_t R = j->R, r0 = R * t / n, r1 = R * (t + 1) / n;
     for (int64_t e = 0; e < j->E; e++) {
-        const int64_t s = j->a->start[e], c = j->a->counts[e];
+        const int64_t s = j->start[e], c = j->count[e];
         for (int64_t i = (r0 > s ? r0 - s : 0); i < c && s + i < r1; i++) {
             const size_t lo = (size_t)(2 * s + i), hi = lo + (size_t)c;
-            float *y = j->y + (size_t)(s + i) * (size_t)j->ld;
+            float *y = j->y + (size_t)(j->q0 + s + i) * (size_t)j->ld;
             const float *a = j->ym + lo * (size_t)j->Np, *b = j->ym + hi * (size_t)j->Np;
             for (int64_t k = 0; k < j->N; k++) y[k] += a[k] + 64.0f * b[k];
         }
@@ -525,26 +528,33 @@ static int weight_run(qg_context *ctx, qg_weight *w, const qg_acts *a, const int
 {
     const int threads = ctx->dev_threads;
     const int64_t K = w->K, N = w->N, Np = N + N % 2, R = a->R;
-    const size_t fR = (size_t)R, fK = (size_t)K;
+    const size_t fK = (size_t)K;
     const int64_t *start = a->start, *counts = a->counts;
-    /* the min term's rows: 2 R of K2 bytes (below R * K floats), their 2 R scales, the
-     * doubled row counts, and 2 R outputs of Np floats */
+    /* the min term, in passes of P sorted rows (its outputs, 2 P rows of Np floats, are at
+     * most QG_MIN_Y_BYTES however long the prompt: at 512 tokens all at once they were 64 MiB
+     * of the backend's peak memory): 2 P rows of K2 bytes, their 2 P scales, the doubled row
+     * counts, each matrix's local start and count, and the 2 P outputs */
     const int mins = w->fmt->mins;
-    const int64_t K2 = qg_min_rows(w->fmt, K);
-    size_t ny = 0, nx = 2 * fR * (size_t)K2, nxa = (nx + 63) & ~(size_t)63;
+    const int64_t K2 = qg_min_rows(w->fmt, K), P0 = QG_MIN_Y_BYTES / (2 * Np * (int64_t)sizeof(float)),
+                  P = R < P0 ? R : P0 > 0 ? P0 : 1;
+    const size_t fP = (size_t)P, fE = (size_t)w->E;
+    size_t ny = 0, nx = 2 * fP * (size_t)K2, nxa = (nx + 63) & ~(size_t)63;
     min_rows mr = {NULL, NULL, NULL};
     float *ym = NULL;
+    int64_t *pstart = NULL, *pcount = NULL;
     if (mins) {
         uint8_t *m = qg_scratch(ctx, QG_S_MIN,
-                                nxa + 2 * fR * sizeof(float) + (size_t)w->E * sizeof(int64_t));
-        ym = qg_bytes3(2 * R, Np, sizeof(float), &ny) ? qg_scratch(ctx, QG_S_MINY, ny) : NULL;
+                                nxa + 2 * fP * sizeof(float) + (3 * fE + 1) * sizeof(int64_t));
+        ym = qg_bytes3(2 * P, Np, sizeof(float), &ny) ? qg_scratch(ctx, QG_S_MINY, ny) : NULL;
         if (!m || !ym) {
             qmoe_error_set(QMOE_ERR_INNER, QMOE_RULE_NONE, "", "out of memory for the min term");
             return 0;
         }
         mr.x = (int8_t *)m;
         mr.xs = (float *)(void *)(m + nxa);
-        mr.count = (int64_t *)(void *)(m + nxa + 2 * fR * sizeof(float));
+        mr.count = (int64_t *)(void *)(m + nxa + 2 * fP * sizeof(float));
+        pstart = mr.count + fE;
+        pcount = pstart + fE + 1;
     }
     /* plans first (they fix the workspace), then the run: every chunk's matmul */
     qmoe_op *ops[64], *mops[64];
@@ -559,7 +569,9 @@ static int weight_run(qg_context *ctx, qg_weight *w, const qg_acts *a, const int
             return 0;
         }
         qmoe_op *op = gmm_plan(c, c->view, &c->plans, K, Rc, ld, threads);
-        qmoe_op *mop = mins ? gmm_plan(c, c->mview, &c->mplans, K2, 2 * Rc, Np, threads) : NULL;
+        /* a pass holds at most P of the chunk's rows; fewer leave the plan's last rows unwritten */
+        qmoe_op *mop = mins ? gmm_plan(c, c->mview, &c->mplans, K2, 2 * (Rc < P ? Rc : P), Np, threads)
+                            : NULL;
         if (!op || (mins && !mop)) return 0;
         mops[nops] = mop;
         ops[nops++] = op;
@@ -586,23 +598,35 @@ static int weight_run(qg_context *ctx, qg_weight *w, const qg_acts *a, const int
     }
     if (qmoe_stream_synchronize(ctx->stream)) return 0;
     if (!mins) return 1;
-    for (int64_t e = 0; e < w->E; e++) mr.count[e] = 2 * counts[e];
-    min_job mj = {xq, xs, a, w->E, K, K2, &mr, y, ym, ld, Np, N};
-    rows_on_threads(ctx, min_sums_share, &mj, fR * fK);
-    k = 0;
-    for (int i = 0; i < w->nchunks; i++) {
-        qg_chunk *c = &w->chunks[i];
-        int64_t rb = start[c->e0], Rc = start[c->e0 + c->ne] - rb;
-        if (Rc == 0) continue;
-        void *margs[7] = {mr.x + (size_t)(2 * rb) * (size_t)K2, NULL, NULL, NULL, mr.xs + 2 * rb,
-                          mr.count + c->e0, ym + (size_t)(2 * rb) * (size_t)Np + (size_t)c->n0};
-        if (qmoe_op_execute(mops[k++], margs, 7, ws, wsz, ctx->stream)) {
-            (void)qmoe_stream_synchronize(ctx->stream);
-            return 0;
+    for (int64_t q0 = 0; q0 < R; q0 += P) {
+        const int64_t Rp = R - q0 < P ? R - q0 : P;
+        for (int64_t e = 0; e <= w->E; e++) { /* the pass's rows of each matrix, local */
+            int64_t v = start[e] - q0;
+            pstart[e] = v < 0 ? 0 : v > Rp ? Rp : v;
         }
+        for (int64_t e = 0; e < w->E; e++) {
+            pcount[e] = pstart[e + 1] - pstart[e];
+            mr.count[e] = 2 * pcount[e];
+        }
+        min_job mj = {xq, xs, q0, Rp, pstart, pcount, w->E, K, K2, &mr, y, ym, ld, Np, N};
+        rows_on_threads(ctx, min_sums_share, &mj, (size_t)Rp * fK);
+        k = 0;
+        for (int i = 0; i < w->nchunks; i++) {
+            qg_chunk *c = &w->chunks[i];
+            if (start[c->e0 + c->ne] - start[c->e0] == 0) continue;
+            qmoe_op *mop = mops[k++];
+            int64_t rb = pstart[c->e0], Rc = pstart[c->e0 + c->ne] - rb;
+            if (Rc == 0) continue;
+            void *margs[7] = {mr.x + (size_t)(2 * rb) * (size_t)K2, NULL, NULL, NULL, mr.xs + 2 * rb,
+                              mr.count + c->e0, ym + (size_t)(2 * rb) * (size_t)Np + (size_t)c->n0};
+            if (qmoe_op_execute(mop, margs, 7, ws, wsz, ctx->stream)) {
+                (void)qmoe_stream_synchronize(ctx->stream);
+                return 0;
+            }
+        }
+        if (qmoe_stream_synchronize(ctx->stream)) return 0;
+        rows_on_threads(ctx, min_add_share, &mj, (size_t)Rp * (size_t)N * sizeof(float));
     }
-    if (qmoe_stream_synchronize(ctx->stream)) return 0;
-    rows_on_threads(ctx, min_add_share, &mj, fR * (size_t)N * sizeof(float));
     return 1;
 }
 

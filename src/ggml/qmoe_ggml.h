@@ -23,6 +23,7 @@
 #define QG_MAX_EXPERTS 1024 /* qmoe's E limit: more matrices are split into chunks */
 #define QG_MAX_COLS 10240   /* qmoe's N limit for prepacked weights: wider ones are split */
 #define QG_SLICE 8          /* matrices converted at a time (weights.c build_chunk) */
+#define QG_MIN_Y_BYTES (8 << 20) /* the K-quants' min term outputs a pass (matmul.c) */
 #define QG_TILE 64          /* rows decoded before their columns are written (weights.c gather) */
 #define QG_PLANS 4          /* plans kept per weight chunk (one per row count seen last) */
 
@@ -220,7 +221,7 @@ enum {
     QG_S_COUNTS, /* rows per matrix and their starts, int64 [2 E + 1] */
     QG_S_MIN,    /* q4_K / q5_K min term: the rows' group sums, low and high parts as rows of
                   * one grouped matmul, int8 [2 R, 2 K/32], their scales and counts */
-    QG_S_MINY,   /* and the min object's outputs, float [2 R, Np] */
+    QG_S_MINY,   /* and the min object's outputs, float [2 P, Np] for a pass of P rows */
     QG_S_GU,     /* the SwiGLU pattern (moe_ffn.c): gate | up outputs, float [R, 2 Np], and its
                   * SwiGLU h [R, I] after them; then the down projection's outputs over both */
     QG_S_HQ,     /* that, quantized per row: int8 [R, I] */
