@@ -1,7 +1,7 @@
 /*
  * Prepacked 6-bit steps (core/prepack.h: 32 bytes of nibbles as int4 keeps them, then 16 bytes
- * whose bit pair j of byte i is the high two bits of step byte 16 j + i) -> a half of the 64-byte
- * int8 step, in registers: gemm_groups_avx2.c reads them in place, qmoe_expand_b6_avx2 widens
+ * whose bit pair j of byte i is the high two bits of step byte 16 j + i) -> the step's 64 values
+ * 0..63 in two registers: gemm_groups_avx2.c multiplies them in place, qmoe_expand_b6_avx2 widens
  * a panel (each byte the value + 96). Included only by files built for AVX2.
  */
 #ifndef QMOE_KERNELS_X86_EXPAND_AVX2_H
