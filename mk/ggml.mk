@@ -102,7 +102,7 @@ test-ggml:
 	lap() { now=$$(date +%s); times="$$times, $$1 $$((now - t)) s"; t=$$now; }; \
 	$(MAKE) --no-print-directory ggml-llama && lap "llama.cpp build" && \
 	$(MAKE) --no-print-directory ggml-backend && lap "backend build" && \
-	ctest --test-dir $(BUILD) -L ggml --output-on-failure && \
+	ctest --test-dir $(BUILD) -L ggml --output-on-failure -j $(JOBS) && \
 	ctest --test-dir $(BUILD) -R '^layers$$' --output-on-failure && lap "unit tests" && \
 	$(MAKE) --no-print-directory ggml-tsan && lap "unit tests under TSan" && \
 	$(MAKE) --no-print-directory ggml-asan && lap "unit tests under ASan + UBSan" && \

@@ -56,20 +56,26 @@ static void random_blocks(enum ggml_type type, uint8_t *p, int64_t nblocks)
     }
 }
 
-/* The value of element k as the backend decodes it, in double: q s for the formats without a
- * min, s_j (q + c) - dmin m_j for q4_K / q5_K (sub-block j), with side bytes for dmin and m_j. */
-static double decoded(const qg_format *f, const int8_t *q, const float *s, const uint8_t *side, int64_t k)
+/* The values of a row of K as the backend decodes them, in double: q s for the formats without a
+ * min, s_j (q + c) - dmin m_j for q4_K / q5_K (sub-block j), with side bytes for dmin and m_j
+ * (unpacked once a 256-value block: the references call this for every output). */
+static void decoded(const qg_format *f, const int8_t *q, const float *s, const uint8_t *side, int64_t K,
+                    double *v)
 {
-    double v = (double)q[k] * s[k / f->gs];
-    if (f->mins) {
-        const uint8_t *sb = side + (k / 256) * 16;
-        uint8_t sc[8], m[8];
-        uint16_t dmin;
-        memcpy(&dmin, sb + 2, 2);
-        qg_kq_unpack(sb + 4, sc, m);
-        v += (double)f->c * s[k / f->gs] - (double)qg_half(dmin) * m[(k % 256) / 32];
+    uint8_t sc[8], m[8];
+    double dmin = 0;
+    for (int64_t k = 0; k < K; k++) {
+        v[k] = (double)q[k] * s[k / f->gs];
+        if (!f->mins) continue;
+        if (k % 256 == 0) {
+            const uint8_t *sb = side + (k / 256) * 16;
+            uint16_t h;
+            memcpy(&h, sb + 2, 2);
+            dmin = qg_half(h);
+            qg_kq_unpack(sb + 4, sc, m);
+        }
+        v[k] += (double)f->c * s[k / f->gs] - dmin * m[(k % 256) / 32];
     }
-    return v;
 }
 
 /* Decoding equals ggml's to_float bit for bit (the formats without a min: q * s exactly; q4_K /
@@ -86,6 +92,7 @@ static void test_decode(enum ggml_type type)
     uint8_t row[K / 32 * 34], back[K / 32 * 34], side[K / 32 * 34];
     int8_t q[K];
     float s[K / 16], ref[K];
+    double v[K];
     const struct ggml_type_traits *tr = ggml_get_type_traits(type);
     int negzero = 0;
     for (int rep = 0; rep < 50; rep++) {
@@ -94,8 +101,9 @@ static void test_decode(enum ggml_type type)
         tr->to_float(row, ref, K);
         int same = 1, in = 1;
         const int8_t *cb = qg_codebook(type);
+        decoded(f, q, s, side, K, v);
         for (int k = 0; k < K; k++) {
-            same &= (float)decoded(f, q, s, side, k) == ref[k];
+            same &= (float)v[k] == ref[k];
             int coded = !cb;
             for (int c = 0; cb && c < 16; c++) coded |= cb[c] == q[k];
             in &= (f->int4 ? q[k] >= -8 && q[k] <= 7 : 1) && coded;
@@ -149,14 +157,16 @@ static double ref_dot(enum ggml_type type, const uint8_t *wrow, const float *x, 
     int8_t *q = malloc((size_t)K);
     float *sc = malloc((size_t)K / 16 * sizeof(float));
     uint8_t *side = malloc((size_t)K / 16 * 18);
-    double *qx = malloc((size_t)K * sizeof(double)), s, acc = 0;
+    double *qx = malloc((size_t)K * sizeof(double)), *v = malloc((size_t)K * sizeof(double)), s, acc = 0;
     qg_decode_row(type, wrow, K, q, sc, side);
+    decoded(f, q, sc, side, K, v);
     quant_row(x, K, qx, &s);
-    for (int64_t k = 0; k < K; k++) acc += qx[k] * decoded(f, q, sc, side, k);
+    for (int64_t k = 0; k < K; k++) acc += qx[k] * v[k];
     free(q);
     free(sc);
     free(side);
     free(qx);
+    free(v);
     return acc * s;
 }
 
