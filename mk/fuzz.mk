@@ -20,18 +20,9 @@ fuzz-build:
 
 # New inputs go to $(FUZZ_BUILD)/corpus/<harness> (the first directory); the committed seeds in
 # fuzz/corpus/<harness> are read only. Crashes land in $(FUZZ_BUILD)/artifacts/.
+# $(call fuzz_run,SECONDS): every harness, $(JOBS) at a time (scripts/fuzz-run.sh)
 define fuzz_run
-	@mkdir -p $(FUZZ_BUILD)/artifacts
-	@set -e; for f in $(FUZZERS); do \
-	  mkdir -p $(FUZZ_BUILD)/corpus/$$f; \
-	  echo "== $$f for $(1) s"; \
-	  $(FUZZ_BUILD)/$$f $(FUZZ_FLAGS) -max_total_time=$(1) \
-	    -artifact_prefix=$(FUZZ_BUILD)/artifacts/$$f- \
-	    $(FUZZ_BUILD)/corpus/$$f fuzz/corpus/$$f 2>$(FUZZ_BUILD)/$$f.log || \
-	    { tail -n 60 $(FUZZ_BUILD)/$$f.log; exit 1; }; \
-	  grep -E '^stat::(number_of_executed_units|peak_rss_mb)' $(FUZZ_BUILD)/$$f.log; \
-	  echo "corpus: $$(ls $(FUZZ_BUILD)/corpus/$$f | wc -l) files ($$(ls fuzz/corpus/$$f | wc -l) seeds)"; \
-	done
+	@scripts/fuzz-run.sh $(FUZZ_BUILD) $(1) $(JOBS) "$(FUZZ_FLAGS)" $(FUZZERS)
 endef
 
 fuzz: fuzz-build
