@@ -8,14 +8,16 @@
 # the emulator); the tests that drive the programs from host tools are left out (the CLI
 # cross-checks and pytest suites in the host's Python, valgrind, the install tests' host builds):
 # ARM64_HOST_TESTS lists them from ctest's own description. ARM64_ONCE run on the first model
-# only: the vendor sample's 16.8-million-line check (its group list is empty: no kernel runs in
-# it) and the reference kernel's sweep (it asks for the reference kernel, which no CPU model
-# changes). The soak test runs fewer operators (emulation is 10-50x slower). Then the ARM kernels'
+# only, the tests whose work no CPU model changes: the vendor sample's 16.8-million-line check
+# (its group list is empty: no kernel runs in it), the sweeps that ask for the reference or the
+# portable kernel by name, and the runtime's and parsers' tests that run no kernel (fences,
+# queues, partitions, allocation counts, fast division, the safetensors reader). The soak test runs fewer operators (emulation is 10-50x slower). Then the ARM kernels'
 # suites under ASan + UBSan (ARM64_SAN_*), and scripts/check-arm64-bits.sh: the ARM kernels'
 # output files equal the x86 kernels' byte for byte.
 ARM64_BUILD ?= build-arm64
 ARM64_CPUS ?= max cortex-a76 cortex-a57
-ARM64_ONCE ?= compat_sample_weight_nz test_reference
+ARM64_ONCE ?= compat_sample_weight_nz test_reference test_kernel_portable test_fence test_fence_busy \
+  test_runtime_workq test_runtime_alloc test_runtime_fastdiv test_partition cli_safetensors_read
 ARM64_ENV = QMOE_SOAK_OPS=3000
 ARM64_CMAKE_ARGS ?=
 # The ARM kernels' own suites again under AddressSanitizer + UndefinedBehaviorSanitizer (the

@@ -9,6 +9,7 @@
 #define _DEFAULT_SOURCE /* mincore, mkstemp */
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <sys/mman.h>
 #include <unistd.h>
 #include <math.h>
@@ -150,24 +151,74 @@ static void quant_row(const float *x, int64_t K, double *q, double *s)
     for (int64_t k = 0; k < K; k++) q[k] = m == 0 ? 0 : nearbyint((double)(x[k] / (m / 127.0f)));
 }
 
-/* out = s_x * sum_k q_x[k] * value[k], in double, the value as decoded (exact). */
-static double ref_dot(enum ggml_type type, const uint8_t *wrow, const float *x, int64_t K)
+/* Activations [rows, K] quantized per row (quant_row), each row once: the references take every
+ * output of a row from it. */
+typedef struct {
+    double *q, *s;
+    int64_t K;
+} ref_x;
+
+static ref_x ref_x_make(const float *x, int64_t rows, int64_t K)
 {
-    const qg_format *f = qg_format_of(type);
-    int8_t *q = malloc((size_t)K);
-    float *sc = malloc((size_t)K / 16 * sizeof(float));
-    uint8_t *side = malloc((size_t)K / 16 * 18);
-    double *qx = malloc((size_t)K * sizeof(double)), *v = malloc((size_t)K * sizeof(double)), s, acc = 0;
-    qg_decode_row(type, wrow, K, q, sc, side);
-    decoded(f, q, sc, side, K, v);
-    quant_row(x, K, qx, &s);
-    for (int64_t k = 0; k < K; k++) acc += qx[k] * v[k];
-    free(q);
-    free(sc);
-    free(side);
-    free(qx);
-    free(v);
-    return acc * s;
+    ref_x a = {malloc((size_t)(rows * K) * sizeof(double)), malloc((size_t)rows * sizeof(double)), K};
+    for (int64_t r = 0; r < rows; r++) quant_row(x + r * K, K, a.q + r * K, a.s + r);
+    return a;
+}
+
+static void ref_x_free(ref_x *a)
+{
+    free(a->q);
+    free(a->s);
+}
+
+/* A weight's rows of K as the backend decodes them (decoded()), each row decoded on first use
+ * and kept: the references read a row for every activation row routed to it. */
+typedef struct {
+    enum ggml_type type;
+    const uint8_t *w;
+    size_t rowb;
+    int64_t K;
+    double *v;
+    uint8_t *done;
+} ref_w;
+
+static ref_w ref_w_make(enum ggml_type type, const uint8_t *w, int64_t rows, int64_t K)
+{
+    ref_w m = {type, w, ggml_row_size(type, K), K, malloc((size_t)(rows * K) * sizeof(double)),
+               calloc((size_t)rows, 1)};
+    return m;
+}
+
+static const double *ref_w_row(ref_w *m, int64_t r)
+{
+    double *v = m->v + r * m->K;
+    if (!m->done[r]) {
+        int8_t *q = malloc((size_t)m->K);
+        float *sc = malloc((size_t)m->K / 16 * sizeof(float));
+        uint8_t *side = malloc((size_t)m->K / 16 * 18);
+        qg_decode_row(m->type, m->w + (size_t)r * m->rowb, m->K, q, sc, side);
+        decoded(qg_format_of(m->type), q, sc, side, m->K, v);
+        free(q);
+        free(sc);
+        free(side);
+        m->done[r] = 1;
+    }
+    return v;
+}
+
+static void ref_w_free(ref_w *m)
+{
+    free(m->v);
+    free(m->done);
+}
+
+/* out = s_x * sum_k q_x[k] * value[k], in double (exact): activation row xr of a, weight row wr of m */
+static double ref_dot(const ref_x *a, int64_t xr, ref_w *m, int64_t wr)
+{
+    const double *q = a->q + xr * a->K, *v = ref_w_row(m, wr);
+    double acc = 0;
+    for (int64_t k = 0; k < a->K; k++) acc += q[k] * v[k];
+    return acc * a->s[xr];
 }
 
 typedef struct {
@@ -275,8 +326,9 @@ static void run_case(ggml_backend_t be, ggml_backend_buffer_type_t buft, enum gg
         CHECK_MSG(st == GGML_STATUS_SUCCESS, "%s %s K=%lld N=%lld E=%lld: status %d", ggml_op_name(op),
                   ggml_type_name(type), (long long)K, (long long)N, (long long)E, (int)st);
         double err = 0, norm = 0;
-        size_t rowb = ggml_row_size(type, K);
         int64_t rows = op == GGML_OP_MUL_MAT_ID ? n_used * T : B1 * E;
+        ref_x ax = ref_x_make(x, (int64_t)bn / K, K);
+        ref_w mw = ref_w_make(type, w, (int64_t)(wbytes / ggml_row_size(type, K)), K);
         for (int64_t r = 0; r < rows; r++) {
             int64_t e, xr;
             if (op == GGML_OP_MUL_MAT_ID) {
@@ -288,12 +340,14 @@ static void run_case(ggml_backend_t be, ggml_backend_buffer_type_t buft, enum gg
                 xr = r;
             }
             for (int64_t n = 0; n < N; n++) {
-                double ref = ref_dot(type, w + (size_t)(e * N + n) * rowb, x + xr * K, K);
+                double ref = ref_dot(&ax, xr, &mw, e * N + n);
                 double d = y[r * N + n] - ref;
                 err += d * d;
                 norm += ref * ref;
             }
         }
+        ref_x_free(&ax);
+        ref_w_free(&mw);
         /* float32 sums of exact integer dots: a few ulps off the double reference */
         CHECK_MSG(err <= 1e-10 * norm, "%s %s K=%lld N=%lld E=%lld: relative error %g",
                   ggml_op_name(op), ggml_type_name(type), (long long)K, (long long)N, (long long)E,
@@ -585,13 +639,18 @@ static void test_elementwise(ggml_backend_t be, ggml_backend_buffer_type_t buft,
     for (int64_t k = 0; k < T * K; k++) x[k] = qt_uniform(&rng, -1.0f, 1.0f);
     for (int64_t t = 0; t < T; t++)
         for (int64_t i = 0; i < U; i++) idv[t * U + i] = (int32_t)((2 * t + 5 * i) % E);
+    ref_x ax = ref_x_make(x, T, K);
+    ref_w mg = ref_w_make(type, w[0], N * E, K), mu = ref_w_make(type, w[1], N * E, K);
     for (int64_t r = 0; r < U * T; r++)
         for (int64_t n = 0; n < N; n++) {
             int64_t e = idv[r];
-            gr[r * N + n] = ref_dot(type, w[0] + (size_t)(e * N + n) * rk, x + r / U * K, K);
-            ur[r * N + n] = ref_dot(type, w[1] + (size_t)(e * N + n) * rk, x + r / U * K, K);
+            gr[r * N + n] = ref_dot(&ax, r / U, &mg, e * N + n);
+            ur[r * N + n] = ref_dot(&ax, r / U, &mu, e * N + n);
             gmax = fmax(gmax, fabs(gr[r * N + n]));
         }
+    ref_x_free(&ax);
+    ref_w_free(&mg);
+    ref_w_free(&mu);
     for (int64_t i = 0; i < N * E; i++) bg[i] = qt_uniform(&rng, -0.2f, 0.2f) * (float)gmax;
     for (int64_t i = 0; i < N; i++) bu[i] = qt_uniform(&rng, -0.2f, 0.2f) * (float)gmax;
     for (int64_t i = 0; i < U * T; i++) sv[i] = qt_uniform(&rng, 0.1f, 1.0f);
@@ -711,14 +770,18 @@ static double ffn_error(enum ggml_type type, uint8_t *const w[3], int64_t ge, in
                         const int32_t *idv, int64_t K, int64_t I, int64_t H, int64_t T, int64_t U,
                         const float *y, const float *hv, double *h_err)
 {
-    size_t rk = ggml_row_size(type, K), ri = ggml_row_size(type, I);
     double eh = 0, nh = 0, eo = 0, no = 0;
     float *hr = malloc((size_t)I * sizeof(float));
+    int64_t E = 0;
+    for (int64_t r = 0; r < U * T; r++) E = idv[r] + 1 > E ? idv[r] + 1 : E;
+    ref_x ax = ref_x_make(x, T, K);
+    ref_w mg = ref_w_make(type, w[0], E * ge, K), mu = ref_w_make(type, w[1], E * ge, K);
+    ref_w md = ref_w_make(type, w[2], E * H, I);
     for (int64_t r = 0; r < U * T; r++) {
         int64_t e = idv[r], t = r / U;
         for (int64_t n = 0; n < I; n++) {
-            double gv = ref_dot(type, w[0] + (size_t)(e * ge + n) * rk, x + t * K, K);
-            double uv = ref_dot(type, w[1] + (size_t)(e * ge + uo + n) * rk, x + t * K, K);
+            double gv = ref_dot(&ax, t, &mg, e * ge + n);
+            double uv = ref_dot(&ax, t, &mu, e * ge + uo + n);
             double hd = gv / (1.0 + exp(-gv)) * uv;
             hr[n] = (float)hd;
             if (hv) {
@@ -726,12 +789,18 @@ static double ffn_error(enum ggml_type type, uint8_t *const w[3], int64_t ge, in
                 nh += hd * hd;
             }
         }
+        ref_x ah = ref_x_make(hr, 1, I);
         for (int64_t n = 0; n < H; n++) {
-            double ov = ref_dot(type, w[2] + (size_t)(e * H + n) * ri, hr, I);
+            double ov = ref_dot(&ah, 0, &md, e * H + n);
             eo += (y[r * H + n] - ov) * (y[r * H + n] - ov);
             no += ov * ov;
         }
+        ref_x_free(&ah);
     }
+    ref_x_free(&ax);
+    ref_w_free(&mg);
+    ref_w_free(&mu);
+    ref_w_free(&md);
     free(hr);
     *h_err = sqrt(eh / (nh > 0 ? nh : 1));
     return sqrt(eo / (no > 0 ? no : 1));
@@ -1000,13 +1069,18 @@ typedef struct cc_side {
     struct ggml_cgraph *gf[CC_T];
     struct ggml_tensor *out[CC_T];
     float *want[CC_T];
-    int bad;
+    int bad, is_long;
 } cc_side;
+
+/* The long side cycles its row counts CC_ROUNDS times; the short side keeps cycling until the
+ * long side is done, so every long run has short runs making and evicting plans beside it. */
+#define CC_ROUNDS 4
+static atomic_int cc_long_done;
 
 static void *cc_loop(void *arg)
 {
     cc_side *c = arg;
-    for (int it = 0; it < 40; it++)
+    for (int it = 0; c->is_long ? it < CC_ROUNDS : it < CC_ROUNDS || !atomic_load(&cc_long_done); it++)
         for (int j = 0; j < CC_T; j++) {
             size_t n = ggml_nbytes(c->out[j]);
             float *y = malloc(n);
@@ -1015,6 +1089,7 @@ static void *cc_loop(void *arg)
             c->bad += memcmp(y, c->want[j], n) != 0;
             free(y);
         }
+    if (c->is_long) atomic_store(&cc_long_done, 1);
     return NULL;
 }
 
@@ -1033,6 +1108,7 @@ static void test_two_contexts(ggml_backend_dev_t dev, ggml_backend_buffer_type_t
     for (int s = 0; s < 2; s++) {
         cc_side *c = &side[s];
         memset(c, 0, sizeof *c);
+        c->is_long = !s;
         c->be = ggml_backend_dev_init(dev, NULL);
         CHECK(c->be != NULL);
         struct ggml_init_params ip = {ggml_tensor_overhead() * 4 * CC_T + ggml_graph_overhead() * CC_T, NULL, true};
@@ -1069,6 +1145,7 @@ static void test_two_contexts(ggml_backend_dev_t dev, ggml_backend_buffer_type_t
     }
     if (side[0].buf && side[1].buf && side[0].be && side[1].be) {
         pthread_t th[2];
+        atomic_store(&cc_long_done, 0);
         for (int s = 0; s < 2; s++) CHECK(pthread_create(&th[s], NULL, cc_loop, &side[s]) == 0);
         for (int s = 0; s < 2; s++) pthread_join(th[s], NULL);
         CHECK_MSG(side[0].bad + side[1].bad == 0, "two contexts at once: %d results differ from alone",
