@@ -31,14 +31,24 @@ int main(int argc, char **argv)
     char line[256], want[256];
     long long seen[2] = {0, 0};
     int block = 0, bad = 0;
+    size_t len = 0;
     while (fgets(line, sizeof line, p)) {
-        if (block == 0 && seen[0] == expect[0]) block = 1;
+        if (block == 0 && seen[0] == expect[0]) block = 1, len = 0;
         if (block == 1 && seen[1] == expect[1]) {
             if (bad++ < 5) fprintf(stderr, "unexpected extra line: %s", line);
             continue;
         }
-        snprintf(want, sizeof want, "result[%lld] is: %s\n", seen[block], value[block]);
-        if (strcmp(line, want) != 0 && bad++ < 5)
+        /* the expected line is formatted once a block and when its number gains a digit; else
+         * its digits count on in place (formatting 16.8 million lines cost the sanitizer and
+         * emulator runs more than the sample's own printing) */
+        char *d = len ? strchr(want, ']') - 1 : NULL;
+        while (d && *d == '9') *d-- = '0';
+        if (d && *d != '[') {
+            ++*d;
+        } else {
+            len = (size_t)snprintf(want, sizeof want, "result[%lld] is: %s\n", seen[block], value[block]);
+        }
+        if (strncmp(line, want, len + 1) != 0 && bad++ < 5)
             fprintf(stderr, "line %lld of block %d: got '%s' expected '%s'\n", seen[block], block,
                     line, want);
         seen[block]++;
