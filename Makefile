@@ -21,9 +21,13 @@ build: tools-check $(BUILD)/CMakeCache.txt
 run: build
 	$(BUILD)/tools/qmoe demo
 
-# Every test. Fragments in mk/ add their suites as prerequisites of `test`. test-c leaves the
-# tests labelled mpi and ggml to test-mpi and test-ggml, so make test runs each once.
-test: test-c
+# Every test. Fragments in mk/ add their suites as prerequisites of `test`, each after a lap-NAME
+# that prints the time it starts (its builds included), so a log says what took how long. test-c
+# leaves the tests labelled mpi and ggml to test-mpi and test-ggml, so make test runs each once.
+test: lap-test-c test-c
+	@echo "qmoe: make test: done at $$(date -u +%H:%M:%S)"
+lap-%:
+	@echo "qmoe: make test: $* from $$(date -u +%H:%M:%S)"
 test-c: build venv
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) -LE '^(mpi|ggml)$$'
 

@@ -33,7 +33,7 @@ ARM64_HOST_TESTS = ctest --test-dir $(ARM64_BUILD) --show-only=json-v1 | python3
    if "qemu" not in (t.get("command") or [""])[0]))'
 
 .PHONY: test-arm64 arm64-tools-check
-test: test-arm64
+test: lap-test-arm64 test-arm64
 
 ifeq ($(shell uname -m),aarch64)
 # On an ARM64 machine the native build and `make test-c` run all of this on the real CPU.

@@ -10,7 +10,7 @@ FUZZERS := fuzz_plan fuzz_moe_ops fuzz_grouped_matmul fuzz_op fuzz_prepack $(if 
 FUZZ_FLAGS ?= -timeout=20 -rss_limit_mb=2048 -print_final_stats=1
 
 .PHONY: fuzz fuzz-smoke fuzz-build
-test: fuzz-smoke
+test: lap-fuzz-smoke fuzz-smoke
 
 fuzz-build:
 	@CC_FUZZ=$(FUZZ_CC) scripts/require-fuzz.sh

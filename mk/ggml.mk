@@ -36,7 +36,7 @@ GGML_LLAMA_CMAKE_ARGS ?= -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DGGM
 .PHONY: ggml-fetch ggml-llama ggml-backend ggml-tsan ggml-asan test-ggml bench-ggml
 # a comma, for a $(call) argument that holds one (address,undefined below)
 , := ,
-test: test-ggml
+test: lap-test-ggml test-ggml
 
 # Exit 3 from the fetch script means "the index cannot be reached": the callers below turn it
 # into a NOT RUN report instead of a failure.

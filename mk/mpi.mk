@@ -3,7 +3,7 @@
 # scripts/require-mpi.sh, before the first configure so CMake's FindMPI sees it; without it the
 # build goes on and the MPI parts are off.
 .PHONY: mpi-check test-mpi
-test: test-mpi
+test: lap-test-mpi test-mpi
 
 $(BUILD)/CMakeCache.txt: | mpi-check
 

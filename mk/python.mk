@@ -9,7 +9,7 @@ PY_SOURCES := pyproject.toml CMakeLists.txt $(wildcard cmake/*) \
   $(shell find python src include -type f -not -path '*/__pycache__/*' 2>/dev/null)
 
 .PHONY: test-python python-install
-test: test-python
+test: lap-test-python test-python
 
 # The venv also gets the Python suite's requirements, scikit-build-core among them, so the package
 # builds there without an isolated environment (fast repeated installs, no download per run).

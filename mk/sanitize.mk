@@ -14,7 +14,7 @@ SAN_ENV = QMOE_SOAK_OPS=3000 \
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 
 .PHONY: test-asan test-tsan sanitize
-test: test-asan test-tsan
+test: lap-test-asan test-asan lap-test-tsan test-tsan
 sanitize: test-asan test-tsan
 
 $(ASAN_BUILD)/CMakeCache.txt: | tools-check
