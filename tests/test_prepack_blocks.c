@@ -2,14 +2,16 @@
  * Prepacked weights with scale blocks (qmoe_weights_options.scale_block), through the public API:
  *   - for every kernel this CPU prepacks for, A8W8 and A8W4, groups of several sizes and blocks
  *     that do and do not divide them: scales that are a float32 base times int8 multipliers per
- *     block (the K-quants' d * sc, zero blocks and negative multipliers among them) give an
+ *     block (the K-quants' d * sc with d of either sign, q6_K's sc = -128, zero blocks and
+ *     negative multipliers among them) give an
  *     object whose outputs are bit-identical to the object made from the same scales kept as
  *     float32 (1 and 3 threads, 1 to 40 rows), which holds 3 bytes less per scale plus 4 per
  *     block, and whose unpack_scales returns the scales given, bit for bit;
  *   - the same, made a slice at a time (qmoe_weights_append), and on 1, 2, 3 and every online
  *     core's threads (options.threads);
  *   - refused with QMOE_ERR_PARAM_INVALID, *out or the object as it was: scales that are not
- *     such products (uniform random floats, a -0, a NaN), in the first slice or a later one;
+ *     such products (uniform random floats, a -0 and a +0 in one block, a NaN), in the first
+ *     slice or a later one;
  *     a negative scale_block, threads out of [0, 4096]; with several threads the error still
  *     names the first bad expert.
  * The scales are built here from integers, not by the library's factoring.
@@ -34,9 +36,11 @@ typedef struct wcase {
 } wcase;
 
 /* Scales of expert blocks as d * sc: d a float16-like value (11 significant bits; now and then
- * a subnormal one or one of 18 bits), sc in [lo, 63] (q4_K's 6 bits; lo < 0 as q6_K's signed
- * ones); now and then a block of zeros. */
-static void block_scales(qt_rng *r, const wcase *c, float *ws, int lo)
+ * a subnormal one or one of 18 bits) of either sign, sc in [0, 63] (q4_K's 6 bits) or, signed
+ * (q6_K), in [-128, 127] with one group of most blocks at -128 as ggml's quantizer gives the
+ * largest sub-block (so a positive scale needs the multiplier 128 where d < 0: a negative base,
+ * and d * 0 a -0); now and then a block of zeros. */
+static void block_scales(qt_rng *r, const wcase *c, float *ws, int sgn)
 {
     for (int64_t e = 0; e < c->E; e++)
         for (int64_t n = 0; n < c->N; n++)
@@ -45,10 +49,17 @@ static void block_scales(qt_rng *r, const wcase *c, float *ws, int lo)
                 int zero = qt_range(r, 0, 15) == 0, kind = (int)qt_range(r, 0, 15);
                 if (kind == 1) /* subnormal bases (products exact: integers times 2^-149) */
                     d = ldexpf((float)qt_range(r, 1, 2047), -149 + (int)qt_range(r, 0, 8));
-                if (kind == 2) /* a base of 18 significant bits (times 6-bit sc: exact) */
-                    d = ldexpf((float)qt_range(r, 1 << 17, (1 << 18) - 1), -40);
-                for (int64_t g = g0; g < g0 + c->B && g < c->G; g++)
-                    ws[(e * c->G + g) * c->N + n] = zero ? 0.0f : d * (float)qt_range(r, lo, 63);
+                if (kind == 2) /* a base of 18 significant bits (times 6-bit sc: exact), 16 for 8-bit sc */
+                    d = sgn ? ldexpf((float)qt_range(r, 1 << 15, (1 << 16) - 1), -38)
+                            : ldexpf((float)qt_range(r, 1 << 17, (1 << 18) - 1), -40);
+                if (qt_range(r, 0, 1)) d = -d;
+                const int64_t big = g0 + qt_range(r, 0, c->B - 1); /* the -128 group, when signed */
+                const int with128 = sgn && qt_range(r, 0, 7) != 0;
+                for (int64_t g = g0; g < g0 + c->B && g < c->G; g++) {
+                    int sc = (int)(sgn ? qt_range(r, -128, 127) : qt_range(r, 0, 63));
+                    if (with128 && g == big) sc = -128;
+                    ws[(e * c->G + g) * c->N + n] = zero ? 0.0f : d * (float)sc;
+                }
             }
 }
 
@@ -64,7 +75,7 @@ static void make(qt_rng *r, wcase *c, int a8w4, int64_t E, int64_t K, int64_t N,
     for (size_t i = 0; i < nv; i++) c->w[i] = (int8_t)(a8w4 ? qt_range(r, -8, 7) : qt_range(r, -128, 127));
     if (a8w4) CHECK(qmoe_layout_int4_pack(c->w, (int64_t)nv, c->packed) == QMOE_OK);
     for (int64_t i = 0; i < E * N; i++) c->bias[i] = qt_uniform(r, -1.0f, 1.0f);
-    block_scales(r, c, c->ws, a8w4 ? 0 : -64);
+    block_scales(r, c, c->ws, !a8w4);
 }
 
 static void unmake(wcase *c)
@@ -169,8 +180,10 @@ static void check_refusals(qt_rng *r, int kernel)
         int64_t at = (3 * c.G + 5) * c.N + 77; /* expert 3: the second slice of 2 */
         if (v == 0)
             for (int64_t i = 0; i < c.E * c.G * c.N; i++) bad[i] = qt_uniform(r, 0.001f, 0.02f);
+        else if (v == 1) /* a -0 and a +0 in one block: base * 0 has one sign */
+            bad[at] = -0.0f, bad[at + c.N] = 0.0f;
         else
-            bad[at] = v == 1 ? -0.0f : NAN;
+            bad[at] = NAN;
         for (int threads = 1; threads <= 3; threads += 2) { /* the first bad expert's error, whatever the split */
             qmoe_weights *out = (qmoe_weights *)(uintptr_t)0x1;
             qmoe_status st = prepack(&c, bad, kernel, c.B, 0, threads, &out);

@@ -232,7 +232,9 @@ static uint32_t gcd_odd(uint32_t a, uint32_t b)
  * Integer work, no search: the search below divides once per element and candidate (39
  * candidates a run on average for q4_K's scales, most of a K-quant model's load time). Any
  * factorization gives the kernels the same bits (base * q is the scale), so which is kept is
- * free. */
+ * free. The base is negative when a positive scale needs the multiplier 128 (q6_K's d * sc with
+ * d < 0 and sc = -128: ggml's quantizer gives the largest sub-block of every block -128, and d
+ * either sign) or a scale is -0 (d < 0, sc = 0). */
 static int factor_exact(const float *s, int64_t n, int64_t ld, float *base, int8_t *q)
 {
     uint32_t g = 0;
@@ -245,13 +247,28 @@ static int factor_exact(const float *s, int64_t n, int64_t ld, float *base, int8
         g = g ? gcd_odd(g, (uint32_t)m) : (uint32_t)m;
     }
     if (!g) return 0; /* all zero: the search's base 0 */
+    /* the base's sign: -1 where a positive scale needs the multiplier 128 or a scale is -0
+     * (base * 0 has the base's sign), +1 where a negative one needs 128 or one is +0 */
+    int minus = 0, plus = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t m = odd_part(s[i * ld], &e, &neg);
+        const int sbit = (int)(f32_bits(s[i * ld]) >> 31);
+        if (!m) {
+            *(sbit ? &minus : &plus) = 1;
+            continue;
+        }
+        uint32_t k = (uint32_t)m / g;
+        if (e - emin > 7 || (k << (e - emin)) > 128) return 0;
+        if ((k << (e - emin)) == 128) *(neg ? &plus : &minus) = 1;
+    }
+    if (minus && plus) return 0;
+    const int sign = minus ? -1 : 1;
     for (int64_t i = 0; i < n; i++) {
         int64_t m = odd_part(s[i * ld], &e, &neg);
         uint32_t k = (uint32_t)m / g;
-        if (m && (e - emin > 7 || (k << (e - emin)) > 127)) return 0;
-        q[i * ld] = (int8_t)(m ? (neg ? -1 : 1) * (int)(k << (e - emin)) : 0);
+        q[i * ld] = (int8_t)(m ? sign * (neg ? -1 : 1) * (int)(k << (e - emin)) : 0);
     }
-    float b = ldexpf((float)g, emin);
+    float b = (float)sign * ldexpf((float)g, emin);
     for (int64_t i = 0; i < n; i++) /* exact by construction; as the search tests it */
         if (f32_bits(b * (float)q[i * ld]) != f32_bits(s[i * ld])) return 0;
     *base = b;
@@ -260,8 +277,9 @@ static int factor_exact(const float *s, int64_t n, int64_t ld, float *base, int8
 
 /* n scales s[0], s[ld], ... as base * q[i] with the same bits (the driver's widen_s8), q in
  * int8: 1 when found. Exact multiples first; else the base is the smallest nonzero magnitude
- * over j = 1..128, the largest that works (rounding included): for d * sc (|sc| <= 128, d * sc
- * exact in float32) j = |sc| of the smallest gives d itself, so such scales always factor. */
+ * over j = 1..128, of either sign, the largest that works (rounding included): for d * sc
+ * (|sc| <= 128, d * sc exact in float32) j = |sc| of the smallest gives d itself, so such scales
+ * always factor. */
 static int factor_run(const float *s, int64_t n, int64_t ld, float *base, int8_t *q)
 {
     if (factor_exact(s, n, ld, base, q)) return 1;
@@ -270,21 +288,22 @@ static int factor_run(const float *s, int64_t n, int64_t ld, float *base, int8_t
         float a = s[i * ld] < 0 ? -s[i * ld] : s[i * ld];
         if (a != 0.0f && (smin == 0.0f || a < smin)) smin = a;
     }
-    for (int j = 1; j <= (smin == 0.0f ? 1 : 128); j++) {
-        float b = smin / (float)j;
-        int64_t i = 0;
-        for (; i < n; i++) {
-            float r = b == 0.0f ? 0.0f : s[i * ld] / b;
-            if (!(r > -128.5f && r < 127.5f)) break; /* NaN too: before the integer cast */
-            r = r < 0 ? -(float)(int)(-r + 0.5f) : (float)(int)(r + 0.5f);
-            if (r > 127.0f || f32_bits(b * r) != f32_bits(s[i * ld])) break;
-            q[i * ld] = (int8_t)r;
+    for (int j = 1; j <= (smin == 0.0f ? 1 : 128); j++)
+        for (int sign = 1; sign >= -1; sign -= 2) {
+            float b = (float)sign * smin / (float)j;
+            int64_t i = 0;
+            for (; i < n; i++) {
+                float r = b == 0.0f ? 0.0f : s[i * ld] / b;
+                if (!(r > -128.5f && r < 127.5f)) break; /* NaN too: before the integer cast */
+                r = r < 0 ? -(float)(int)(-r + 0.5f) : (float)(int)(r + 0.5f);
+                if (f32_bits(b * r) != f32_bits(s[i * ld])) break;
+                q[i * ld] = (int8_t)r;
+            }
+            if (i == n) {
+                *base = b;
+                return 1;
+            }
         }
-        if (i == n) {
-            *base = b;
-            return 1;
-        }
-    }
     return 0;
 }
 
