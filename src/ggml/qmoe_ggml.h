@@ -114,6 +114,7 @@ typedef struct qg_chunk {
      * up's (col nc, pad 0). 0 otherwise. The object's columns: col + nc + pad (qg_chunk_cols). */
     int64_t col;
     qmoe_dtype wdt;      /* the dtype of w's scales (the narrowest that holds them: weights.c) */
+    qmoe_dtype mdt;      /* the dtype of mw's scales */
     qmoe_weights *w, *mw;
     qmoe_tensor *view, *mview;
     qg_plans plans, mplans;
@@ -136,9 +137,12 @@ typedef struct qg_weight {
     int64_t K, N, E;     /* E = ne[2] * ne[3] matrices, matrix e = (e % ne[2], e / ne[2]) */
     int64_t G;           /* qmoe scale groups per column: K / fmt->gs */
     /* what the prepacked integers do not hold, to give ggml's bytes back (get_tensor):
-     * side: the blocks' side bytes [E][N][K / blk][fmt->side] (all but q4_K / q5_K);
+     * side: the blocks' side bytes [E][N][K / blk][fmt->side] (all but q4_K / q5_K); for q6_K
+     * only until the weight is built: where its object's scales over d give every sc back, side
+     * goes and kd [E][K / 256][N] keeps d alone (weights.c, slim_side);
      * q4_K / q5_K: fp16 d, dmin [E][K / 256][N], their 6-bit codes in the min objects, and for
-     * c 0 (q5_K) the sc_j in ksc [E][K / 32][N] */
+     * c 0 (q5_K) the sc_j in ksc [E][K / 32][N]; kd (c > 0) and kdmin NULL where the min
+     * object's scales (c d, -dmin) give them back */
     uint8_t *side;
     uint16_t *kd, *kdmin;
     uint8_t *ksc;

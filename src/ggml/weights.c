@@ -427,6 +427,7 @@ static qmoe_status build_parts(qg_weight *const *ws, qg_chunk *const *cs, int np
             own[p] = 2;
         }
         cs[p]->wdt = wdt;
+        cs[p]->mdt = mdt;
         cs[p]->w = c->w;
         if (!st) st = qmoe_weights_tensor(c->w, &cs[p]->view);
     }
@@ -533,6 +534,85 @@ static int alloc_chunks(qg_weight *w, int64_t n)
     return w->chunks != NULL;
 }
 
+static float scale_at(const void *sv, qmoe_dtype dt, int64_t g, int64_t ncp, int64_t cn);
+
+static int f32_same(float a, float b) { return memcmp(&a, &b, sizeof a) == 0; }
+
+/* q6_K's sc of a group from its scale s = d sc (exact in float32) and d's bits: 1 when s / d
+ * is that integer, so the object's scales and d give the byte back. */
+static int q6k_sc(float s, uint16_t dbits, int8_t *sc)
+{
+    const float d = qg_half(dbits), r = s / d;
+    if (!(r >= -128.0f && r <= 127.0f) || r != (float)(int)r) return 0; /* NaN, d 0 too */
+    *sc = (int8_t)(int)r;
+    return f32_same(d * (float)*sc, s);
+}
+
+/* q4_K / q5_K's d and dmin bits from the min object's scales c d and -dmin (exact: c is 8) */
+static uint16_t kq_d(float cd, int c) { return qg_half_bits(cd / (float)c); }
+static uint16_t kq_dmin(float mdmin) { return qg_half_bits(-mdmin); }
+
+/* Side arrays the objects make redundant, dropped once the weight is built: every block is
+ * checked to come back bit for bit (q6_K's sc from the scales over d; q4_K / q5_K's d and dmin
+ * from the min object's scales); any that does not (d 0 with sc not 0, a NaN, ...) keeps them.
+ * Out of memory for the check keeps them too. */
+static void slim_side(qg_weight *w)
+{
+    const qg_format *f = w->fmt;
+    const int q6 = w->type == GGML_TYPE_Q6_K && w->side;
+    if (!q6 && !(f->mins && w->kdmin)) return;
+    const int64_t nb = w->K / f->blk, N = w->N, so = f->c ? nb : 0;
+    const size_t nbk = (size_t)w->E * (size_t)nb * (size_t)N;
+    uint16_t *d6 = q6 ? malloc(nbk * sizeof(uint16_t) + 1) : NULL;
+    int kd_ok = f->mins && f->c, kdmin_ok = f->mins, sc_ok = q6 && d6;
+    for (int i = 0; i < w->nchunks && (kd_ok || kdmin_ok || sc_ok); i++) {
+        const qg_chunk *c = &w->chunks[i];
+        const int64_t ncp = qg_chunk_cols(c), ng = q6 ? w->G : (f->c ? 2 : 1) * nb;
+        void *sv = malloc((size_t)(ng * ncp) * sizeof(float) + 1);
+        for (int64_t m = c->e0; sv && m < c->e0 + c->ne && (kd_ok || kdmin_ok || sc_ok); m++) {
+            qmoe_status st = q6 ? qmoe_weights_unpack_scales(c->w, m - c->e0, c->wdt, sv)
+                                : qmoe_weights_unpack_scales(c->mw, m - c->e0, c->mdt, sv);
+            if (st) break;
+            for (int64_t n = c->n0; n < c->n0 + c->nc; n++) {
+                const int64_t cn = c->col + n - c->n0;
+                for (int64_t b = 0; b < nb; b++) {
+                    const size_t at = ((size_t)m * (size_t)nb + (size_t)b) * (size_t)N + (size_t)n;
+                    if (q6) {
+                        const uint8_t *sb = w->side + (((size_t)m * (size_t)N + (size_t)n) * (size_t)nb + (size_t)b) * 18;
+                        uint16_t db;
+                        memcpy(&db, sb + 16, 2);
+                        if (d6) d6[at] = db;
+                        for (int g = 0; g < 16 && sc_ok; g++) {
+                            int8_t sc;
+                            sc_ok = q6k_sc(scale_at(sv, c->wdt, b * 16 + g, ncp, cn), db, &sc) && (uint8_t)sc == sb[g];
+                        }
+                        continue;
+                    }
+                    if (kd_ok) kd_ok = kq_d(scale_at(sv, c->mdt, b, ncp, cn), f->c) == w->kd[at];
+                    if (kdmin_ok) kdmin_ok = kq_dmin(scale_at(sv, c->mdt, so + b, ncp, cn)) == w->kdmin[at];
+                }
+            }
+        }
+        if (!sv) kd_ok = kdmin_ok = sc_ok = 0;
+        free(sv);
+    }
+    if (q6 && sc_ok) {
+        free(w->side);
+        w->side = NULL;
+        w->kd = d6;
+        d6 = NULL;
+    }
+    free(d6);
+    if (f->mins && kd_ok) {
+        free(w->kd);
+        w->kd = NULL;
+    }
+    if (f->mins && kdmin_ok) {
+        free(w->kdmin);
+        w->kdmin = NULL;
+    }
+}
+
 qg_weight *qg_weight_build(const struct ggml_tensor *t, const void *bytes, size_t lo, size_t hi)
 {
     qg_weight *w = shell(t, bytes, lo, hi);
@@ -563,6 +643,7 @@ qg_weight *qg_weight_build(const struct ggml_tensor *t, const void *bytes, size_
     }
     w->data = t->data; /* the weight is t's from now on, wherever its bytes were read */
     drop_negzero(w);
+    slim_side(w);
     return w;
 }
 
@@ -610,6 +691,7 @@ int qg_weight_build_pair(const struct ggml_tensor *const t[2], const void *const
     for (int p = 0; p < 2; p++) {
         ws[p]->data = t[p]->data;
         drop_negzero(ws[p]);
+        slim_side(ws[p]);
         ws[p]->mate = ws[1 - p];
         ws[p]->assist = 1;
         w[p] = ws[p];
@@ -667,9 +749,10 @@ static float scale_at(const void *sv, qmoe_dtype dt, int64_t g, int64_t ncp, int
  * in sv [G, ncp]; or q4_K / q5_K's rebuilt from d, dmin and the codes of the min object,
  * unpacked in mv [2 K/32 or K/32, ncp] (this row's at column cn), and ksc (c 0). */
 static void row_side(const qg_weight *w, const qg_chunk *c, int64_t m, int64_t n, const void *sv,
-                     const int8_t *mv, int64_t ncp, int64_t cn, uint8_t *out)
+                     const int8_t *mv, const void *msv, int64_t ncp, int64_t cn, uint8_t *out)
 {
-    const int64_t nb = w->K / w->fmt->blk, N = w->N, J = nb * 8, mo = w->fmt->c ? J : 0;
+    const int64_t nb = w->K / w->fmt->blk, N = w->N, J = nb * 8, mo = w->fmt->c ? J : 0,
+                  so = w->fmt->c ? nb : 0;
     if (w->fmt->scaled) { /* one scale a block: group b */
         for (int64_t b = 0; b < nb; b++)
             qg_side_of_scale(w->type, scale_at(sv, c->wdt, b, ncp, cn), out + b * w->fmt->side);
@@ -681,10 +764,22 @@ static void row_side(const qg_weight *w, const qg_chunk *c, int64_t m, int64_t n
         return;
     }
     for (int64_t b = 0; b < nb; b++) {
-        uint8_t *sb = out + b * 16, sc[8], mn[8];
         size_t at = ((size_t)m * (size_t)nb + (size_t)b) * (size_t)N + (size_t)n;
-        memcpy(sb, &w->kd[at], 2);
-        memcpy(sb + 2, &w->kdmin[at], 2);
+        if (!w->fmt->mins) { /* q6_K: sc from the scales over d (slim_side checked each) */
+            uint8_t *sb = out + b * 18;
+            for (int g = 0; g < 16; g++) {
+                int8_t sc = 0;
+                (void)q6k_sc(scale_at(sv, c->wdt, b * 16 + g, ncp, cn), w->kd[at], &sc);
+                sb[g] = (uint8_t)sc;
+            }
+            memcpy(sb + 16, &w->kd[at], 2);
+            continue;
+        }
+        uint8_t *sb = out + b * 16, sc[8], mn[8];
+        const uint16_t d = w->kd ? w->kd[at] : kq_d(scale_at(msv, c->mdt, b, ncp, cn), w->fmt->c),
+                       dmin = w->kdmin ? w->kdmin[at] : kq_dmin(scale_at(msv, c->mdt, so + b, ncp, cn));
+        memcpy(sb, &d, 2);
+        memcpy(sb + 2, &dmin, 2);
         for (int j = 0; j < 8; j++) {
             sc[j] = w->fmt->c ? (uint8_t)mv[(size_t)(b * 8 + j) * (size_t)ncp + (size_t)cn]
                               : w->ksc[((size_t)m * (size_t)J + (size_t)(b * 8 + j)) * (size_t)N + (size_t)n];
@@ -702,7 +797,11 @@ qmoe_status qg_weight_encode(const qg_weight *w, size_t a, size_t z, uint8_t *ou
     if (lo >= hi) return QMOE_OK;
     int64_t r0 = (int64_t)((lo - w->lo) / rowb), r1 = (int64_t)((hi - w->lo - 1) / rowb) + 1;
     int8_t *vals = NULL, *mv = NULL, *rowq = malloc((size_t)K);
-    void *sv = NULL;
+    void *sv = NULL, *msv = NULL;
+    /* the object's scales: a scaled format's block scales, q6_K's sc (side dropped); the min
+     * object's: q4_K / q5_K's d or dmin (dropped) */
+    const int want_sv = w->fmt->scaled || (!w->fmt->mins && !w->side),
+              want_msv = w->fmt->mins && (!w->kd || !w->kdmin);
     uint8_t *side = malloc((size_t)(K / w->fmt->blk * w->fmt->side)), *row = malloc(rowb);
     qmoe_status st = rowq && side && row ? QMOE_OK
                                           : qmoe_error_set(QMOE_ERR_INNER, QMOE_RULE_NONE, "weight",
@@ -717,8 +816,10 @@ qmoe_status qg_weight_encode(const qg_weight *w, size_t a, size_t z, uint8_t *ou
             if (!vals) { /* K * ncp bytes: at most the chunk's own int8 weight of one expert */
                 vals = malloc((size_t)K * (size_t)ncp + 1);
                 mv = c->mw ? malloc((size_t)qg_min_rows(w->fmt, K) * (size_t)ncp + 1) : NULL;
-                sv = w->fmt->scaled ? malloc((size_t)w->G * (size_t)ncp * sizeof(float) + 1) : NULL;
-                if (!vals || (c->mw && !mv) || (w->fmt->scaled && !sv)) {
+                sv = want_sv ? malloc((size_t)w->G * (size_t)ncp * sizeof(float) + 1) : NULL;
+                msv = want_msv ? malloc((size_t)(qg_min_rows(w->fmt, K) / 8) * (size_t)ncp * sizeof(float) + 1)
+                               : NULL;
+                if (!vals || (c->mw && !mv) || (want_sv && !sv) || (want_msv && !msv)) {
                     st = qmoe_error_set(QMOE_ERR_INNER, QMOE_RULE_NONE, "weight",
                                         "ggml-qmoe: out of memory reading a weight back");
                     break;
@@ -727,11 +828,12 @@ qmoe_status qg_weight_encode(const qg_weight *w, size_t a, size_t z, uint8_t *ou
             if ((st = qmoe_weights_unpack(c->w, m - c->e0, vals))) break;
             if (c->mw && (st = qmoe_weights_unpack(c->mw, m - c->e0, mv))) break;
             if (sv && (st = qmoe_weights_unpack_scales(c->w, m - c->e0, c->wdt, sv))) break;
+            if (msv && (st = qmoe_weights_unpack_scales(c->mw, m - c->e0, c->mdt, msv))) break;
             for (int64_t r = n0 > r0 ? n0 : r0; r < (n1 < r1 ? n1 : r1); r++) {
                 int64_t n = r - m * N;
                 const int64_t cn = c->col + n - c->n0; /* its column in the object */
                 for (int64_t k = 0; k < K; k++) rowq[k] = vals[(size_t)k * (size_t)ncp + (size_t)cn];
-                row_side(w, c, m, n, sv, mv, ncp, cn, side);
+                row_side(w, c, m, n, sv, mv, msv, ncp, cn, side);
                 qg_encode_row(w->type, rowq, side, K, row);
                 if (w->negzero) qg_row_put_negative_zeros(w->type, w->negzero + (size_t)r * (size_t)(K / 8), K, row);
                 size_t ra = w->lo + (size_t)r * rowb, s = ra > lo ? ra : lo, e = ra + rowb < hi ? ra + rowb : hi;
@@ -741,8 +843,9 @@ qmoe_status qg_weight_encode(const qg_weight *w, size_t a, size_t z, uint8_t *ou
         free(vals); /* chunks differ in width */
         free(mv);
         free(sv);
+        free(msv);
         vals = mv = NULL;
-        sv = NULL;
+        sv = msv = NULL;
     }
     free(rowq);
     free(side);

@@ -431,25 +431,31 @@ static void test_one_copy(ggml_backend_buffer_type_t buft, enum ggml_type type, 
 /* The scaled formats keep no copy of their block scales: get_tensor rebuilds them from the
  * prepacked object's (float16 for q8_0 / q4_0, bfloat16 for mxfp4, float32 for a weight whose
  * scales do not all fit). Every special scale comes back as it was: infinities, NaNs with their
- * payload, -0, subnormals, the largest half; e8m0 0, 1, 254 and 255 - in a later slice than the
- * first, so the conversion has started again with float32 scales when one does not fit. */
+ * payload, -0, +0, subnormals, the largest half; e8m0 0, 1, 254 and 255 - in a later slice than
+ * the first, so the conversion has started again with float32 scales when one does not fit.
+ * The K-quants too, whose d (q6_K: and sc) or d and dmin (q4_K) the backend rebuilds from the
+ * objects' scales where every block gives them back and keeps otherwise: a special d (dmin) in
+ * a later slice, where d 0 or -0 with sc not 0 cannot give sc back. */
 static void test_special_scales(ggml_backend_buffer_type_t buft, enum ggml_type type)
 {
     struct ggml_init_params ip = {ggml_tensor_overhead() * 4, NULL, true};
     struct ggml_context *ctx = ggml_init(ip);
-    struct ggml_tensor *t = ggml_new_tensor_3d(ctx, type, 64, 8, 2 * QG_SLICE + 1);
+    struct ggml_tensor *t = ggml_new_tensor_3d(ctx, type, ggml_blck_size(type) == 256 ? 256 : 64, 8, 2 * QG_SLICE + 1);
     ggml_backend_buffer_t buf = weights_buffer(ctx, buft);
     if (!buf) return;
     size_t n = ggml_nbytes(t), bs = ggml_type_size(type);
     uint8_t *w = malloc(n), *back = calloc(1, n);
     random_blocks(type, w, (int64_t)(n / bs));
     uint8_t *later = w + (size_t)(QG_SLICE + 3) * t->nb[2];
-    static const uint16_t halves[] = {0x7c00, 0xfc00, 0x7d23, 0xfe01, 0x8000, 0x0001, 0x83ff, 0x7bff};
+    static const uint16_t halves[] = {0x7c00, 0xfc00, 0x7d23, 0xfe01, 0x8000, 0x0000, 0x0001, 0x83ff, 0x7bff};
     static const uint8_t e8m0[] = {0, 1, 254, 255};
+    const size_t nh = sizeof halves / sizeof halves[0], d_at = type == GGML_TYPE_Q6_K ? 208 : 0;
     if (type == GGML_TYPE_MXFP4)
         for (size_t i = 0; i < sizeof e8m0; i++) later[i * bs] = e8m0[i];
     else
-        for (size_t i = 0; i < sizeof halves / sizeof halves[0]; i++) memcpy(later + i * bs, &halves[i], 2);
+        for (size_t i = 0; i < nh; i++) memcpy(later + i * bs + d_at, &halves[i], 2);
+    if (type == GGML_TYPE_Q4_K) /* dmin, in the blocks after */
+        for (size_t i = 0; i < nh; i++) memcpy(later + (nh + i) * bs + 2, &halves[i], 2);
     ggml_backend_tensor_set(t, w, 0, n);
     ggml_backend_tensor_get(t, back, 0, n);
     CHECK_MSG(memcmp(w, back, n) == 0, "%s with special scales: get_tensor differs", ggml_type_name(type));
@@ -1208,6 +1214,8 @@ int main(int argc, char **argv)
     test_special_scales(buft, GGML_TYPE_Q8_0);
     test_special_scales(buft, GGML_TYPE_Q4_0);
     test_special_scales(buft, GGML_TYPE_MXFP4);
+    test_special_scales(buft, GGML_TYPE_Q6_K);
+    test_special_scales(buft, GGML_TYPE_Q4_K);
     test_file_source(buft, GGML_TYPE_Q8_0);
     test_file_source(buft, GGML_TYPE_Q4_K);
     for (int t = 0; t < NTAKEN; t++) {
