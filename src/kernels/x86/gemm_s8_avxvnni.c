@@ -1,7 +1,7 @@
 /*
  * AVX-VNNI int8 micro-kernel (VEX vpdpbusd on ymm): up to 6 rows x 1 unit (16 columns, two ymm)
  * of int32 accumulators in 12 ymm registers; per step of 4 k, 2 weight vectors (uint8) and one
- * broadcast dword of x per row (int8). Weight rearrangement is the portable code; the epilogue is
+ * broadcast dword of x per row (int8). Weight rearrangement is the AVX2 one (pack_avx2.c); the epilogue is
  * the 256-bit one shared with the AVX2 kernel.
  */
 #if defined(__x86_64__) || defined(_M_X64)
@@ -71,7 +71,7 @@ const qmoe_gemm_isa qmoe_isa_avx_vnni = {
     .expand_i4 = qmoe_expand_i4_avx2,
     .expand_c4 = qmoe_expand_c4_avx2,
     .expand_b6 = qmoe_expand_b6_avx2,
-    .rearrange = qmoe_rearrange_portable,
+    .rearrange = qmoe_rearrange_avx2,
     .fold = qmoe_fold_avx2,
     .half_to_f32 = qmoe_half_to_f32_avx2,
     .peak_loop = qmoe_peak_avxvnni,

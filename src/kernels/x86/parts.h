@@ -4,6 +4,10 @@
 
 #include <stdint.h>
 
+/* pack_avx2.c: the AVX2 and AVX-VNNI tables' rearrange (gmm_fast.h) */
+void qmoe_rearrange_avx2(const uint8_t *const *src, const int64_t *stride, int64_t rows, int nub,
+                         int int4, uint8_t *dst, int64_t wstep);
+
 /* pack_avx512vnni.c */
 int qmoe_avx512_has_vbmi(void); /* the CPU has AVX-512 VBMI (vpermt2b) */
 /* Units u .. u + count - 1 continue one run of `bytes` per unit with row stride want_stride. */

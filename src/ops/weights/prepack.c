@@ -244,7 +244,9 @@ static int factor_exact(const float *s, int64_t n, int64_t ld, float *base, int8
         if (m < 0) return 0;
         if (!m) continue;
         if (!g || e < emin) emin = e;
-        g = g ? gcd_odd(g, (uint32_t)m) : (uint32_t)m;
+        /* once g is the block's d (K-quants: every M is d's odd part times sc's), g divides the
+         * rest: one division instead of a binary gcd's loop of unpredictable branches */
+        g = !g ? (uint32_t)m : (uint32_t)m % g == 0 ? g : gcd_odd(g, (uint32_t)m);
     }
     if (!g) return 0; /* all zero: the search's base 0 */
     /* the base's sign: -1 where a positive scale needs the multiplier 128 or a scale is -0
@@ -255,18 +257,21 @@ static int factor_exact(const float *s, int64_t n, int64_t ld, float *base, int8
         const int sbit = (int)(f32_bits(s[i * ld]) >> 31);
         if (!m) {
             *(sbit ? &minus : &plus) = 1;
+            q[i * ld] = 0;
             continue;
         }
         uint32_t k = (uint32_t)m / g;
         if (e - emin > 7 || (k << (e - emin)) > 128) return 0;
         if ((k << (e - emin)) == 128) *(neg ? &plus : &minus) = 1;
+        uint8_t mag = (uint8_t)(k << (e - emin)); /* kept in q's byte until the sign is known */
+        memcpy(&q[i * ld], &mag, 1);
     }
     if (minus && plus) return 0;
     const int sign = minus ? -1 : 1;
     for (int64_t i = 0; i < n; i++) {
-        int64_t m = odd_part(s[i * ld], &e, &neg);
-        uint32_t k = (uint32_t)m / g;
-        q[i * ld] = (int8_t)(m ? sign * (neg ? -1 : 1) * (int)(k << (e - emin)) : 0);
+        uint8_t mag;
+        memcpy(&mag, &q[i * ld], 1);
+        q[i * ld] = (int8_t)(sign * (f32_bits(s[i * ld]) >> 31 ? -1 : 1) * (int)mag);
     }
     float b = (float)sign * ldexpf((float)g, emin);
     for (int64_t i = 0; i < n; i++) /* exact by construction; as the search tests it */
