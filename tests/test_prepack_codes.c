@@ -2,7 +2,8 @@
  * Prepacked int8 weights kept as 4-bit codes (qmoe_weights_options.codebook), through the public
  * API:
  *   - for every kernel this CPU prepacks for: weights whose values are drawn from a codebook
- *     (MXFP4's E2M1 values times 2, and a random one with repeated entries) give an object whose
+ *     (MXFP4's E2M1 values times 2, a random one with repeated entries, and {0, 1, ..., 15},
+ *     which the driver reads as int4 steps without an offset) give an object whose
  *     outputs are bit-identical to the plain int8 object of the same weights (1 and 3 threads, 1
  *     to 40 rows: the in-register lookups of one micro-tile, the per-group kernel of groups of
  *     32, the expansion of larger blocks), made whole or a slice at a time; it holds the bytes
@@ -22,6 +23,7 @@
 #include "support/testlib.h"
 
 static const int8_t MXFP4X2[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+static const int8_t UNSIGNED4[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
 
 typedef struct wcase {
     int64_t E, K, N, G;
@@ -154,13 +156,18 @@ int main(void)
         {2, 512, 160, 1, 1},  /* per channel; columns past a panel */
         {3, 216, 128, 12, 0}, /* groups of 18: K padding in every group */
         {2, 2048, 128, 64, 1},
+        {3, 256, 256, 8, 2},  /* ggml's q4_K codes in groups of 32 */
+        {2, 512, 160, 1, 2},
+        {3, 216, 128, 12, 2},
+        {2, 2048, 128, 64, 2},
     };
+    const int8_t *books[3] = {MXFP4X2, random_book, UNSIGNED4};
     for (int k = 0; k < nk; k++) {
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
             wcase c;
-            make(&r, &c, cases[i].book ? random_book : MXFP4X2, cases[i].E, cases[i].K, cases[i].N, cases[i].G);
+            make(&r, &c, books[cases[i].book], cases[i].E, cases[i].K, cases[i].N, cases[i].G);
             check_same(&r, &c, kernels[k], 0, &ran);
-            if (i == 0) check_same(&r, &c, kernels[k], 2, &ran);
+            if (i == 0 || i == 4) check_same(&r, &c, kernels[k], 2, &ran);
             free(c.w), free(c.ws);
         }
         check_refusals(&r, kernels[k]);

@@ -51,7 +51,9 @@ typedef struct qmoe_weights_options {
      * expert (in the weight given), row and column (prepack, or the append of the slice that
      * holds it). For formats
      * whose values are few and not an int4 range, e.g. MXFP4's E2M1 times 2: {0, 1, 2, 3, 4,
-     * 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12}, so each index is the format's own code. */
+     * 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12}, so each index is the format's own code. The
+     * codebook {0, 1, ..., 15} (unsigned 4-bit values, ggml's q4_K) is read as int4 weights
+     * are, without their offset and with no lookup, on every kernel. */
     const int8_t *codebook;
     /* Since 0.3.5. Threads that pack the experts, in qmoe_weights_prepack and in every
      * qmoe_weights_append of the object: 0, every online core; 1, the calling thread only; at

@@ -12,7 +12,9 @@
  *   v the step's bytes (W + 8, 0..15): one linear shift-and-mask pass restores the step.
  * - codes (A8W8 made with a codebook, `codes`): stored as int4 is, v being each byte's index in
  *   `tbl` (the codebook's values + 128, the bytes the int8 layout would hold); the same pass
- *   and then a lookup restore the int8 step.
+ *   and then a lookup restore the int8 step. With the codebook {0, 1, ..., 15} (`u4`: ggml's
+ *   q4_K codes, unsigned) the index is the value: the driver takes the record as int4 steps
+ *   (bytes W, not W + 8) and subtracts no offset, the same integer sums without the lookup.
  * - 6 bits (A8W8 made with value_bits 6, `bits6`): each 64-byte unit step as 48 bytes of v =
  *   byte - 96 (W + 32, 0..63): 32 bytes of low nibbles as int4 stores them (byte i = lo v[i] |
  *   lo v[32 + i] << 4), then 16 of the high two bits (byte i = hi v[i] | hi v[16 + i] << 2 |
@@ -67,6 +69,9 @@ struct qmoe_weights {
     int32_t has_bias;       /* made with a bias tensor */
     int32_t codes;          /* A8W8 kept as 4-bit indices into tbl (options.codebook) */
     uint8_t tbl[16];        /* codes: the codebook's values + 128 (the int8 step bytes) */
+    int32_t u4;             /* codes of the codebook {0, 1, ..., 15}: each code is its value, so
+                             * the driver reads the records as int4 steps whose bytes are the
+                             * values themselves (no lookup; offset 0 where int4's is 8) */
     int32_t bits6;          /* A8W8 kept 6 bits a value (options.value_bits 6) */
     int64_t ws_block;       /* groups per scale block (ws: int8 multipliers, wsb: bases); 0: none */
     int64_t nblk;           /* blocks per column: ceil(G / ws_block) */

@@ -12,18 +12,26 @@
 /* mxfp4's e2m1 codes, doubled (ggml's kvalues_mxfp4): integers in [-12, 12] */
 static const int8_t kvalues_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
-const int8_t *qg_codebook(enum ggml_type type) { return type == GGML_TYPE_MXFP4 ? kvalues_mxfp4 : NULL; }
+/* q4_K's codes as they are: qmoe reads this codebook as int4 without an offset (core/prepack.h) */
+static const int8_t kvalues_u4[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
 
-/* type, values and bytes per block, qmoe group size, int4, side bytes per block, offset c, min
- * term, scaled. q5_K's unsigned 0..31 fit int8 as they are (c 0), so its min term needs no c·s_j
- * part; q4_K's go to int4 less 8. */
+const int8_t *qg_codebook(enum ggml_type type)
+{
+    return type == GGML_TYPE_MXFP4 ? kvalues_mxfp4 : type == GGML_TYPE_Q4_K ? kvalues_u4 : NULL;
+}
+
+/* type, values and bytes per block, qmoe group size, int4, side bytes per block, min term,
+ * scaled. The K-quants' unsigned integers are kept as they are, so their min term is dmin m_j
+ * alone: q5_K's 0..31 as int8, q4_K's 0..15 4 bits a value as codes of the codebook 0..15
+ * (weights.c), which qmoe reads as int4 steps without int4's offset of 8 (until 2026-12-07 they
+ * were int4 less 8, and the min term's object held 8 sc_j rows besides the m_j). */
 static const qg_format formats[] = {
-    {GGML_TYPE_Q8_0, 32, 34, 32, 0, 2, 0, 0, 1},
-    {GGML_TYPE_Q4_0, 32, 18, 32, 1, 2, 0, 0, 1},
-    {GGML_TYPE_MXFP4, 32, 17, 32, 0, 1, 0, 0, 1},
-    {GGML_TYPE_Q6_K, 256, 210, 16, 0, 18, 0, 0, 0},
-    {GGML_TYPE_Q4_K, 256, 144, 32, 1, 16, 8, 1, 0},
-    {GGML_TYPE_Q5_K, 256, 176, 32, 0, 16, 0, 1, 0},
+    {GGML_TYPE_Q8_0, 32, 34, 32, 0, 2, 0, 1},
+    {GGML_TYPE_Q4_0, 32, 18, 32, 1, 2, 0, 1},
+    {GGML_TYPE_MXFP4, 32, 17, 32, 0, 1, 0, 1},
+    {GGML_TYPE_Q6_K, 256, 210, 16, 0, 18, 0, 0},
+    {GGML_TYPE_Q4_K, 256, 144, 32, 0, 16, 1, 0},
+    {GGML_TYPE_Q5_K, 256, 176, 32, 0, 16, 1, 0},
 };
 
 const qg_format *qg_format_of(enum ggml_type type)
@@ -151,8 +159,8 @@ static void decode_block(const qg_format *f, const uint8_t *b, int8_t *v, float 
                     lo += qh[l] & (1 << (2 * j)) ? 16 : 0;
                     hi += qh[l] & (2 << (2 * j)) ? 16 : 0;
                 }
-                v[64 * j + l] = (int8_t)(lo - f->c);
-                v[64 * j + 32 + l] = (int8_t)(hi - f->c);
+                v[64 * j + l] = (int8_t)lo;
+                v[64 * j + 32 + l] = (int8_t)hi;
             }
         for (int j = 0; j < 8; j++) s[j] = d * (float)sc[j]; /* exact: 11 x 6 bits */
         if (side) memcpy(side, b, 16);
@@ -204,7 +212,7 @@ static void encode_block(const qg_format *f, const int8_t *v, const uint8_t *sid
         if (five) memset(qh, 0, 32);
         for (int j = 0; j < 4; j++)
             for (int l = 0; l < 32; l++) {
-                int lo = v[64 * j + l] + f->c, hi = v[64 * j + 32 + l] + f->c;
+                int lo = v[64 * j + l], hi = v[64 * j + 32 + l];
                 qs[32 * j + l] = (uint8_t)((lo & 0xF) | (hi & 0xF) << 4);
                 if (five) qh[l] = (uint8_t)(qh[l] | (lo >> 4) << (2 * j) | (hi >> 4) << (2 * j + 1));
             }

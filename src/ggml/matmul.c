@@ -369,7 +369,7 @@ int qg_bytes3(int64_t a, int64_t b, size_t c, size_t *out)
  * (lo) and 2 start_e + n_e + i (hi), so its min weights stream once for both (a row's result
  * does not depend on the rows beside it). */
 typedef struct min_rows {
-    int8_t *x;      /* [2 R, K2]: K2 = 2 K/32 (c > 0) or K/32 */
+    int8_t *x;      /* [2 R, K2]: K2 = K/32 */
     float *xs;      /* [2 R] */
     int64_t *count; /* [E]: 2 n_e */
 } min_rows;
@@ -405,8 +405,8 @@ static void min_sums_share(void *arg, int t, int n)
             for (int64_t g = 0; g < J; g++) {
                 int32_t sum = 0;
                 for (int k = 0; k < 32; k++) sum += x[g * 32 + k];
-                l[g] = l[K2 - J + g] = (int8_t)(sum & 63);                 /* twice for K2 = 2 J */
-                h[g] = h[K2 - J + g] = (int8_t)((sum - (sum & 63)) / 64); /* in [-64, 63] */
+                l[g] = (int8_t)(sum & 63);
+                h[g] = (int8_t)((sum - (sum & 63)) / 64); /* in [-64, 63] */
             }
         }
     }
@@ -535,7 +535,7 @@ static int weight_run(qg_context *ctx, qg_weight *w, const qg_acts *a, const int
      * of the backend's peak memory): 2 P rows of K2 bytes, their 2 P scales, the doubled row
      * counts, each matrix's local start and count, and the 2 P outputs */
     const int mins = w->fmt->mins;
-    const int64_t K2 = qg_min_rows(w->fmt, K), P0 = QG_MIN_Y_BYTES / (2 * Np * (int64_t)sizeof(float)),
+    const int64_t K2 = qg_min_rows(K), P0 = QG_MIN_Y_BYTES / (2 * Np * (int64_t)sizeof(float)),
                   P = R < P0 ? R : P0 > 0 ? P0 : 1;
     const size_t fP = (size_t)P, fE = (size_t)w->E;
     size_t ny = 0, nx = 2 * fP * (size_t)K2, nxa = (nx + 63) & ~(size_t)63;

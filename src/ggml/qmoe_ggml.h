@@ -32,12 +32,12 @@
 /* A weight type the backend takes: ggml blocks of `blk` values in `bytes` bytes, as qmoe
  * integers (int4 or int8) with one float scale per group of `gs` values; `side` bytes per block
  * hold the rest (scales, mins) verbatim. mins: the K-quants with a dmin·m term, whose unsigned
- * integers are kept less c (q4_K: q − 8 in int4; q5_K: q itself in int8, c 0; qg_decode_row).
+ * integers are kept as they are (q5_K's in int8, q4_K's as codes 0..15; qg_decode_row).
  * scaled: the side bytes are the block's one scale (q8_0, q4_0: its fp16; mxfp4: its e8m0), so
  * they are not kept: qg_side_of_scale rebuilds them from the prepacked object's scales. */
 typedef struct qg_format {
     enum ggml_type type;
-    int blk, bytes, gs, int4, side, c, mins, scaled;
+    int blk, bytes, gs, int4, side, mins, scaled;
 } qg_format;
 
 /* NULL for the types the backend does not take (q8_0, q4_0, mxfp4, q6_K, q4_K, q5_K). */
@@ -50,9 +50,8 @@ int qg_type_supported(enum ggml_type type);
 
 /* Decodes one row of K values (K % blk == 0): q[k] the integer and s[k / gs] its group's scale,
  * side (NULL: not wanted) the blocks' side bytes [K / blk][side]. Value k is exactly q[k] * s
- * without a min term; for q4_K / q5_K (mins) it is s_j (q[k] + c) - dmin m_j (sub-block j =
- * k / 32), that is s_j q[k] + (c s_j - dmin m_j), the second term added by the matmul from
- * activation sums. */
+ * without a min term; for q4_K / q5_K (mins) it is s_j q[k] - dmin m_j (sub-block j = k / 32),
+ * the second term added by the matmul from activation sums. */
 void qg_decode_row(enum ggml_type type, const void *row, int64_t K, int8_t *q, float *s, uint8_t *side);
 /* The side bytes of a `scaled` format's block from its scale s (exactly a value decoding gives). */
 void qg_side_of_scale(enum ggml_type type, float s, uint8_t *side);
@@ -103,10 +102,9 @@ typedef struct qg_plans {
 /* One piece of a weight: experts [e0, e0 + ne) and columns [n0, n0 + nc) as a qmoe prepacked
  * object of nc + pad columns (pad 1 when nc is odd: qmoe's N is even; the extra column is zero),
  * with the grouped-matmul plans made for it. q4_K / q5_K also have the min object: their 6-bit
- * codes as an int8 weight in groups of 8 (one super-block), which multiplies each row's int8
- * group sums (matmul.c): for c > 0 (q4_K) [ne, 2 K/32, ncp], rows j: sc_j with scales c d, rows
- * K/32 + j: m_j with -dmin; for c 0 (q5_K) [ne, K/32, ncp], the m_j alone (the sc_j then live in
- * qg_weight.ksc). */
+ * m_j as an int8 weight [ne, K/32, ncp] in groups of 8 (one super-block) with scales -dmin, which
+ * multiplies each row's int8 group sums (matmul.c); their sc_j are the main object's scales over
+ * d (or in qg_weight.ksc). */
 typedef struct qg_chunk {
     int64_t e0, ne, n0, nc, pad;
     /* a paired weight's (qg_weight.mate): the object is its gate and up side by side, this
@@ -123,8 +121,8 @@ typedef struct qg_chunk {
 
 static inline int64_t qg_chunk_cols(const qg_chunk *c) { return c->col + c->nc + c->pad; }
 
-/* The min object's rows (K of its grouped matmul): sc_j and m_j for c > 0, m_j alone for c 0. */
-static inline int64_t qg_min_rows(const qg_format *f, int64_t K) { return (f->c ? 2 : 1) * (K / 32); }
+/* The min object's rows (K of its grouped matmul): the m_j, one a sub-block of 32. */
+static inline int64_t qg_min_rows(int64_t K) { return K / 32; }
 
 /* A weight as one op reads it: where its bytes are, its layout, and its chunks. */
 typedef struct qg_weight {
@@ -140,9 +138,9 @@ typedef struct qg_weight {
      * side: the blocks' side bytes [E][N][K / blk][fmt->side] (all but q4_K / q5_K); for q6_K
      * only until the weight is built: where its object's scales over d give every sc back, side
      * goes and kd [E][K / 256][N] keeps d alone (weights.c, slim_side);
-     * q4_K / q5_K: fp16 d, dmin [E][K / 256][N], their 6-bit codes in the min objects, and for
-     * c 0 (q5_K) the sc_j in ksc [E][K / 32][N]; kd (c > 0) and kdmin NULL where the min
-     * object's scales (c d, -dmin) give them back */
+     * q4_K / q5_K: fp16 d, dmin [E][K / 256][N], the m_j in the min objects and the sc_j in
+     * ksc [E][K / 32][N]; after the build ksc is NULL where the main object's scales over d
+     * give every sc_j back, kdmin NULL where the min object's scales (-dmin) give dmin back */
     uint8_t *side;
     uint16_t *kd, *kdmin;
     uint8_t *ksc;

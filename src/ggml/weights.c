@@ -214,9 +214,8 @@ static void *gather(void *arg)
                     bias[(size_t)e * (size_t)ncp + (size_t)(c->col + n)] = (float)(8.0 * acc);
                 }
                 if (!f->mins) continue;
-                /* the min object's rows: [sc_j (c > 0)] then m_j; its scales [c d] then -dmin */
-                const size_t J = (size_t)nb * 8, col = (size_t)ncp, mo = f->c ? J : 0,
-                             so = f->c ? (size_t)nb : 0;
+                /* the min object's rows: m_j, its scales -dmin; the sc_j in ksc (slim_side) */
+                const size_t J = (size_t)nb * 8, col = (size_t)ncp;
                 for (int64_t b = 0; b < nb; b++) { /* q4_K / q5_K: d, dmin, 12 bytes of codes */
                     const uint8_t *sb = rows + b * 16;
                     size_t at = ((size_t)m * (size_t)nb + (size_t)b) * (size_t)N + (size_t)gn;
@@ -224,16 +223,13 @@ static void *gather(void *arg)
                     memcpy(&w->kdmin[at], sb + 2, 2);
                     uint8_t sc[8], mn[8];
                     qg_kq_unpack(sb + 4, sc, mn);
-                    int8_t *mv = mvals + (size_t)e * (mo + J) * col + (size_t)n;
+                    int8_t *mv = mvals + (size_t)e * J * col + (size_t)n;
                     for (int j = 0; j < 8; j++) {
                         const size_t jj = (size_t)b * 8 + (size_t)j;
-                        if (f->c) mv[jj * col] = (int8_t)sc[j];
-                        else w->ksc[((size_t)m * J + jj) * (size_t)N + (size_t)gn] = sc[j];
-                        mv[(mo + jj) * col] = (int8_t)mn[j];
+                        w->ksc[((size_t)m * J + jj) * (size_t)N + (size_t)gn] = sc[j];
+                        mv[jj * col] = (int8_t)mn[j];
                     }
-                    float *ms = mscales + (size_t)e * (so + (size_t)nb) * col + (size_t)n;
-                    if (f->c) ms[(size_t)b * col] = (float)f->c * qg_half(w->kd[at]); /* exact: times 8 */
-                    ms[(so + (size_t)b) * col] = -qg_half(w->kdmin[at]);
+                    mscales[(size_t)e * (size_t)nb * col + (size_t)n + (size_t)b * col] = -qg_half(w->kdmin[at]);
                 }
             }
             put_tile(rowq, K, tn, f->int4, vals, (size_t)e * (size_t)K * (size_t)ncp + (size_t)(c->col + n0),
@@ -315,8 +311,8 @@ static qmoe_status build_parts(qg_weight *const *ws, qg_chunk *const *cs, int np
     const int64_t slice = np > 1 ? QG_SLICE / 2 : QG_SLICE;
     const int64_t K = w->K, G = w->G, ncp = qg_chunk_cols(c), S = c->ne < slice ? c->ne : slice;
     const int a8w4 = w->fmt->int4, mins = w->fmt->mins;
-    /* the min object: MJ rows (sc_j and m_j, or m_j alone for c 0) in MG groups of 8 */
-    const int64_t MJ = qg_min_rows(w->fmt, K), MG = MJ / 8;
+    /* the min object: MJ rows (the m_j) in MG groups of 8 */
+    const int64_t MJ = qg_min_rows(K), MG = MJ / 8;
     size_t nv, ns, nbias, nmv = 0, nms = 0, nt;
     if (!mul3(S, K, ncp, &nv) || !mul3(S, G, ncp, &ns) || !mul3(S, 1, ncp, &nbias) ||
         !mul3(S, MJ, ncp, &nmv) || !mul3(S, MG, ncp, &nms) || !mul3(QG_TILE, K, 4, &nt))
@@ -350,6 +346,9 @@ static qmoe_status build_parts(qg_weight *const *ws, qg_chunk *const *cs, int np
     wo.experts = mo.experts = c->ne;
     /* mxfp4: its codes, 4 bits a value (the file's own), where the kernel reads them in place */
     wo.codebook = qg_take_codes() ? qg_codebook(w->type) : NULL;
+    /* q4_K: its codes 0..15 as they are, 4 bits a value, which qmoe reads as int4 without the
+     * offset of 8 on every kernel (no lookup): so the min term needs no 8 d sc_j part */
+    if (w->type == GGML_TYPE_Q4_K) wo.codebook = qg_codebook(w->type);
     /* q6_K: its integers (q - 32, in [-32, 31]) kept in 6 bits, as the file holds them: 0.75
      * bytes a value instead of 1 (docs/ggml.md, "Memory") */
     wo.value_bits = w->type == GGML_TYPE_Q6_K && qg_take_bits6() ? 6 : 0;
@@ -471,9 +470,9 @@ static int alloc_side(qg_weight *w)
     } else {
         w->kd = malloc(cols * nb * sizeof(uint16_t) + 1);
         w->kdmin = malloc(cols * nb * sizeof(uint16_t) + 1);
-        if (!f->c) w->ksc = malloc(cols * nb * 8 + 1); /* 8 sub-blocks a super-block */
+        w->ksc = malloc(cols * nb * 8 + 1); /* 8 sub-blocks a super-block */
     }
-    if (!f->mins ? !!w->side : (w->kd && w->kdmin && (f->c || w->ksc))) return 1;
+    if (!f->mins ? !!w->side : (w->kd && w->kdmin && w->ksc)) return 1;
     qmoe_error_set(QMOE_ERR_INNER, QMOE_RULE_NONE, "weight", "ggml-qmoe: out of memory");
     return 0;
 }
@@ -538,63 +537,69 @@ static float scale_at(const void *sv, qmoe_dtype dt, int64_t g, int64_t ncp, int
 
 static int f32_same(float a, float b) { return memcmp(&a, &b, sizeof a) == 0; }
 
-/* q6_K's sc of a group from its scale s = d sc (exact in float32) and d's bits: 1 when s / d
- * is that integer, so the object's scales and d give the byte back. */
-static int q6k_sc(float s, uint16_t dbits, int8_t *sc)
+/* The integer sc in [lo, hi] of a group whose scale is s = d sc (exact in float32; q6_K's int8
+ * sc, q4_K / q5_K's 6-bit ones) from s and d's bits: 1 when s / d is that integer and d sc gives
+ * s back bit for bit, so the object's scales and d give the byte back. */
+static int group_sc(float s, uint16_t dbits, int lo, int hi, int *sc)
 {
     const float d = qg_half(dbits), r = s / d;
-    if (!(r >= -128.0f && r <= 127.0f) || r != (float)(int)r) return 0; /* NaN, d 0 too */
-    *sc = (int8_t)(int)r;
+    if (!(r >= (float)lo && r <= (float)hi) || r != (float)(int)r) return 0; /* NaN, d 0 too */
+    *sc = (int)r;
     return f32_same(d * (float)*sc, s);
 }
 
-/* q4_K / q5_K's d and dmin bits from the min object's scales c d and -dmin (exact: c is 8) */
-static uint16_t kq_d(float cd, int c) { return qg_half_bits(cd / (float)c); }
+/* q4_K / q5_K's dmin bits from the min object's scale -dmin */
 static uint16_t kq_dmin(float mdmin) { return qg_half_bits(-mdmin); }
 
 /* Side arrays the objects make redundant, dropped once the weight is built: every block is
- * checked to come back bit for bit (q6_K's sc from the scales over d; q4_K / q5_K's d and dmin
- * from the min object's scales); any that does not (d 0 with sc not 0, a NaN, ...) keeps them.
- * Out of memory for the check keeps them too. */
+ * checked to come back bit for bit (q6_K's sc and q4_K / q5_K's sc_j from the scales over d,
+ * q4_K / q5_K's dmin from the min object's scales); any that does not (d 0 with sc not 0, a
+ * NaN, ...) keeps them. Out of memory for the check keeps them too. */
 static void slim_side(qg_weight *w)
 {
     const qg_format *f = w->fmt;
-    const int q6 = w->type == GGML_TYPE_Q6_K && w->side;
-    if (!q6 && !(f->mins && w->kdmin)) return;
-    const int64_t nb = w->K / f->blk, N = w->N, so = f->c ? nb : 0;
+    const int q6 = w->type == GGML_TYPE_Q6_K && w->side, ks = f->mins && w->ksc && w->kd;
+    if (!q6 && !ks && !(f->mins && w->kdmin)) return;
+    const int64_t nb = w->K / f->blk, N = w->N, J = nb * 8;
     const size_t nbk = (size_t)w->E * (size_t)nb * (size_t)N;
     uint16_t *d6 = q6 ? malloc(nbk * sizeof(uint16_t) + 1) : NULL;
-    int kd_ok = f->mins && f->c, kdmin_ok = f->mins, sc_ok = q6 && d6;
-    for (int i = 0; i < w->nchunks && (kd_ok || kdmin_ok || sc_ok); i++) {
+    int kdmin_ok = f->mins && w->kdmin, sc_ok = (q6 && d6) || ks;
+    for (int i = 0; i < w->nchunks && (kdmin_ok || sc_ok); i++) {
         const qg_chunk *c = &w->chunks[i];
-        const int64_t ncp = qg_chunk_cols(c), ng = q6 ? w->G : (f->c ? 2 : 1) * nb;
-        void *sv = malloc((size_t)(ng * ncp) * sizeof(float) + 1);
-        for (int64_t m = c->e0; sv && m < c->e0 + c->ne && (kd_ok || kdmin_ok || sc_ok); m++) {
-            qmoe_status st = q6 ? qmoe_weights_unpack_scales(c->w, m - c->e0, c->wdt, sv)
-                                : qmoe_weights_unpack_scales(c->mw, m - c->e0, c->mdt, sv);
-            if (st) break;
-            for (int64_t n = c->n0; n < c->n0 + c->nc; n++) {
+        const int64_t ncp = qg_chunk_cols(c);
+        /* the main object's scales (q6_K's sc, the K-quants' sc_j) and the min object's */
+        void *wsv = q6 || ks ? malloc((size_t)(w->G * ncp) * sizeof(float) + 1) : NULL,
+             *msv = f->mins ? malloc((size_t)(nb * ncp) * sizeof(float) + 1) : NULL;
+        int ok = (!(q6 || ks) || wsv) && (!f->mins || msv);
+        for (int64_t m = c->e0; ok && m < c->e0 + c->ne && (kdmin_ok || sc_ok); m++) {
+            if ((wsv && qmoe_weights_unpack_scales(c->w, m - c->e0, c->wdt, wsv)) ||
+                (msv && qmoe_weights_unpack_scales(c->mw, m - c->e0, c->mdt, msv)))
+                ok = 0;
+            for (int64_t n = c->n0; ok && n < c->n0 + c->nc; n++) {
                 const int64_t cn = c->col + n - c->n0;
                 for (int64_t b = 0; b < nb; b++) {
                     const size_t at = ((size_t)m * (size_t)nb + (size_t)b) * (size_t)N + (size_t)n;
+                    int sc;
                     if (q6) {
                         const uint8_t *sb = w->side + (((size_t)m * (size_t)N + (size_t)n) * (size_t)nb + (size_t)b) * 18;
                         uint16_t db;
                         memcpy(&db, sb + 16, 2);
                         if (d6) d6[at] = db;
-                        for (int g = 0; g < 16 && sc_ok; g++) {
-                            int8_t sc;
-                            sc_ok = q6k_sc(scale_at(sv, c->wdt, b * 16 + g, ncp, cn), db, &sc) && (uint8_t)sc == sb[g];
-                        }
+                        for (int g = 0; g < 16 && sc_ok; g++)
+                            sc_ok = group_sc(scale_at(wsv, c->wdt, b * 16 + g, ncp, cn), db, -128, 127, &sc) &&
+                                    (uint8_t)(int8_t)sc == sb[g];
                         continue;
                     }
-                    if (kd_ok) kd_ok = kq_d(scale_at(sv, c->mdt, b, ncp, cn), f->c) == w->kd[at];
-                    if (kdmin_ok) kdmin_ok = kq_dmin(scale_at(sv, c->mdt, so + b, ncp, cn)) == w->kdmin[at];
+                    for (int j = 0; j < 8 && ks && sc_ok; j++)
+                        sc_ok = group_sc(scale_at(wsv, c->wdt, b * 8 + j, ncp, cn), w->kd[at], 0, 63, &sc) &&
+                                sc == w->ksc[((size_t)m * (size_t)J + (size_t)(b * 8 + j)) * (size_t)N + (size_t)n];
+                    if (kdmin_ok) kdmin_ok = kq_dmin(scale_at(msv, c->mdt, b, ncp, cn)) == w->kdmin[at];
                 }
             }
         }
-        if (!sv) kd_ok = kdmin_ok = sc_ok = 0;
-        free(sv);
+        if (!ok) kdmin_ok = sc_ok = 0;
+        free(wsv);
+        free(msv);
     }
     if (q6 && sc_ok) {
         free(w->side);
@@ -603,9 +608,9 @@ static void slim_side(qg_weight *w)
         d6 = NULL;
     }
     free(d6);
-    if (f->mins && kd_ok) {
-        free(w->kd);
-        w->kd = NULL;
+    if (ks && sc_ok) {
+        free(w->ksc);
+        w->ksc = NULL;
     }
     if (f->mins && kdmin_ok) {
         free(w->kdmin);
@@ -746,13 +751,13 @@ static float scale_at(const void *sv, qmoe_dtype dt, int64_t g, int64_t ncp, int
 }
 
 /* Side bytes of row (m, n): the kept ones; a scaled format's from the object's scales, unpacked
- * in sv [G, ncp]; or q4_K / q5_K's rebuilt from d, dmin and the codes of the min object,
- * unpacked in mv [2 K/32 or K/32, ncp] (this row's at column cn), and ksc (c 0). */
+ * in sv [G, ncp]; or q4_K / q5_K's rebuilt from d, dmin (kept, or the min object's scales in
+ * msv), the m_j of the min object, unpacked in mv [K/32, ncp] (this row's at column cn), and the
+ * sc_j (ksc, or the scales in sv over d). */
 static void row_side(const qg_weight *w, const qg_chunk *c, int64_t m, int64_t n, const void *sv,
                      const int8_t *mv, const void *msv, int64_t ncp, int64_t cn, uint8_t *out)
 {
-    const int64_t nb = w->K / w->fmt->blk, N = w->N, J = nb * 8, mo = w->fmt->c ? J : 0,
-                  so = w->fmt->c ? nb : 0;
+    const int64_t nb = w->K / w->fmt->blk, N = w->N, J = nb * 8;
     if (w->fmt->scaled) { /* one scale a block: group b */
         for (int64_t b = 0; b < nb; b++)
             qg_side_of_scale(w->type, scale_at(sv, c->wdt, b, ncp, cn), out + b * w->fmt->side);
@@ -768,22 +773,24 @@ static void row_side(const qg_weight *w, const qg_chunk *c, int64_t m, int64_t n
         if (!w->fmt->mins) { /* q6_K: sc from the scales over d (slim_side checked each) */
             uint8_t *sb = out + b * 18;
             for (int g = 0; g < 16; g++) {
-                int8_t sc = 0;
-                (void)q6k_sc(scale_at(sv, c->wdt, b * 16 + g, ncp, cn), w->kd[at], &sc);
-                sb[g] = (uint8_t)sc;
+                int sc = 0;
+                (void)group_sc(scale_at(sv, c->wdt, b * 16 + g, ncp, cn), w->kd[at], -128, 127, &sc);
+                sb[g] = (uint8_t)(int8_t)sc;
             }
             memcpy(sb + 16, &w->kd[at], 2);
             continue;
         }
         uint8_t *sb = out + b * 16, sc[8], mn[8];
-        const uint16_t d = w->kd ? w->kd[at] : kq_d(scale_at(msv, c->mdt, b, ncp, cn), w->fmt->c),
-                       dmin = w->kdmin ? w->kdmin[at] : kq_dmin(scale_at(msv, c->mdt, so + b, ncp, cn));
+        const uint16_t d = w->kd[at],
+                       dmin = w->kdmin ? w->kdmin[at] : kq_dmin(scale_at(msv, c->mdt, b, ncp, cn));
         memcpy(sb, &d, 2);
         memcpy(sb + 2, &dmin, 2);
         for (int j = 0; j < 8; j++) {
-            sc[j] = w->fmt->c ? (uint8_t)mv[(size_t)(b * 8 + j) * (size_t)ncp + (size_t)cn]
-                              : w->ksc[((size_t)m * (size_t)J + (size_t)(b * 8 + j)) * (size_t)N + (size_t)n];
-            mn[j] = (uint8_t)mv[(size_t)(mo + b * 8 + j) * (size_t)ncp + (size_t)cn];
+            int v = 0; /* without ksc: the scale over d (slim_side checked each) */
+            if (w->ksc) v = w->ksc[((size_t)m * (size_t)J + (size_t)(b * 8 + j)) * (size_t)N + (size_t)n];
+            else (void)group_sc(scale_at(sv, c->wdt, b * 8 + j, ncp, cn), d, 0, 63, &v);
+            sc[j] = (uint8_t)v;
+            mn[j] = (uint8_t)mv[(size_t)(b * 8 + j) * (size_t)ncp + (size_t)cn];
         }
         qg_kq_pack(sc, mn, sb + 4);
     }
@@ -798,10 +805,12 @@ qmoe_status qg_weight_encode(const qg_weight *w, size_t a, size_t z, uint8_t *ou
     int64_t r0 = (int64_t)((lo - w->lo) / rowb), r1 = (int64_t)((hi - w->lo - 1) / rowb) + 1;
     int8_t *vals = NULL, *mv = NULL, *rowq = malloc((size_t)K);
     void *sv = NULL, *msv = NULL;
-    /* the object's scales: a scaled format's block scales, q6_K's sc (side dropped); the min
+    /* the object's scales: a scaled format's block scales, q6_K's sc (side dropped), q4_K /
+     * q5_K's sc (ksc dropped); the min
      * object's: q4_K / q5_K's d or dmin (dropped) */
-    const int want_sv = w->fmt->scaled || (!w->fmt->mins && !w->side),
-              want_msv = w->fmt->mins && (!w->kd || !w->kdmin);
+    const int want_sv = w->fmt->scaled || (!w->fmt->mins && !w->side) ||
+                        (w->fmt->mins && !w->ksc),
+              want_msv = w->fmt->mins && !w->kdmin;
     uint8_t *side = malloc((size_t)(K / w->fmt->blk * w->fmt->side)), *row = malloc(rowb);
     qmoe_status st = rowq && side && row ? QMOE_OK
                                           : qmoe_error_set(QMOE_ERR_INNER, QMOE_RULE_NONE, "weight",
@@ -815,9 +824,9 @@ qmoe_status qg_weight_encode(const qg_weight *w, size_t a, size_t z, uint8_t *ou
             if (n1 <= r0 || n0 >= r1) continue;
             if (!vals) { /* K * ncp bytes: at most the chunk's own int8 weight of one expert */
                 vals = malloc((size_t)K * (size_t)ncp + 1);
-                mv = c->mw ? malloc((size_t)qg_min_rows(w->fmt, K) * (size_t)ncp + 1) : NULL;
+                mv = c->mw ? malloc((size_t)qg_min_rows(K) * (size_t)ncp + 1) : NULL;
                 sv = want_sv ? malloc((size_t)w->G * (size_t)ncp * sizeof(float) + 1) : NULL;
-                msv = want_msv ? malloc((size_t)(qg_min_rows(w->fmt, K) / 8) * (size_t)ncp * sizeof(float) + 1)
+                msv = want_msv ? malloc((size_t)(qg_min_rows(K) / 8) * (size_t)ncp * sizeof(float) + 1)
                                : NULL;
                 if (!vals || (c->mw && !mv) || (want_sv && !sv) || (want_msv && !msv)) {
                     st = qmoe_error_set(QMOE_ERR_INNER, QMOE_RULE_NONE, "weight",

@@ -413,7 +413,11 @@ static void pack_panel(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p, qmoe_
 static void row_offsets(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p, const fast_layout *L,
                         uint8_t *sp, int64_t m0, int64_t rows, int32_t *xoff)
 {
-    int32_t off = p->mode == QMOE_MODE_A8W4 ? 8 : 128;
+    int32_t off = p->mode == QMOE_MODE_A8W4 ? 8 : p->pp && p->pp->u4 ? 0 : 128;
+    if (off == 0) { /* the bytes are the values: nothing to take off */
+        memset(xoff, 0, sizeof(int32_t) * (size_t)(rows * p->G));
+        return;
+    }
     if (!L->direct_x) {
         for (int64_t r = 0; r < rows; r++)
             for (int64_t g = 0; g < p->G; g++) {
@@ -780,7 +784,7 @@ static void prepacked_panel(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p,
     pn->i4 = pn->b6 = 0;
     pn->lazy6 = NULL;
     pn->stream = 1;
-    pn->tbl = pp->codes ? pp->tbl : NULL;
+    pn->tbl = pp->codes && !pp->u4 ? pp->tbl : NULL; /* u4: read as int4 steps */
     /* in place up to two micro-tiles: widening each step in registers twice cost less than
      * widening the panel into the scratchpad once (8 rows a matrix: 12-24 % faster) */
     if (pp->bits6 && grouped && isa->groups_b6 && rows <= 2 * isa->mr) {
@@ -800,7 +804,7 @@ static void prepacked_panel(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p,
             widen_bits6(isa, rec, 2 * (L->Kp / 4) * pn->nu, pn->wp);
         return;
     }
-    if (p->mode == QMOE_MODE_A8W8 && !pn->tbl) {
+    if (p->mode == QMOE_MODE_A8W8 && !pp->codes) {
         pn->wp = (uint8_t *)(uintptr_t)rec; /* read only */
         return;
     }
@@ -966,7 +970,7 @@ static void run_block(const block_args *A, uint8_t *sp, const fast_layout *L)
     pn.rec = NULL;
     pn.next_panel = 0;
     pn.tbl = NULL;
-    pn.u4 = p->mode == QMOE_MODE_A8W4;
+    pn.u4 = p->mode == QMOE_MODE_A8W4 || (p->pp && p->pp->u4); /* expanded steps: bytes <= 15 */
     pn.ld = 2 * QMOE_PK_UNIT * L->U;
     /* Small groups (ggml's 32): a fold per group through memory would cost as much as the
      * group's products; gemm_groups keeps the float tile in registers. */

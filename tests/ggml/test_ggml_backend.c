@@ -58,7 +58,7 @@ static void random_blocks(enum ggml_type type, uint8_t *p, int64_t nblocks)
 }
 
 /* The values of a row of K as the backend decodes them, in double: q s for the formats without a
- * min, s_j (q + c) - dmin m_j for q4_K / q5_K (sub-block j), with side bytes for dmin and m_j
+ * min, s_j q - dmin m_j for q4_K / q5_K (sub-block j), with side bytes for dmin and m_j
  * (unpacked once a 256-value block: the references call this for every output). */
 static void decoded(const qg_format *f, const int8_t *q, const float *s, const uint8_t *side, int64_t K,
                     double *v)
@@ -75,7 +75,7 @@ static void decoded(const qg_format *f, const int8_t *q, const float *s, const u
             dmin = qg_half(h);
             qg_kq_unpack(sb + 4, sc, m);
         }
-        v[k] += (double)f->c * s[k / f->gs] - dmin * m[(k % 256) / 32];
+        v[k] -= dmin * m[(k % 256) / 32];
     }
 }
 

@@ -149,7 +149,11 @@ static qmoe_status allocate(const qmoe_gmm_params *p, qmoe_dtype ws_dtype, int64
     pp->panels = (pp->N2 + QMOE_PP_COLS - 1) / QMOE_PP_COLS;
     if (o->codebook) {
         pp->codes = 1;
-        for (int c = 0; c < 16; c++) pp->tbl[c] = (uint8_t)(o->codebook[c] + 128);
+        pp->u4 = 1;
+        for (int c = 0; c < 16; c++) {
+            pp->tbl[c] = (uint8_t)(o->codebook[c] + 128);
+            pp->u4 &= o->codebook[c] == c;
+        }
     }
     pp->bits6 = o->value_bits == 6;
     pp->step_bytes = p->mode != QMOE_MODE_A8W8 || pp->codes ? QMOE_PK_STEP / 2
