@@ -357,17 +357,15 @@ int qg_bytes3(int64_t a, int64_t b, size_t c, size_t *out)
     return 1;
 }
 
-/* The K-quants' min term: value (k, n) of matrix e is s_j (q - c) + (c d sc_j - dmin m_j) for
- * sub-block j = k / 32 of super-block b = k / 256, and the main matmul computed the first part.
- * The second, for row r: xs[r] * sum_j xsum_j (c d_b sc_j - dmin_b m_j), xsum_j the sum of the
- * row's int8 values over sub-block j (the int8 activations the matmul used, so the weights stay
- * exact). That is a grouped matmul of the sums by the chunk's min object (groups of 8): for c > 0
- * (q4_K) the sums twice, [xsum | xsum], against rows sc_j (scales c d_b) then m_j (-dmin_b); for
- * c 0 (q5_K, whose integers are q itself) [xsum] against the m_j alone. The sums (|.| <= 4096)
- * are not int8, so each row is given twice, its low 6 bits and the rest (xsum = lo + 64 hi,
- * exactly), both in one run: matrix e's rows [start_e, start_e + n_e) become rows 2 start_e + i
- * (lo) and 2 start_e + n_e + i (hi), so its min weights stream once for both (a row's result
- * does not depend on the rows beside it). */
+/* The K-quants' min term: value (k, n) of matrix e is s_j q - dmin_b m_j for sub-block j = k / 32
+ * of super-block b = k / 256, and the main matmul computed the first part. The second, for row
+ * r: xs[r] * sum_j xsum_j (-dmin_b m_j), xsum_j the sum of the row's int8 values over sub-block j
+ * (the int8 activations the matmul used, so the weights stay exact). That is a grouped matmul of
+ * the sums [xsum] by the chunk's min object (the m_j, groups of 8, scales -dmin_b). The sums
+ * (|.| <= 4096) are not int8, so each row is given twice, its low 6 bits and the rest (xsum = lo
+ * + 64 hi, exactly), both in one run: matrix e's rows [start_e, start_e + n_e) become rows
+ * 2 start_e + i (lo) and 2 start_e + n_e + i (hi), so its min weights stream once for both (a
+ * row's result does not depend on the rows beside it). */
 typedef struct min_rows {
     int8_t *x;      /* [2 R, K2]: K2 = K/32 */
     float *xs;      /* [2 R] */
@@ -523,13 +521,24 @@ int qg_acts_prepare(qg_context *ctx, const struct ggml_tensor *node, const qg_we
     return 1;
 }
 
-static int weight_run(qg_context *ctx, qg_weight *w, const qg_acts *a, const int8_t *xq,
-                      const float *xs, float *y, int64_t ld)
+static int weight_run(qg_context *ctx, qg_weight *w, const qg_acts *a, int64_t s0, int64_t R,
+                      const int8_t *xq, const float *xs, float *y, int64_t ld)
 {
     const int threads = ctx->dev_threads;
-    const int64_t K = w->K, N = w->N, Np = N + N % 2, R = a->R;
+    const int64_t K = w->K, N = w->N, Np = N + N % 2;
     const size_t fK = (size_t)K;
-    const int64_t *start = a->start, *counts = a->counts;
+    /* the window's rows of each matrix, local: start[e] its first, counts[e] how many */
+    int64_t *start = qg_scratch(ctx, QG_S_WIN, (2 * (size_t)w->E + 1) * sizeof(int64_t)), *counts;
+    if (!start) {
+        qmoe_error_set(QMOE_ERR_INNER, QMOE_RULE_NONE, "", "out of memory for the row window");
+        return 0;
+    }
+    counts = start + w->E + 1;
+    for (int64_t e = 0; e <= w->E; e++) {
+        int64_t v = a->start[e] - s0;
+        start[e] = v < 0 ? 0 : v > R ? R : v;
+    }
+    for (int64_t e = 0; e < w->E; e++) counts[e] = start[e + 1] - start[e];
     /* the min term, in passes of P sorted rows (its outputs, 2 P rows of Np floats, are at
      * most QG_MIN_Y_BYTES however long the prompt: at 512 tokens all at once they were 64 MiB
      * of the backend's peak memory): 2 P rows of K2 bytes, their 2 P scales, the doubled row
@@ -643,11 +652,11 @@ int64_t qg_weight_out_cols(const qg_weight *w)
 
 int64_t qg_weight_col(const qg_weight *w) { return w->nchunks ? w->chunks[0].col : 0; }
 
-int qg_weight_run(qg_context *ctx, qg_weight *w, const qg_acts *a, const int8_t *xq, const float *xs,
-                  float *y, int64_t ld)
+int qg_weight_run(qg_context *ctx, qg_weight *w, const qg_acts *a, int64_t s0, int64_t n,
+                  const int8_t *xq, const float *xs, float *y, int64_t ld)
 {
     pthread_mutex_lock(&w->run);
-    int ok = weight_run(ctx, w, a, xq, xs, y, ld);
+    int ok = weight_run(ctx, w, a, s0, n, xq, xs, y, ld);
     pthread_mutex_unlock(&w->run);
     return ok;
 }
@@ -664,11 +673,18 @@ void qg_rows_to_mul(qg_acts *a, const struct ggml_tensor *mul)
     }
 }
 
-void qg_scatter(qg_context *ctx, const qg_acts *a, const float *y, int64_t ld, int64_t N)
+void qg_scatter(qg_context *ctx, const qg_acts *a, int64_t s0, int64_t n, const float *y, int64_t ld,
+                int64_t N)
 {
-    size_t ny = (size_t)a->R * (size_t)ld * sizeof(float); /* below the checked R * ld floats */
-    moved m = {NULL, a->rows, a->perm, NULL, y, 0, N, ld, a->R};
+    size_t ny = (size_t)n * (size_t)ld * sizeof(float); /* below the checked n * ld floats */
+    moved m = {NULL, a->rows, a->perm + s0, NULL, y, 0, N, ld, n};
     rows_on_threads(ctx, scatter_share, &m, ny);
+}
+
+int64_t qg_pass_rows(int64_t R, size_t row_bytes)
+{
+    const size_t p = row_bytes ? QG_Y_BYTES / row_bytes : (size_t)R;
+    return p < 1 ? 1 : p < (size_t)R ? (int64_t)p : R;
 }
 
 enum ggml_status qg_compute_matmul(qg_context *ctx, struct ggml_tensor *node, struct ggml_tensor *mul)
@@ -681,14 +697,20 @@ enum ggml_status qg_compute_matmul(qg_context *ctx, struct ggml_tensor *node, st
     qg_acts a;
     if (!qg_acts_prepare(ctx, node, w, &a)) return qg_failed(ggml_op_desc(node));
     if (a.R == 0) return GGML_STATUS_SUCCESS;
+    /* in passes of sorted rows whose outputs fit QG_Y_BYTES, each scattered before the next */
     size_t ny;
-    float *y = qg_bytes3(a.R, Np, sizeof(float), &ny) ? qg_scratch(ctx, QG_S_Y, ny) : NULL;
+    const int64_t P = qg_pass_rows(a.R, (size_t)Np * sizeof(float));
+    float *y = qg_bytes3(P, Np, sizeof(float), &ny) ? qg_scratch(ctx, QG_S_Y, ny) : NULL;
     if (!y) {
         qmoe_error_set(QMOE_ERR_INNER, QMOE_RULE_NONE, "", "out of memory for the outputs");
         return qg_failed(ggml_op_desc(node));
     }
-    if (!qg_weight_run(ctx, w, &a, a.xq, a.xs, y, Np)) return qg_failed("grouped matmul");
     if (mul) qg_rows_to_mul(&a, mul);
-    qg_scatter(ctx, &a, y + qg_weight_col(w), Np, N);
+    for (int64_t s0 = 0; s0 < a.R; s0 += P) {
+        const int64_t n = a.R - s0 < P ? a.R - s0 : P;
+        if (!qg_weight_run(ctx, w, &a, s0, n, a.xq + (size_t)s0 * (size_t)w->K, a.xs + s0, y, Np))
+            return qg_failed("grouped matmul");
+        qg_scatter(ctx, &a, s0, n, y + qg_weight_col(w), Np, N);
+    }
     return GGML_STATUS_SUCCESS;
 }

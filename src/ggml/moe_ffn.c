@@ -87,18 +87,26 @@ static enum ggml_status fused_down(qg_context *ctx, qg_acts *a, qg_weight *wg, i
                                    struct ggml_tensor *down, const struct ggml_tensor *mul)
 {
     const int64_t R = a->R, Nd = wd->N, Npd = Nd + Nd % 2;
+    /* h for every row at once (int8), then the down projection in passes of rows whose float
+     * outputs fit QG_Y_BYTES, each scattered before the next */
+    const int64_t P = qg_pass_rows(R, (size_t)Npd * sizeof(float));
     size_t nh = 0, ny = 0;
     int8_t *hq = qg_bytes3(R, I, 1, &nh) ? qg_scratch(ctx, QG_S_HQ, nh) : NULL;
     float *hs = hq ? qg_scratch(ctx, QG_S_HS, (size_t)R * sizeof(float)) : NULL;
-    float *y = hs && qg_bytes3(R, Npd, sizeof(float), &ny) ? qg_scratch(ctx, QG_S_GU, ny) : NULL;
+    float *y = hs && qg_bytes3(P, Npd, sizeof(float), &ny) ? qg_scratch(ctx, QG_S_GU, ny) : NULL;
     if (!y) {
         qmoe_error_set(QMOE_ERR_INNER, QMOE_RULE_NONE, "", "out of memory for the MoE FFN's rows");
         return qg_failed(ggml_op_desc(down));
     }
-    if (!qg_weight_swiglu_quant(ctx, wg, a, hq, hs) || !qg_weight_run(ctx, wd, a, hq, hs, y, Npd))
-        return qg_failed("GroupedMatmulSwigluQuant and the down projection");
+    if (!qg_weight_swiglu_quant(ctx, wg, a, hq, hs))
+        return qg_failed("GroupedMatmulSwigluQuant");
     retarget(a, down, down->src[2]->ne[0], mul);
-    qg_scatter(ctx, a, y, Npd, Nd);
+    for (int64_t s0 = 0; s0 < R; s0 += P) {
+        const int64_t n = R - s0 < P ? R - s0 : P;
+        if (!qg_weight_run(ctx, wd, a, s0, n, hq + (size_t)s0 * (size_t)I, hs + s0, y, Npd))
+            return qg_failed("the down projection");
+        qg_scatter(ctx, a, s0, n, y, Npd, Nd);
+    }
     return GGML_STATUS_SUCCESS;
 }
 
@@ -189,49 +197,57 @@ int qg_compute_moe_ffn(qg_context *ctx, struct ggml_cgraph *graph, int i, enum g
         *st = fused_down(ctx, &a, wg, I, wd, down, mul);
         return taken;
     }
-    /* one block for gate | up, then h, then (once h is int8) the down projection's outputs:
-     * each is dead when the next is written, so they share the memory (at a 512-token prompt of
-     * Qwen3-30B-A3B's shape 38 MB instead of 71) */
+    /* In passes of sorted rows (a row's values do not depend on the rows beside it: the same bits
+     * for any pass): one block for a pass's gate | up, then h, then (once h is int8) the down
+     * projection's outputs: each is dead when the next is written, so they share the memory, and
+     * the pass's rows are scattered before the next pass (at a 512-token prompt of
+     * Qwen3-30B-A3B's shape all rows at once were 36 MiB, 71 before they shared it) */
+    const size_t row_gu = (size_t)(ld + I) * sizeof(float) + 64, row_y = (size_t)Npd * sizeof(float);
+    const int64_t P = qg_pass_rows(R, row_gu > row_y ? row_gu : row_y);
     size_t ngu = 0, nh = 0, ny = 0, nall = 0;
-    int sized = qg_bytes3(R, ld, sizeof(float), &ngu) && qg_bytes3(R, I, sizeof(float), &nh) &&
-                qg_bytes3(R, Npd, sizeof(float), &ny) && ngu <= SIZE_MAX - 64 - nh;
+    int sized = qg_bytes3(P, ld, sizeof(float), &ngu) && qg_bytes3(P, I, sizeof(float), &nh) &&
+                qg_bytes3(P, Npd, sizeof(float), &ny) && ngu <= SIZE_MAX - 64 - nh;
     ngu = (ngu + 63) & ~(size_t)63;
     if (sized) nall = ngu + nh > ny ? ngu + nh : ny;
     float *gu = sized ? qg_scratch(ctx, QG_S_GU, nall) : NULL;
     float *hv = gu ? (float *)(void *)((uint8_t *)gu + ngu) : NULL;
     int8_t *hq = down && hv ? qg_scratch(ctx, QG_S_HQ, nh / sizeof(float)) : NULL;
-    float *hs = hq ? qg_scratch(ctx, QG_S_HS, (size_t)R * sizeof(float)) : NULL;
+    float *hs = hq ? qg_scratch(ctx, QG_S_HS, (size_t)P * sizeof(float)) : NULL;
     if (!gu || !hv || (down && (!hq || !hs))) {
         qmoe_error_set(QMOE_ERR_INNER, QMOE_RULE_NONE, "", "out of memory for the MoE FFN's rows");
         *st = qg_failed(ggml_op_desc(h));
         return taken;
     }
-    /* gate into columns [0, I), then up into [I, 2 I) (a pair: both from the one object at once);
-     * an odd I's zero pad column of the gate (column I) is overwritten by up's first */
-    if (!qg_weight_run(ctx, wg, &a, a.xq, a.xs, gu, ld) ||
-        (!paired && !qg_weight_run(ctx, wu, &a, a.xq, a.xs, gu + I, ld))) {
-        *st = qg_failed("grouped matmul (gate, up)");
-        return taken;
+    if (down) retarget(&a, down, n_used, mul);
+    else retarget(&a, h, n_used, NULL);
+    for (int64_t s0 = 0; s0 < R; s0 += P) {
+        const int64_t n = R - s0 < P ? R - s0 : P;
+        const int8_t *xq = a.xq + (size_t)s0 * (size_t)a.K;
+        /* gate into columns [0, I), then up into [I, 2 I) (a pair: both from the one object at
+         * once); an odd I's zero pad column of the gate (column I) is overwritten by up's first */
+        if (!qg_weight_run(ctx, wg, &a, s0, n, xq, a.xs + s0, gu, ld) ||
+            (!paired && !qg_weight_run(ctx, wu, &a, s0, n, xq, a.xs + s0, gu + I, ld))) {
+            *st = qg_failed("grouped matmul (gate, up)");
+            return taken;
+        }
+        qmoe_op *sw = qg_small_plan(ctx, 1, n, I, ld, qg_small_threads(ctx, n, I));
+        void *sargs[2] = {gu, hv};
+        if (!sw || !qg_run(ctx, sw, sargs, 2)) {
+            *st = qg_failed("SwiGLU");
+            return taken;
+        }
+        if (!down) {
+            qg_scatter(ctx, &a, s0, n, hv, I, I);
+            continue;
+        }
+        qmoe_op *qop = qg_small_plan(ctx, 0, n, I, I, qg_small_threads(ctx, n, I));
+        void *qargs[4] = {hv, NULL, hq, hs};
+        float *y = gu; /* gate, up and h are dead once h is quantized */
+        if (!qop || !qg_run(ctx, qop, qargs, 4) || !qg_weight_run(ctx, wd, &a, s0, n, hq, hs, y, Npd)) {
+            *st = qg_failed("the down projection");
+            return taken;
+        }
+        qg_scatter(ctx, &a, s0, n, y, Npd, Nd);
     }
-    qmoe_op *sw = qg_small_plan(ctx, 1, R, I, ld, qg_small_threads(ctx, R, I));
-    void *sargs[2] = {gu, hv};
-    if (!sw || !qg_run(ctx, sw, sargs, 2)) {
-        *st = qg_failed("SwiGLU");
-        return taken;
-    }
-    if (!down) {
-        retarget(&a, h, n_used, NULL);
-        qg_scatter(ctx, &a, hv, I, I);
-        return taken;
-    }
-    qmoe_op *qop = qg_small_plan(ctx, 0, R, I, I, qg_small_threads(ctx, R, I));
-    void *qargs[4] = {hv, NULL, hq, hs};
-    float *y = gu; /* gate, up and h are dead once h is quantized */
-    if (!qop || !qg_run(ctx, qop, qargs, 4) || !qg_weight_run(ctx, wd, &a, hq, hs, y, Npd)) {
-        *st = qg_failed("the down projection");
-        return taken;
-    }
-    retarget(&a, down, n_used, mul);
-    qg_scatter(ctx, &a, y, Npd, Nd);
     return taken;
 }

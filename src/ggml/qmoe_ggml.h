@@ -24,6 +24,7 @@
 #define QG_MAX_COLS 10240   /* qmoe's N limit for prepacked weights: wider ones are split */
 #define QG_SLICE 8          /* matrices converted at a time (weights.c build_chunk) */
 #define QG_MIN_Y_BYTES (8 << 20) /* the K-quants' min term outputs a pass (matmul.c) */
+#define QG_Y_BYTES (8 << 20)     /* a node's float outputs a pass of sorted rows (qg_pass_rows) */
 #define QG_TILE 64          /* rows decoded before their columns are written (weights.c gather) */
 #define QG_PLANS 4          /* plans kept per weight chunk (one per row count seen last) */
 
@@ -217,17 +218,18 @@ enum {
     QG_S_X,      /* gathered activations, float [<= 256, K]: a block of rows sorted by matrix */
     QG_S_XQ,     /* their int8 values [R, K] */
     QG_S_XS,     /* per-row scales [R] */
-    QG_S_Y,      /* outputs [R, Np] */
+    QG_S_Y,      /* outputs [P, Np] of a pass of P rows */
     QG_S_ROWS,   /* per routed row: matrix, source row, destination row (int64 x 3) */
     QG_S_PERM,   /* routed rows sorted by matrix [R] */
     QG_S_COUNTS, /* rows per matrix and their starts, int64 [2 E + 1] */
     QG_S_MIN,    /* q4_K / q5_K min term: the rows' group sums, low and high parts as rows of
                   * one grouped matmul, int8 [2 R, 2 K/32], their scales and counts */
     QG_S_MINY,   /* and the min object's outputs, float [2 P, Np] for a pass of P rows */
-    QG_S_GU,     /* the SwiGLU pattern (moe_ffn.c): gate | up outputs, float [R, 2 Np], and its
-                  * SwiGLU h [R, I] after them; then the down projection's outputs over both */
-    QG_S_HQ,     /* that, quantized per row: int8 [R, I] */
-    QG_S_HS,     /* and its scales [R] */
+    QG_S_GU,     /* the SwiGLU pattern (moe_ffn.c): gate | up outputs, float [P, 2 Np], and its
+                  * SwiGLU h [P, I] after them; then the down projection's outputs over both */
+    QG_S_HQ,     /* that, quantized per row: int8 [P, I] (the fused operator's: [R, I]) */
+    QG_S_HS,     /* and its scales [P] ([R]) */
+    QG_S_WIN,    /* a window's rows per matrix and their starts, int64 [2 E + 1] */
     QG_S_SLOTS
 };
 
@@ -278,10 +280,16 @@ int qg_context_ready(qg_context *ctx);
 qg_weight *qg_node_weight(const struct ggml_tensor *node);
 /* Routes, sorts, gathers and quantizes the node's activations into a (R = 0: nothing to do). */
 int qg_acts_prepare(qg_context *ctx, const struct ggml_tensor *node, const qg_weight *w, qg_acts *a);
-/* The grouped matmul of rows xq / xs (sorted as a, K = w->K) by w: row s of y (ld floats apart)
- * gets w->N (+ pad) columns from column 0; q4_K / q5_K's min term included. */
-int qg_weight_run(qg_context *ctx, qg_weight *w, const qg_acts *a, const int8_t *xq, const float *xs,
-                  float *y, int64_t ld);
+/* The grouped matmul by w of a's sorted rows [s0, s0 + n) (a window: a pass of rows, or all R),
+ * whose int8 rows and scales are xq / xs (sorted row s0 at xq, K = w->K): row s0 + i of the
+ * window gets w->N (+ pad) columns at row i of y (ld floats apart) from column 0; q4_K / q5_K's
+ * min term included. A row's values do not depend on the rows beside it: any window gives the
+ * same bits. */
+int qg_weight_run(qg_context *ctx, qg_weight *w, const qg_acts *a, int64_t s0, int64_t n,
+                  const int8_t *xq, const float *xs, float *y, int64_t ld);
+/* Rows of a pass whose outputs, row_bytes a row, fit QG_Y_BYTES: in [1, R] (R > 0). At a
+ * 512-token prompt through Qwen3's FFN all rows at once were 36 MiB of floats. */
+int64_t qg_pass_rows(int64_t R, size_t row_bytes);
 /* The columns qg_weight_run writes per row: N and its pad, or a paired weight's gate and up
  * (2 I); w's own columns start at qg_weight_col(w). */
 int64_t qg_weight_out_cols(const qg_weight *w);
@@ -293,8 +301,9 @@ int64_t qg_weight_fusable(const qg_weight *w);
 /* The fused GroupedMatmulSwigluQuant of rows a->xq / a->xs (sorted as a) by such a weight wg:
  * h = SwiGLU(gate, up) as int8 rows hq [R, I] with scales hs [R]. */
 int qg_weight_swiglu_quant(qg_context *ctx, qg_weight *wg, const qg_acts *a, int8_t *hq, float *hs);
-/* Row s of y (ld floats apart, N columns) to rows[perm[s]].dst. */
-void qg_scatter(qg_context *ctx, const qg_acts *a, const float *y, int64_t ld, int64_t N);
+/* Row i of y (ld floats apart, N columns) to rows[perm[s0 + i]].dst, i < n. */
+void qg_scatter(qg_context *ctx, const qg_acts *a, int64_t s0, int64_t n, const float *y, int64_t ld,
+                int64_t N);
 /* Plans of the small row-wise operators (matmul.c): kind 0 the dynamic quant of floats [R, K]
  * (ld apart) into int8 [R, K] + scales [R]; kind 1 the SwiGLU of [R, 2 K] (ld apart, gate columns
  * first) into floats [R, K]. NULL (qmoe's error set) on failure. */
