@@ -9,8 +9,9 @@
  *     32, the expansion of larger blocks), made whole or a slice at a time; it holds the bytes
  *     of an int4 object of that shape, and unpack gives the values back;
  *   - refused with QMOE_ERR_PARAM_INVALID, *out or the object as it was: a value outside the
- *     codebook (named by expert, k and column; in the first slice or a later one), a codebook
- *     with int4 weights, a codebook without 0.
+ *     codebook (named by expert, k and column; in the first slice or a later one; also -1 and 16
+ *     with {0, ..., 15}, whose steps are packed without the table), a codebook with int4
+ *     weights, a codebook without 0.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -103,6 +104,37 @@ static void check_same(qt_rng *r, const wcase *c, int kernel, int64_t slice, int
     qmoe_weights_destroy(codes);
 }
 
+/* The codebook {0..15}, packed without its table: a value outside (-1, 16) is still refused,
+ * named, in the first slice or a later one; padding (K 216 in groups of 18) is not. */
+static void check_u4_refusals(qt_rng *r, int kernel)
+{
+    wcase c;
+    make(r, &c, UNSIGNED4, 4, 216, 128, 12);
+    qmoe_weights *out = (qmoe_weights *)(uintptr_t)0x1;
+    if (prepack(&c, c.w, UNSIGNED4, kernel, 0, &out)) { /* not a kernel this CPU prepacks for */
+        free(c.w), free(c.ws);
+        return;
+    }
+    qmoe_weights_destroy(out);
+    int8_t *bad = malloc((size_t)(c.E * c.K * c.N));
+    static const int8_t outside[2] = {-1, 16};
+    for (int i = 0; i < 2; i++) {
+        memcpy(bad, c.w, (size_t)(c.E * c.K * c.N));
+        bad[(3 * c.K + 200) * c.N + 77] = outside[i];
+        out = (qmoe_weights *)(uintptr_t)0x1;
+        CHECK(prepack(&c, bad, UNSIGNED4, kernel, 0, &out) == QMOE_ERR_PARAM_INVALID &&
+              out == (qmoe_weights *)(uintptr_t)0x1);
+        char want[64];
+        snprintf(want, sizeof want, "expert 3, k 200, column 77 holds %d", outside[i]);
+        CHECK_MSG(strstr(qmoe_last_error(), want) != NULL, "message: %s", qmoe_last_error());
+        qmoe_weights_options o = QMOE_WEIGHTS_OPTIONS_INIT;
+        o.kernel = (qmoe_kernel)kernel;
+        o.codebook = UNSIGNED4;
+        qt_check_bad_append(c.w, bad, c.ws, c.K, c.N, c.G, &o, "expert 1, k 200, column 77");
+    }
+    free(bad), free(c.w), free(c.ws);
+}
+
 static void check_refusals(qt_rng *r, int kernel)
 {
     wcase c;
@@ -171,6 +203,7 @@ int main(void)
             free(c.w), free(c.ws);
         }
         check_refusals(&r, kernels[k]);
+        check_u4_refusals(&r, kernels[k]);
     }
     CHECK_MSG(ran > 0, "no kernel prepacked");
     return qt_finish("prepack_codes");

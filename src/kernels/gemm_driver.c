@@ -835,9 +835,10 @@ static int step_padding(const struct qmoe_weights *pp, const panel *pn, int64_t 
     return !(pos % pp->gkp < pp->gk && u * QMOE_PK_UNIT + b / 4 < pn->nc);
 }
 
-/* A record's int8 steps as codes (core/prepack.h): 0 when a byte is not in the table and is
- * not padding (padding, where x is 0 or whose column is dropped, takes the code of 0). */
-static int pack_codes(const struct qmoe_weights *pp, const panel *pn, const uint8_t *v,
+/* A record's int8 steps [s0, s0 + steps) as codes (core/prepack.h; v and rec at step s0): 0 when
+ * a byte is not in the table and is not padding (padding, where x is 0 or whose column is
+ * dropped, takes the code of 0). */
+static int pack_codes(const struct qmoe_weights *pp, const panel *pn, const uint8_t *v, int64_t s0,
                       int64_t steps, uint8_t *rec)
 {
     int16_t code[256];
@@ -845,7 +846,7 @@ static int pack_codes(const struct qmoe_weights *pp, const panel *pn, const uint
     for (int c = 15; c >= 0; c--) code[pp->tbl[c]] = (int16_t)c; /* the first equal entry */
     const int16_t zero = code[128];
     uint8_t n[QMOE_PK_STEP];
-    for (int64_t s = 0; s < steps; s++, v += QMOE_PK_STEP, rec += 32) {
+    for (int64_t s = s0; s < s0 + steps; s++, v += QMOE_PK_STEP, rec += 32) {
         for (int b = 0; b < QMOE_PK_STEP; b++) {
             int16_t c = code[v[b]];
             if (c < 0) {
@@ -855,6 +856,25 @@ static int pack_codes(const struct qmoe_weights *pp, const panel *pn, const uint
             n[b] = (uint8_t)c;
         }
         for (int b = 0; b < 32; b++) rec[b] = (uint8_t)(n[b] | n[32 + b] << 4);
+    }
+    return 1;
+}
+
+/* The same for the codebook {0, ..., 15} (u4): each step byte W + 128 gives its code W at once,
+ * a loop the compiler vectorizes (the table lookup above was a sixth of a model's load);
+ * a step holding any other byte goes through pack_codes, which keeps padding and refuses the
+ * rest. */
+static int pack_u4(const struct qmoe_weights *pp, const panel *pn, const uint8_t *v, int64_t steps,
+                   uint8_t *rec)
+{
+    for (int64_t s = 0; s < steps; s++, v += QMOE_PK_STEP, rec += 32) {
+        uint8_t bad = 0;
+        for (int b = 0; b < 32; b++) {
+            const uint8_t lo = (uint8_t)(v[b] ^ 0x80), hi = (uint8_t)(v[32 + b] ^ 0x80);
+            bad |= (uint8_t)((lo | hi) & 0xF0);
+            rec[b] = (uint8_t)(lo | hi << 4);
+        }
+        if (bad && !pack_codes(pp, pn, v, s, 1, rec)) return 0;
     }
     return 1;
 }
@@ -921,7 +941,8 @@ int qmoe_fast_prepack_expert(const qmoe_gemm_isa *isa, const qmoe_gmm_params *p,
         uint8_t *rec = pp->w + (uint64_t)de * pp->expert_wbytes + (uint64_t)i * pp->panel_wbytes;
         int64_t steps = 2 * (L.Kp / 4) * pn.nu;
         if (pp->codes) {
-            if (!pack_codes(pp, &pn, pn.wp, steps, rec)) return 0;
+            if (!(pp->u4 ? pack_u4(pp, &pn, pn.wp, steps, rec) : pack_codes(pp, &pn, pn.wp, 0, steps, rec)))
+                return 0;
         } else if (pp->bits6) {
             if (!pack_bits6(pp, &pn, pn.wp, steps, rec)) return 0;
         } else if (p->mode == QMOE_MODE_A8W8) {
